@@ -45,7 +45,8 @@ static int record(int val, const char *optarg, int remote)
 	if (val < 0 || val >= NOPTS)
 		return -1;
 	free(values[val]);
-	values[val] = strdup(optarg ? optarg : "1");
+	/* flags get "1" (slurmstepd passes them an empty optarg) */
+	values[val] = strdup(OPTS[val].has_arg && optarg ? optarg : "1");
 	return 0;
 }
 

@@ -1,0 +1,52 @@
+"""The one port table. Every port anything in a job uses is ``PORT_BASE + offset`` from here.
+
+``PORT_BASE`` is derived from the Slurm job id at run time, so two jobs sharing a node
+never pick the same ports:  ``BASE_MIN + (SLURM_JOB_ID % SLOTS) * STRIDE``.
+Ports are per node, so the table does not grow with the node count.
+"""
+
+from __future__ import annotations
+
+BASE_MIN = 10000
+STRIDE = 80
+SLOTS = 272  # 10000 + 272*80 = 31760: below Linux's ephemeral range (32768+)
+MAX_LOCAL = 16  # servers (and GPUs) per node the table has room for
+
+_FIXED = {
+    "router": 0,
+    "router_metrics": 1,
+    "mooncake_rpc": 2,
+    "mooncake_metadata": 3,
+    "mooncake_admin": 4,
+    "mooncake_client": 5,
+    "torch_rdzv": 6,
+    "weight_broadcast": 7,
+    "dp_rpc": 8,
+    "orchestrator": 9,
+}
+
+# Per-node blocks: one HTTP port, one KV port and one data-parallel RPC port per local
+# server, one NIXL side-channel port per GPU position.
+_BLOCKS = {"server": 16, "kv": 32, "nixl": 48, "dprpc": 64}
+
+
+def offset(name: str) -> int:
+    if name in _FIXED:
+        return _FIXED[name]
+    block, _, idx = name.rpartition("_")
+    if block in _BLOCKS and idx.isdigit() and int(idx) < MAX_LOCAL:
+        return _BLOCKS[block] + int(idx)
+    raise KeyError(f"no port {name!r} in the port table")
+
+
+def base_expr() -> str:
+    """The bash arithmetic the rendered script uses for PORT_BASE."""
+    return f"{BASE_MIN} + (SLURM_JOB_ID % {SLOTS}) * {STRIDE}"
+
+
+def base_for_job(job_id: int) -> int:
+    return BASE_MIN + (job_id % SLOTS) * STRIDE
+
+
+def shell_var(name: str) -> str:
+    return "PORT_" + name.upper()
