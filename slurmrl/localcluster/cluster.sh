@@ -311,7 +311,7 @@ cmd_up() {
   for n in "${NODES[@]}"; do start_slurmd "$n"; done
   wait_for "$TIMEOUT" "all ${#NODES[@]} nodes idle" nodes_ready
   wait_for "$TIMEOUT" sacct sacct -n -X
-  log "up in $((SECONDS - t0))s: $STATE  (eval \"\$($0 env --state-dir $STATE)\")"
+  log "up in $((SECONDS - t0))s; use: eval \"\$($HERE/cluster.sh env --state-dir $STATE)\""
 }
 
 # stop PIDFILE COMM: TERM, wait up to 10 s, then KILL -- only the pid we recorded.
@@ -367,6 +367,13 @@ cmd_status() {
   if ((rc == 0)); then sinfo -N -o '%N %t %G %c %m' || rc=3; fi
   return "$rc"
 }
+
+# Serialise up/down/purge on one state dir (e.g. pytest-xdist workers).
+if [[ $CMD == up || $CMD == down || $CMD == purge ]]; then
+  mkdir -p "$STATE"
+  exec 9>"$STATE/.lock"
+  flock 9
+fi
 
 case $CMD in
   up) cmd_up ;;

@@ -75,7 +75,8 @@ class Component(Frozen):
     stage: int
     main: bool  # the job succeeds when every main component exits 0
     checkpoints: bool  # gets the warning signal and may checkpoint
-    argv: tuple[Arg, ...]
+    srun: tuple[Arg, ...]  # srun options, before the container flags
+    argv: tuple[Arg, ...]  # the command srun runs
     env: dict[str, str]
     health: Health | None
     instances: tuple[Instance, ...]

@@ -113,7 +113,7 @@ class _Builder:
         r, gpn = self.r, self.r.slurm.gpus_per_node
         slots: dict[str, _Slot] = {}
         if r.placement.colocate:
-            g = self.group("node", 1, gpn)
+            g = self.group("rl", 1, gpn)
             inf, tr = r.inference, r.trainer
             if r.placement.share_gpus:
                 n = inf.gpus_per_node or gpn
@@ -211,10 +211,10 @@ class _Builder:
                     if inf.expert_parallel:
                         args.append("--enable-expert-parallel")
                 if pd_role:
-                    kv_args, kv_env = vllm.pd_args(inf.kv_connector, pd_role, local, self.slots["prefill"].group)
+                    kv_args, kv_env = vllm.pd_args(inf.kv_connector, pd_role, local, gpus[0], self.slots["prefill"].group)
                     args += kv_args
                     ienv.update(kv_env)
-                    iports["kv"] = f"kv_{local}" if inf.kv_connector == "P2pNcclConnector" else f"nixl_{local}"
+                    iports["kv"] = f"kv_{local}" if inf.kv_connector == "P2pNcclConnector" else f"nixl_{gpus[0]}"
                 args += off_args + list(inf.extra_args) + list(extra)
                 instances.append(Instance(
                     rank=len(instances), node=node, local=local, gpus=gpus, ports=iports, args=tuple(args), env=ienv,
@@ -412,10 +412,10 @@ class _Builder:
             slot = c.pop("slot", None)
             shared = slot is not None and slot.shared
             fail_fast = c.pop("fail_fast")
-            comps.append(Component(
-                **{**c, "gpus_per_node": self.groups[c["group"]].gpus_per_node if shared else c["gpus_per_node"],
-                   "overlap": shared, "settings": {**c["settings"], "fail_fast": fail_fast}}
-            ))
+            c["gpus_per_node"] = self.groups[c["group"]].gpus_per_node if shared else c["gpus_per_node"]
+            c["overlap"] = shared
+            c["settings"] = {**c["settings"], "fail_fast": fail_fast}
+            comps.append(Component(**c, srun=self.srun_args(c, fail_fast)))
         used_ports = _ports_used(comps)
         stage_ids = sorted({c.stage for c in comps})
         groups = tuple(
@@ -440,6 +440,29 @@ class _Builder:
             requeue=r.slurm.requeue, signal=r.slurm.signal.split("@")[0], grace_seconds=r.slurm.grace_seconds,
             warnings=tuple(self.warnings),
         )
+
+    def srun_args(self, c: dict, fail_fast: bool) -> tuple:
+        """One srun builder for every component."""
+        args: list = []
+        if len(self.groups) > 1:
+            args.append(f"--het-group={c['group']}")
+        args += [
+            f"--job-name={c['name']}", f"--nodes={c['nodes']}", f"--relative={c['first_node']}",
+            f"--ntasks={c['nodes'] * c['tasks_per_node']}", f"--ntasks-per-node={c['tasks_per_node']}",
+            f"--cpus-per-task={c['cpus_per_task']}", "--exact",
+        ]
+        if c["overlap"]:
+            args.append("--overlap")  # shares this node's GPUs with another step; each takes its slice
+        gpus = c["gpus_per_node"]
+        if gpus and self.r.slurm.gpu_request == "gres":
+            args.append(f"--gres=gpu:{gpus}")
+        elif gpus:
+            args.append(f"--gpus-per-node={gpus}")
+        else:
+            args.append("--gres=none")
+        args.append(f"--kill-on-bad-exit={int(fail_fast)}")
+        args.append(Sh(sh=f"--output=${{LOG_DIR}}/{c['name']}.%t.log"))
+        return tuple(args)
 
     def _group_cpus(self, g: _Group) -> int:
         return self.r.slurm.cpus_per_node if g.gpus_per_node else self.r.orchestrator.cpus

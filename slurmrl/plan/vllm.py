@@ -50,13 +50,16 @@ def wide_ep_args(dp: int, dp_local: int, node: int, group: int, expert_parallel:
     return args
 
 
-def pd_args(connector: str, role: str, local: int, proxy_group: int) -> tuple[list[str], dict[str, str]]:
-    """KV transfer settings for one prefill or decode server; returns (args, env)."""
+def pd_args(connector: str, role: str, local: int, first_gpu: int, proxy_group: int) -> tuple[list[str], dict[str, str]]:
+    """KV transfer settings for one prefill or decode server; returns (args, env).
+
+    NIXL listens on its side-channel port plus the TP rank, so each server's port is
+    indexed by its first GPU position: servers on one node never overlap."""
     env: dict[str, str] = {}
     if connector == "NixlConnector":
         cfg = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = "{host:self}"
-        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = f"{{port:nixl_{local}}}"
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = f"{{port:nixl_{first_gpu}}}"
     else:
         cfg = {
             "kv_connector": "P2pNcclConnector",

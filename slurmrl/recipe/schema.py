@@ -306,9 +306,11 @@ class Placement(Section):
 class Recipe(Section):
     name: str = Field(pattern=NAME_RE, description="Run name; also the run dir name.")
     kind: Literal["sft", "rl", "inference"] = Field(description="What the job does.")
-    output_dir: str = Field("runs", description="Parent folder of run dirs (relative to the recipe file).")
+    output_dir: str = Field("runs", description="Parent folder of run dirs (relative to the current directory).")
     templates_dir: str | None = Field(
-        None, description="Folder of ejected templates (`slurmrl templates eject`) to render with instead."
+        None,
+        description="Folder of ejected templates (`slurmrl templates eject`) to render with instead "
+        "(relative to the recipe file).",
     )
     slurm: Slurm = Field(default_factory=Slurm, description="sbatch directives.")
     container: Container | None = Field(None, description="Pyxis container; omit to run on the host.")

@@ -1,0 +1,5 @@
+import sys
+
+from slurmrl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,156 @@
+"""slurmrl command line. Light imports only: plan/render/submit/status never load torch or vllm."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from slurmrl.errors import UserError
+
+STARTERS = Path(__file__).resolve().parent / "recipes"
+
+EPILOG = """\
+examples:
+  slurmrl init rl-multinode > my.toml        write a commented starter recipe
+  slurmrl plan my.toml                       show what would run where
+  slurmrl plan my.toml --set inference.tp=4  the same with an override
+  slurmrl render my.toml                     write the run dir (job.sbatch, plan.json, components/)
+  sbatch runs/my-run/job.sbatch              or: slurmrl submit my.toml
+
+Bad input exits with code 2 and one line naming the field."""
+
+
+def _starters() -> list[str]:
+    return sorted(p.stem for p in STARTERS.glob("*.toml"))
+
+
+def _recipe_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipe", help="recipe TOML file")
+    p.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a recipe field, e.g. --set trainer.nodes=4 (VALUE is read as TOML; repeatable)",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="slurmrl", description="One TOML recipe becomes a readable, hand-editable sbatch script.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("init", help="print or write a commented starter recipe")
+    p.add_argument("shape", nargs="?", default="rl-debug", help=f"one of: {', '.join(_starters())}")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout (refuses to overwrite)")
+
+    p = sub.add_parser("validate", help="check a recipe and its topology; print nothing but errors")
+    _recipe_args(p)
+
+    p = sub.add_parser("plan", help="show het groups, GPU map, components, ports; write nothing")
+    _recipe_args(p)
+    p.add_argument("--json", action="store_true", help="print plan.json instead of the summary")
+    p.add_argument("--salloc", action="store_true", help="print the salloc line for this allocation")
+    p.add_argument("--job-id", type=int, help="show the ports this job id would get")
+    p.add_argument("--run-dir", help="run dir to plan for (default: OUTPUT_DIR/NAME)")
+
+    p = sub.add_parser("render", help="write the run dir and print its path")
+    _recipe_args(p)
+    p.add_argument("--force", action="store_true", help="render over a run dir that was already submitted")
+    p.add_argument("--run-dir", help="write here instead of OUTPUT_DIR/NAME")
+    p.add_argument("--stdout", action="store_true", help="print job.sbatch instead of writing the run dir")
+
+    p = sub.add_parser("templates", help="work with the sbatch templates")
+    tsub = p.add_subparsers(dest="templates_command", required=True, metavar="ACTION")
+    e = tsub.add_parser("eject", help="copy the templates to DIR; point a recipe's templates_dir at it")
+    e.add_argument("dir")
+
+    from slurmrl.slurm import commands as slurm_commands  # submit/status/logs/cancel/diff
+
+    slurm_commands.add_parsers(sub, _recipe_args)
+    return ap
+
+
+def cmd_init(args) -> int:
+    if args.shape not in _starters():
+        raise UserError("shape", f"unknown shape {args.shape!r}; choose one of: {', '.join(_starters())}")
+    text = (STARTERS / f"{args.shape}.toml").read_text()
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.output)
+    if out.exists():
+        raise UserError(str(out), "exists; choose another file name")
+    out.write_text(text)
+    print(out)
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from slurmrl.render import build
+
+    build(args.recipe, args.overrides)
+    print(f"{args.recipe}: ok")
+    return 0
+
+
+def cmd_plan(args) -> int:
+    from slurmrl.render import build
+    from slurmrl.summary import salloc_line, summary
+
+    out = build(args.recipe, args.overrides, args.run_dir)
+    if args.json:
+        print(out.files["plan.json"], end="")
+    elif args.salloc:
+        print(salloc_line(out.plan))
+    else:
+        print(summary(out.plan, out.run_dir, args.job_id))
+    return 0
+
+
+def cmd_render(args) -> int:
+    from slurmrl.render import build, render
+
+    if args.stdout:
+        print(build(args.recipe, args.overrides, args.run_dir).script, end="")
+        return 0
+    out = render(args.recipe, args.overrides, force=args.force, run_dir=args.run_dir)
+    print(out.run_dir)
+    return 0
+
+
+def cmd_templates(args) -> int:
+    from slurmrl.render.script import PACKAGE_TEMPLATES
+
+    dest = Path(args.dir)
+    if dest.exists() and any(dest.iterdir()):
+        raise UserError(str(dest), "exists and is not empty; eject into a new folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in sorted(PACKAGE_TEMPLATES.glob("*.j2")):
+        shutil.copy2(f, dest / f.name)
+    print(f"{dest}: set templates_dir = {str(dest.resolve())!r} in your recipe to render with these")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        handler = COMMANDS.get(args.command)
+        if handler is None:
+            from slurmrl.slurm import commands as slurm_commands
+
+            handler = slurm_commands.HANDLERS[args.command]
+        return handler(args)
+    except UserError as e:
+        print(f"slurmrl: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+COMMANDS = {"init": cmd_init, "validate": cmd_validate, "plan": cmd_plan, "render": cmd_render,
+            "templates": cmd_templates}
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""recipe file -> plan -> run dir. Shared by `plan`, `render`, `diff` and `submit`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmrl.errors import UserError
+from slurmrl.plan import Plan, plan
+from slurmrl.recipe.load import load_recipe
+from slurmrl.recipe.schema import Recipe
+from slurmrl.render import tomlw
+from slurmrl.render.rundir import write_run_dir
+from slurmrl.render.script import render_script
+
+
+@dataclass(frozen=True)
+class Rendered:
+    recipe: Recipe
+    plan: Plan
+    run_dir: Path
+    files: dict[str, str]  # relative path -> text
+
+    @property
+    def script(self) -> str:
+        return self.files["job.sbatch"]
+
+
+def resolve_run_dir(recipe: Recipe) -> Path:
+    """``output_dir`` is relative to the current directory, like any command-line path."""
+    return (Path(recipe.output_dir) / recipe.name).resolve()
+
+
+def templates_dir(recipe: Recipe, recipe_path: Path) -> Path | None:
+    if not recipe.templates_dir:
+        return None
+    path = (recipe_path.parent / recipe.templates_dir).resolve()
+    if not (path / "job.sbatch.j2").is_file():
+        raise UserError("templates_dir", f"{path} has no job.sbatch.j2; create it with `slurmrl templates eject DIR`")
+    return path
+
+
+def component_config(c, run_dir: Path) -> str:
+    data = c.model_dump(exclude={"srun", "argv"}, exclude_none=True)
+    data["run_dir"] = str(run_dir)
+    return tomlw.dumps(data)
+
+
+def build(recipe_path: str | Path, overrides: list[str] = (), run_dir: str | Path | None = None) -> Rendered:
+    """Everything `render` would write, in memory. Raises UserError on bad input."""
+    recipe_path = Path(recipe_path)
+    recipe = load_recipe(recipe_path, overrides)
+    run_dir = Path(run_dir).resolve() if run_dir else resolve_run_dir(recipe)
+    p = plan(recipe, str(run_dir))
+    files = {
+        "job.sbatch": render_script(p, str(run_dir), recipe_path.name, templates_dir(recipe, recipe_path)),
+        "plan.json": p.model_dump_json(indent=1) + "\n",
+        "recipe.toml": "# The recipe as resolved (overrides applied, defaults filled in).\n"
+        + tomlw.dumps(recipe.model_dump(exclude_none=True)),
+    }
+    for c in p.components:
+        files[f"components/{c.name}.toml"] = component_config(c, run_dir)
+    return Rendered(recipe, p, run_dir, files)
+
+
+def render(
+    recipe_path: str | Path, overrides: list[str] = (), force: bool = False, run_dir: str | Path | None = None
+) -> Rendered:
+    out = build(recipe_path, overrides, run_dir)
+    write_run_dir(out.run_dir, out.files, force=force)
+    return out

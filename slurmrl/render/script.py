@@ -1,0 +1,40 @@
+"""plan -> job.sbatch text, through the jinja2 templates. Deterministic; decides nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+from slurmrl.plan import ports
+from slurmrl.plan.model import Plan
+from slurmrl.render.quoting import sbatch_value, shjoin, shq
+
+PACKAGE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+ENTRY = "job.sbatch.j2"
+
+
+def environment(templates_dir: Path | None = None) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir or PACKAGE_TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+        comment_start_string="{##",  # bash uses {# (e.g. ${#array[@]})
+        comment_end_string="##}",
+    )
+    env.filters.update(shq=shq, shjoin=shjoin, sbatch_value=sbatch_value, port_var=ports.shell_var)
+    return env
+
+
+def render_script(plan: Plan, run_dir: str, recipe_file: str, templates_dir: Path | None = None) -> str:
+    template = environment(templates_dir).get_template(ENTRY)
+    return template.render(
+        plan=plan,
+        run_dir=run_dir,
+        recipe_file=recipe_file,
+        port_base_expr=ports.base_expr(),
+        main_components=[c.name for c in plan.components if c.main],
+    )

@@ -1,0 +1,40 @@
+"""Golden scripts: sbatch/<recipe>.sbatch is what recipes/<recipe>.toml renders to.
+
+Regenerate after a template or planner change (then read the diff as a user would):
+
+    .venv/bin/python tests/golden.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ROOT / "recipes"
+GOLDEN = ROOT / "sbatch"
+RUN_ROOT = "/cluster/runs"  # a fixed run dir so the goldens do not depend on the checkout
+
+
+def recipes() -> list[Path]:
+    return sorted(RECIPES.glob("*.toml"))
+
+
+def render(recipe: Path) -> str:
+    from slurmrl.render import build
+
+    return build(recipe, run_dir=f"{RUN_ROOT}/{recipe.stem}").script
+
+
+def main() -> int:
+    GOLDEN.mkdir(exist_ok=True)
+    for stale in set(GOLDEN.glob("*.sbatch")) - {GOLDEN / f"{r.stem}.sbatch" for r in recipes()}:
+        stale.unlink()
+    for recipe in recipes():
+        (GOLDEN / f"{recipe.stem}.sbatch").write_text(render(recipe))
+        print(f"sbatch/{recipe.stem}.sbatch")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

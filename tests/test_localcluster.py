@@ -1,0 +1,156 @@
+"""Real tests against the local Slurm cluster (fixture ``slurm_cluster``, tests/slurm_cluster.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+# A step that announces itself in $DIR, then waits up to 10 s for its partner: it prints
+# "met" only if both steps ran at the same time (serialised steps print "alone").
+MEET = r"""
+touch "$DIR/$1"
+for _ in $(seq 100); do
+  if [ -e "$DIR/$2" ]; then echo "$1 met cvd=$CUDA_VISIBLE_DEVICES"; exit 0; fi
+  sleep 0.1
+done
+echo "$1 alone cvd=$CUDA_VISIBLE_DEVICES"
+"""
+
+
+def ok(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 0, f"rc={r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r.stdout
+
+
+def two_steps(cluster, tmp_path, alloc: str, step: str) -> dict[str, tuple[str, str]]:
+    """Run two steps `srun <step>` at once inside `sbatch <alloc>`: {name: (met|alone, cvd)}."""
+    (tmp_path / "meet.sh").write_text(MEET)
+    script = tmp_path / "job.sh"
+    script.write_text(
+        f"#!/bin/bash\nexport DIR={tmp_path}\n"
+        f"srun {step} bash {tmp_path}/meet.sh A B &\n"
+        f"srun {step} bash {tmp_path}/meet.sh B A &\nwait\n"
+    )
+    ok(cluster.run(f"sbatch -W -o {tmp_path}/out.txt {alloc} {script}"))
+    result = {}
+    for line in (tmp_path / "out.txt").read_text().splitlines():
+        if " cvd=" in line:
+            name, status, cvd = line.split(" ")
+            result[name] = (status, cvd.removeprefix("cvd="))
+    assert set(result) == {"A", "B"}, (tmp_path / "out.txt").read_text()
+    return result
+
+
+def sacct_rows(cluster, job_id: str, want: set[str], timeout: float = 20) -> dict[str, str]:
+    """Poll sacct (it lags slurmctld by ~1 s) until rows `want` are all COMPLETED."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = ok(cluster.run(f"sacct -n -X -P -o JobID,State -j {job_id}"))
+        rows = dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+        if all(rows.get(k) == "COMPLETED" for k in want) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
+
+
+def test_four_idle_nodes_with_four_gpus(slurm_cluster):
+    deadline = time.monotonic() + 30  # a previous test's job may still be completing
+    while True:
+        out = ok(slurm_cluster.run("sinfo -h -N -o '%N %t %G %c'"))
+        rows = sorted(line.split() for line in out.splitlines())
+        if all(r[1] == "idle" for r in rows) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert rows == [[f"n{i}", "idle", "gpu:4", "8"] for i in range(1, 5)]
+
+
+def test_srun_on_n2_runs_on_n2(slurm_cluster):
+    assert ok(slurm_cluster.run("srun -w n2 hostname")).strip() == "n2"
+
+
+def test_het_job_two_components_on_different_nodes(slurm_cluster, tmp_path):
+    script = tmp_path / "het.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH -N1 -w n1\n#SBATCH hetjob\n#SBATCH -N1 -w n2\n"
+        "srun --het-group=0 hostname\nsrun --het-group=1 hostname\n"
+    )
+    job_id = ok(slurm_cluster.run(f"sbatch -W --parsable -o {tmp_path}/out.txt {script}")).strip()
+    assert (tmp_path / "out.txt").read_text().split() == ["n1", "n2"]
+    rows = sacct_rows(slurm_cluster, job_id, {f"{job_id}+0", f"{job_id}+1"})
+    assert rows.get(f"{job_id}+0") == "COMPLETED" and rows.get(f"{job_id}+1") == "COMPLETED", rows
+
+
+def test_exact_steps_get_disjoint_gpus(slurm_cluster, tmp_path):
+    # --exact steps run side by side only if the allocation has a CPU for each (-n2).
+    got = two_steps(slurm_cluster, tmp_path, "-N1 -n2 --gres=gpu:4", "--exact -n1 --gres=gpu:2")
+    assert got["A"][0] == got["B"][0] == "met", got
+    gpus_a, gpus_b = (set(got[k][1].split(",")) for k in "AB")
+    assert len(gpus_a) == len(gpus_b) == 2 and not gpus_a & gpus_b, got
+
+
+@pytest.mark.parametrize(
+    ("alloc", "step", "gpus"),
+    [
+        ("-N1 --gres=gpu:1", "--overlap --gres=gpu:1", "0"),
+        ("-N1 --gres=gpu:4", "--exact --overlap --gres=gpu:4", "0,1,2,3"),
+    ],
+)
+def test_overlap_steps_share_gpus(slurm_cluster, tmp_path, alloc, step, gpus):
+    """Colocated components: --overlap steps run at once and both see the same GPUs."""
+    got = two_steps(slurm_cluster, tmp_path, alloc, step)
+    assert got == {"A": ("met", gpus), "B": ("met", gpus)}
+
+
+def test_tcp_between_nodes_by_hostname(slurm_cluster):
+    """n1 and n2 both bind the same port (own network namespaces); n1 reaches each by name."""
+    port = 18000
+    server = (
+        "import socket; s = socket.socket(); s.bind(('0.0.0.0', %d)); s.listen();"
+        " print('ready', flush=True); c, _ = s.accept(); c.sendall(socket.gethostname().encode())"
+    ) % port
+    client = (
+        "import socket\nfor h in ('n2', 'n1'):\n"
+        "    print(socket.create_connection((h, %d), timeout=10).recv(100).decode())"
+    ) % port
+    servers = [
+        subprocess.Popen(["srun", "-w", node, sys.executable, "-c", server],
+                         env=slurm_cluster.env, stdout=subprocess.PIPE, text=True)
+        for node in ("n2", "n1")
+    ]
+    try:
+        for proc in servers:
+            assert proc.stdout.readline().strip() == "ready"
+        out = ok(slurm_cluster.run(["srun", "-w", "n1", sys.executable, "-c", client], timeout=60))
+        assert out.split() == ["n2", "n1"]
+        assert [proc.wait(timeout=30) for proc in servers] == [0, 0]
+    finally:
+        for proc in servers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.stdout.close()
+
+
+def test_pyxis_double_records_container_flags(slurm_cluster, tmp_path):
+    image = f"img-{uuid.uuid4().hex[:8]}"
+    out = ok(slurm_cluster.run(
+        f"srun -w n3 --container-image={image}:srun --container-writable "
+        "printenv PYXIS_DOUBLE_CONTAINER_IMAGE PYXIS_DOUBLE_CONTAINER_WRITABLE"
+    ))
+    assert out.split() == [f"{image}:srun", "1"]
+    ok(slurm_cluster.run(
+        f"sbatch -W -o {tmp_path}/out.txt --container-image={image}:sbatch "
+        "--wrap 'printenv PYXIS_DOUBLE_CONTAINER_IMAGE'"
+    ))
+    assert (tmp_path / "out.txt").read_text().strip() == f"{image}:sbatch"
+    log = (slurm_cluster.state_dir / "log" / "pyxis_double.log").read_text()
+    assert "ctx=remote host=n3" in log and f"--container-image={image}:srun" in log
+    assert f"--container-image={image}:sbatch" in log
+
+
+@pytest.mark.parametrize("cmd", ["srun --container-foo=x true", "sbatch --container-foo=x --wrap true"])
+def test_unknown_container_flag_fails(slurm_cluster, cmd):
+    r = slurm_cluster.run(cmd)
+    assert r.returncode != 0 and "unrecognized option" in r.stderr, r
