@@ -1,0 +1,89 @@
+"""Generate the recipe reference (docs/recipe-reference.md) from the schema's field descriptions.
+
+    python -m slurmrl.recipe.reference > docs/recipe-reference.md
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Iterator
+
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from slurmrl.recipe.schema import Recipe
+
+
+def _submodel(annotation) -> type[BaseModel] | None:
+    for cand in typing.get_args(annotation) or (annotation,):
+        if isinstance(cand, type) and issubclass(cand, BaseModel):
+            return cand
+    return None
+
+
+def _type_name(annotation) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(f'"{a}"' for a in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _type_name(typing.get_args(annotation)[0])
+    if origin in (typing.Union, __import__("types").UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(annotation) if a is not type(None))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(annotation)[0])}"
+    if origin is dict:
+        return "table of strings"
+    return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(annotation, str(annotation))
+
+
+def _default(field) -> str:
+    if field.is_required():
+        return "required"
+    if field.default_factory is not None:
+        value = field.default_factory()
+        return "" if isinstance(value, BaseModel) else f"`{value!r}`"
+    if field.default is None or field.default is PydanticUndefined:
+        return "—"
+    value = field.default
+    return f"`{str(value).lower() if isinstance(value, bool) else value!r}`"
+
+
+def field_paths(model: type[BaseModel] = Recipe, prefix: str = "") -> Iterator[tuple[str, object, type | None]]:
+    """Every (dotted path, field info, sub-model) in the schema, depth first."""
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        sub = _submodel(field.annotation)
+        yield path, field, sub
+        if sub is not None:
+            yield from field_paths(sub, path + ".")
+
+
+def reference() -> str:
+    out = [
+        "# Recipe reference",
+        "",
+        "Generated from the schema (`python -m slurmrl.recipe.reference > docs/recipe-reference.md`);",
+        "a test fails when a field is missing here. Unknown keys are errors. Every field can be",
+        "overridden on the command line: `--set section.key=VALUE` (VALUE is read as TOML).",
+        "",
+    ]
+    tables: dict[str, list[str]] = {"": []}
+    for path, field, sub in field_paths():
+        section, _, _ = path.rpartition(".")
+        if sub is not None:
+            tables.setdefault(path, [])
+        kind = "table" if sub is not None else _type_name(field.annotation)
+        meaning = (field.description or "").replace("|", "\\|")
+        tables.setdefault(section, []).append(
+            f"| `{path}` | {kind} | {_default(field)} | {meaning} |"
+        )
+    for section, rows in tables.items():
+        if not rows:
+            continue
+        out += [f"## [{section}]" if section else "## Top level", "", "| field | type | default | meaning |",
+                "|---|---|---|---|", *rows, ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(reference(), end="")
