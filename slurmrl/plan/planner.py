@@ -44,9 +44,10 @@ class _Slot:
 
 
 class _Builder:
-    def __init__(self, r: Recipe, run_dir: str):
+    def __init__(self, r: Recipe, run_dir: str, preflight: bool):
         self.r = r
         self.run_dir = run_dir
+        self.preflight = preflight
         self.groups: list[_Group] = []
         self.comps: list[dict] = []
         self.warnings: list[str] = []
@@ -75,7 +76,9 @@ class _Builder:
         return Sh(sh=f"${{RUN_DIR}}/components/{name}.toml")
 
     def runtime_argv(self, role: str, name: str) -> tuple:
-        return (*self.py, "-m", f"slurmrl.runtime.{role}", "--config", self.config_path(name))
+        """``python -m slurmrl.runtime.<role>``; in a preflight every component runs the probe."""
+        module = "probe" if self.preflight else role
+        return (*self.py, "-m", f"slurmrl.runtime.{module}", "--config", self.config_path(name))
 
     def add(self, **c) -> None:
         g = self.groups[c["group"]]
@@ -350,6 +353,8 @@ class _Builder:
             Sh(sh=f"--rdzv-endpoint={head}:${{PORT_TORCH_RDZV}}"), Sh(sh="--rdzv-id=${SLURM_JOB_ID}"),
             "-m", "slurmrl.runtime.trainer", "--config", self.config_path("trainer"),
         )
+        if self.preflight:
+            argv = self.runtime_argv("probe", "trainer")
         settings = {
             "kind": r.kind, "model": r.model.path, "world_size": world, "global_batch": batch,
             **t.model_dump(exclude={"env", "nodes", "gpus_per_node"}, exclude_none=True),
@@ -519,7 +524,10 @@ def container_flags(r: Recipe, run_dir: str) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def plan(recipe: Recipe, run_dir: str) -> Plan:
-    """Place every component of ``recipe``; ``run_dir`` is the absolute run folder the job will use."""
+def plan(recipe: Recipe, run_dir: str, preflight: bool = False) -> Plan:
+    """Place every component of ``recipe``; ``run_dir`` is the absolute run folder the job will use.
+
+    With ``preflight`` every component runs ``slurmrl.runtime.probe`` in the same layout.
+    """
     rules.check(recipe)
-    return _Builder(recipe, run_dir).build()
+    return _Builder(recipe, run_dir, preflight).build()

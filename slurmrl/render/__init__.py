@@ -26,9 +26,9 @@ class Rendered:
         return self.files["job.sbatch"]
 
 
-def resolve_run_dir(recipe: Recipe) -> Path:
+def resolve_run_dir(recipe: Recipe, preflight: bool = False) -> Path:
     """``output_dir`` is relative to the current directory, like any command-line path."""
-    return (Path(recipe.output_dir) / recipe.name).resolve()
+    return (Path(recipe.output_dir) / (f"{recipe.name}-preflight" if preflight else recipe.name)).resolve()
 
 
 def templates_dir(recipe: Recipe, recipe_path: Path) -> Path | None:
@@ -46,12 +46,14 @@ def component_config(c, run_dir: Path) -> str:
     return tomlw.dumps(data)
 
 
-def build(recipe_path: str | Path, overrides: list[str] = (), run_dir: str | Path | None = None) -> Rendered:
+def build(
+    recipe_path: str | Path, overrides: list[str] = (), run_dir: str | Path | None = None, preflight: bool = False
+) -> Rendered:
     """Everything `render` would write, in memory. Raises UserError on bad input."""
     recipe_path = Path(recipe_path)
     recipe = load_recipe(recipe_path, overrides)
-    run_dir = Path(run_dir).resolve() if run_dir else resolve_run_dir(recipe)
-    p = plan(recipe, str(run_dir))
+    run_dir = Path(run_dir).resolve() if run_dir else resolve_run_dir(recipe, preflight)
+    p = plan(recipe, str(run_dir), preflight=preflight)
     files = {
         "job.sbatch": render_script(p, str(run_dir), recipe_path.name, templates_dir(recipe, recipe_path)),
         "plan.json": p.model_dump_json(indent=1) + "\n",
@@ -64,8 +66,12 @@ def build(recipe_path: str | Path, overrides: list[str] = (), run_dir: str | Pat
 
 
 def render(
-    recipe_path: str | Path, overrides: list[str] = (), force: bool = False, run_dir: str | Path | None = None
+    recipe_path: str | Path,
+    overrides: list[str] = (),
+    force: bool = False,
+    run_dir: str | Path | None = None,
+    preflight: bool = False,
 ) -> Rendered:
-    out = build(recipe_path, overrides, run_dir)
+    out = build(recipe_path, overrides, run_dir, preflight)
     write_run_dir(out.run_dir, out.files, force=force)
     return out

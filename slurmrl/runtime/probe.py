@@ -1,0 +1,135 @@
+"""Preflight probe: stands in for a component with the exact same srun layout.
+
+It reports where it runs (host, GPUs, container flags, environment), binds and serves every
+port the plan gives it (HTTP 200 on any path, so the script's readiness checks pass), checks it
+can reach every other component's host:port, and writes ``preflight/<component>.<rank>.json``
+in the run dir. Main components exit once every probe has reported; the others serve until the
+script stops them. Exit code 3 when this probe found a problem.
+
+    python -m slurmrl.runtime.probe --config RUN_DIR/components/NAME.toml
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from slurmrl.runtime import component as rt
+
+DEADLINE_S = float(os.environ.get("SLURMRL_PROBE_TIMEOUT", "300"))
+REPORTED_ENV = ("SLURM_JOB_ID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_GPUS",
+                "SLURMRL_PORT_BASE", "SLURMRL_ATTEMPT")
+
+
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server API)
+        body = json.dumps({"probe": self.server.probe_name}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):  # keep the step log for the report
+        pass
+
+
+def serve(ports: dict[str, int], name: str) -> tuple[list, list[str]]:
+    servers, errors = [], []
+    for purpose, number in ports.items():
+        try:
+            srv = ThreadingHTTPServer(("0.0.0.0", number), _Health)
+        except OSError as e:
+            errors.append(f"port {number} ({purpose}) cannot be bound: {e.strerror}")
+            continue
+        srv.probe_name = name
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    return servers, errors
+
+
+def peers(plan: dict, me: tuple[str, int]) -> list[tuple[str, str, int]]:
+    """(label, host, port) of every port every other instance in the plan listens on."""
+    out = []
+    for c in plan["components"]:
+        for inst in c["instances"]:
+            if (c["name"], inst["rank"]) == me:
+                continue
+            host = rt.hosts(c["group"])[c["first_node"] + inst["node"]]
+            for name in inst["ports"].values():
+                out.append((f"{c['name']}.{inst['rank']}", host, rt.port(name)))
+    return out
+
+
+def reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def check_peers(targets: list[tuple[str, str, int]], deadline: float) -> list[str]:
+    pending = list(targets)
+    while pending and time.monotonic() < deadline:
+        pending = [t for t in pending if not reachable(t[1], t[2])]
+        if pending:
+            time.sleep(1)
+    return [f"cannot reach {label} at {host}:{port}" for label, host, port in pending]
+
+
+def main() -> int:
+    args = rt.config_arg(__doc__.splitlines()[0])
+    comp = rt.load(args.config)
+    deadline = time.monotonic() + DEADLINE_S
+    seen_before = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    errors = []
+    try:
+        gpus = rt.narrow_gpus(comp)
+    except SystemExit as e:
+        gpus, errors = [], [str(e)]
+    my_ports = {purpose: rt.port(name) for purpose, name in comp.instance["ports"].items()}
+    servers, bind_errors = serve(my_ports, comp.name)
+    errors += bind_errors
+    rt.mark_ready(comp, "probe")
+    plan = json.loads((comp.run_dir / "plan.json").read_text())
+    errors += check_peers(peers(plan, (comp.name, comp.rank)), deadline)
+    report = {
+        "component": comp.name, "rank": comp.rank, "host": socket.gethostname(),
+        "node": comp.instance["node"], "local": comp.instance["local"],
+        "gpus_seen": [g for g in seen_before.split(",") if g], "gpus": gpus,
+        "gpu_positions": comp.instance.get("gpus", []),
+        "ports": my_ports,
+        "container": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("PYXIS_", "ENROOT_"))},
+        "env": {k: os.environ[k] for k in REPORTED_ENV if k in os.environ},
+        "errors": errors,
+    }
+    out_dir = comp.run_dir / "preflight"
+    out_dir.mkdir(exist_ok=True)
+    tmp = out_dir / f".{comp.name}.{comp.rank}.json.tmp"
+    tmp.write_text(json.dumps(report, indent=1))
+    tmp.replace(out_dir / f"{comp.name}.{comp.rank}.json")
+    print(json.dumps(report), flush=True)
+    total = sum(len(c["instances"]) for c in plan["components"])
+    while len(list(out_dir.glob("*.json"))) < total and time.monotonic() < deadline:
+        time.sleep(0.5)  # stay reachable until every probe has checked us
+    if errors:
+        return 3
+    if comp.config.get("main"):
+        return 0
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})  # a service: serve until the script stops us
+    for srv in servers:
+        srv.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    sys.exit(main())
