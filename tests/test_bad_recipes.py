@@ -1,0 +1,284 @@
+"""Bad recipes: every one exits 2 with one line naming the field, and writes nothing.
+
+Most cases run the CLI in-process (fast); a handful run it as a real subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmrl import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+SFT = """\
+name = "bad"
+kind = "sft"
+[slurm]
+gpus_per_node = 8
+cpus_per_node = 64
+[model]
+path = "m"
+[trainer]
+dataset = "/d.jsonl"
+"""
+
+RL = """\
+name = "bad"
+kind = "rl"
+[slurm]
+gpus_per_node = 8
+cpus_per_node = 64
+[model]
+path = "m"
+[inference]
+nodes = 1
+[trainer]
+micro_batch_size = 1
+[orchestrator]
+prompts_per_step = 8
+rollouts_per_prompt = 8
+"""
+
+INF = """\
+name = "bad"
+kind = "inference"
+[slurm]
+gpus_per_node = 8
+cpus_per_node = 64
+[model]
+path = "m"
+[inference]
+nodes = 1
+"""
+
+PD = INF + """\
+mode = "pd"
+[inference.prefill]
+replicas = 2
+tp = 2
+[inference.decode]
+replicas = 2
+tp = 2
+"""
+
+# (id, base recipe text (or full text), --set overrides, expected field, text the message must contain)
+CASES = [
+    # unknown keys at several depths, with a did-you-mean
+    ("unknown-top", RL, ["nmae=x"], "nmae", "did you mean 'name'"),
+    ("unknown-slurm", RL, ["slurm.partiton=gpu"], "slurm.partiton", "did you mean 'partition'"),
+    ("unknown-router", RL, ["inference.router.polcy=round_robin"], "inference.router.polcy", "did you mean 'policy'"),
+    ("unknown-kv-offload", INF, ["inference.kv_offload.cpugb=1"], "inference.kv_offload.cpugb", "did you mean 'cpu_gb'"),
+    ("unknown-pd-role", PD + "replica = 3\n", [], "inference.decode.replica", "did you mean 'replicas'"),
+    ("unknown-trainer-toml", SFT + "learning_rate = 1e-5\n", [], "trainer.learning_rate", "unknown key"),
+    # wrong types
+    ("type-gpus", RL, ['slurm.gpus_per_node="eight"'], "slurm.gpus_per_node", "integer"),
+    ("type-nodes-zero", RL, ["trainer.nodes=0"], "trainer.nodes", "greater than or equal to 1"),
+    ("type-extra-args", INF, ['inference.extra_args="--enforce-eager"'], "inference.extra_args", "list"),
+    ("type-extra-args-item", INF, ["inference.extra_args=[1]"], "inference.extra_args.0", "string"),
+    ("type-env-value", RL, ["env.NCCL_DEBUG=1"], "env.NCCL_DEBUG", "string"),
+    ("type-lr", SFT, ["trainer.lr=-1"], "trainer.lr", "greater than 0"),
+    ("type-gpu-mem", INF, ["inference.gpu_memory_utilization=1.5"], "inference.gpu_memory_utilization", "1.5"),
+    ("type-port-base", INF, ["placement.port_base=80"], "placement.port_base", "1024"),
+    # bad enums
+    ("enum-kind", RL, ["kind=ppo"], "kind", "'sft', 'rl' or 'inference'"),
+    ("enum-mode", INF, ["inference.mode=tensor"], "inference.mode", "'replicas'"),
+    ("enum-dtype", RL, ["model.dtype=int8"], "model.dtype", "'bfloat16'"),
+    ("enum-connector", PD, ["inference.kv_connector=Lmcache"], "inference.kv_connector", "NixlConnector"),
+    # single-field formats
+    ("bad-time", RL, ['slurm.time="1 hour"'], "slurm.time", "not a Slurm time"),
+    ("bad-time-days", RL, ['slurm.time="1d"'], "slurm.time", "not a Slurm time"),
+    ("bad-signal", RL, ["slurm.signal=USR1"], "slurm.signal", "SIGNAL@SECONDS"),
+    ("bad-signal-lower", RL, ["slurm.signal=usr1@60"], "slurm.signal", "SIGNAL@SECONDS"),
+    ("bad-mem", RL, ["slurm.mem=lots"], "slurm.mem", "memory size"),
+    ("bad-extra-directive", RL, ['slurm.extra_directives=["reservation=x"]'], "slurm.extra_directives", "'-'"),
+    ("bad-name", RL, ['name="my run"'], "name", "my run"),
+    # protected environment
+    ("env-cuda", RL, ['env.CUDA_VISIBLE_DEVICES="0"'], "env", "CUDA_VISIBLE_DEVICES"),
+    ("env-slurm", RL, ['env.SLURM_JOB_ID="1"'], "env", "SLURM_JOB_ID"),
+    ("env-trainer-master", RL, ['trainer.env.MASTER_PORT="1"'], "trainer.env", "MASTER_PORT"),
+    ("env-pd-role", PD, ['inference.decode.env.VLLM_NIXL_SIDE_CHANNEL_PORT="5"'], "inference.decode.env",
+     "VLLM_NIXL_SIDE_CHANNEL_PORT"),
+    ("env-bad-name", RL, ['orchestrator.env.1BAD="x"'], "orchestrator.env", "1BAD"),
+    # container
+    ("container-mount-no-dst", RL, ["container.image=img", 'container.mounts=["/a"]'], "container.mounts", "/a"),
+    ("container-mount-comma", RL, ["container.image=img", 'container.mounts=["/a:/b,/c:/d"]'], "container.mounts",
+     "comma"),
+    ("container-no-image", RL, ['container.mounts=["/a:/b"]'], "container.image", "required"),
+    ("container-env-name", RL, ["container.image=img", 'container.env=["HF TOKEN"]'], "container.env", "HF TOKEN"),
+    # sections per kind
+    ("missing-model", 'name = "bad"\nkind = "sft"\n[trainer]\ndataset = "/d"\n', [], "model", "required"),
+    ("sft-missing-trainer", INF.replace('kind = "inference"', 'kind = "sft"').replace("[inference]\nnodes = 1\n", ""),
+     [], "trainer", "needs a [trainer]"),
+    ("rl-missing-inference", RL.replace("[inference]\nnodes = 1\n", ""), [], "inference", "needs a [inference]"),
+    ("inference-with-trainer", INF, ["trainer.nodes=1"], "trainer", "not used by kind 'inference'"),
+    ("sft-with-orchestrator", SFT, ["orchestrator.cpus=2"], "orchestrator", "not used by kind 'sft'"),
+    ("sft-with-inference", SFT, ["inference.tp=1"], "inference", "not used by kind 'sft'"),
+    ("sft-without-dataset", SFT.replace('dataset = "/d.jsonl"\n', ""), [], "trainer.dataset", "JSONL"),
+    # placement
+    ("share-without-colocate", RL, ["placement.share_gpus=true"], "placement.share_gpus", "colocate"),
+    ("colocate-inference-kind", INF, ["placement.colocate=true"], "placement.colocate", "kind 'rl'"),
+    ("colocate-no-inference-gpus", RL, ["placement.colocate=true"], "inference.gpus_per_node", "how many"),
+    ("colocate-two-trainer-nodes", RL, ["placement.colocate=true", "inference.gpus_per_node=4", "trainer.nodes=2"],
+     "trainer.nodes", "one node"),
+    ("colocate-no-gpus-left", RL, ["placement.colocate=true", "inference.gpus_per_node=8"], "trainer.gpus_per_node",
+     "cannot have 0"),
+    ("colocate-orchestrator-on-inference", RL,
+     ["placement.colocate=true", "inference.gpus_per_node=4", "orchestrator.placement=inference"],
+     "orchestrator.placement", "colocated"),
+    # topology
+    ("tp-dp-not-dividing", INF, ["inference.tp=3"], "inference.tp", "does not divide"),
+    ("tp-larger-than-node", INF, ["inference.tp=16"], "inference.tp", "wide_ep"),
+    ("pd-tp-larger-than-node", PD, ["inference.prefill.tp=16"], "inference.prefill.tp", "16"),
+    ("pd-missing-decode", INF + 'mode = "pd"\n[inference.prefill]\nreplicas = 1\n', [], "inference.decode",
+     "[inference.decode]"),
+    ("pd-router-disabled", PD, ["inference.router.enabled=false"], "inference.router.enabled", "router"),
+    ("pd-with-dp", PD, ["inference.dp=2"], "inference.dp", "remove dp"),
+    ("pd-with-offload", PD, ['inference.kv_offload.kind="cpu"', "inference.kv_offload.cpu_gb=8"],
+     "inference.kv_offload.kind", "not supported"),
+    ("prefill-outside-pd", INF, ["inference.prefill.replicas=2"], "inference.prefill", "mode 'pd'"),
+    ("wide-ep-dp-mismatch", INF, ["inference.mode=wide_ep", "inference.nodes=2", "inference.dp=10"], "inference.dp",
+     "16"),
+    ("replicas-not-spreading", PD, ["inference.prefill.replicas=3", "inference.prefill.nodes=2"],
+     "inference.prefill.replicas", "evenly"),
+    ("replicas-too-many-per-node", PD, ["inference.decode.replicas=4", "inference.decode.tp=4",
+                                        "inference.decode.nodes=1"], "inference.decode.nodes", "16 GPUs"),
+    ("kv-offload-no-cpu-gb", INF, ["inference.kv_offload.kind=cpu"], "inference.kv_offload.cpu_gb", "> 0"),
+    ("kv-offload-disk-no-path", INF, ["inference.kv_offload.kind=cpu_disk", "inference.kv_offload.cpu_gb=8",
+                                      "inference.kv_offload.disk_gb=100"], "inference.kv_offload.disk_path",
+     "disk_path"),
+    ("nccl-share-gpus", RL, ["placement.colocate=true", "placement.share_gpus=true", "trainer.weight_sync=nccl"],
+     "trainer.weight_sync", "same GPU"),
+    ("nccl-sft", SFT, ["trainer.weight_sync=nccl"], "trainer.weight_sync", "kind 'rl'"),
+    ("nccl-pd", RL + '[inference.prefill]\n[inference.decode]\n', ["inference.mode=pd", "trainer.weight_sync=nccl"],
+     "trainer.weight_sync", "replicas"),
+    ("rl-batch-not-divisible", RL, ["orchestrator.prompts_per_step=3", "orchestrator.rollouts_per_prompt=3"],
+     "orchestrator.prompts_per_step", "does not split"),
+    ("rl-batch-size-mismatch", RL, ["trainer.batch_size=32"], "trainer.batch_size", "64"),
+    ("sft-batch-not-divisible", SFT, ["trainer.batch_size=36", "trainer.micro_batch_size=4"], "trainer.batch_size",
+     "does not split"),
+    ("micro-larger-than-batch", SFT, ["trainer.micro_batch_size=100"], "trainer.micro_batch_size", "larger"),
+    ("trainer-gpus-more-than-node", RL, ["trainer.gpus_per_node=16"], "trainer.gpus_per_node", "more than"),
+    ("inference-gpus-zero", INF, ["inference.gpus_per_node=0"], "inference.gpus_per_node", "at least 1"),
+    ("no-gpus", RL, ["slurm.gpus_per_node=0"], "slurm.gpus_per_node", "needs GPUs"),
+    ("rollouts-one", RL, ["orchestrator.rollouts_per_prompt=1"], "orchestrator.rollouts_per_prompt", "at least 2"),
+    ("too-few-cpus", RL, ["slurm.cpus_per_node=2"], "slurm.cpus_per_node", "raise it"),
+    # --set syntax
+    ("set-no-equals", RL, ["slurm.partition"], "--set", "KEY.PATH=VALUE"),
+    ("set-empty-key", RL, [".a=1"], "--set", "KEY.PATH=VALUE"),
+    ("set-into-value", RL, ["name.x=1"], "name", "not a table"),
+    ("set-unknown", RL, ["slurm.nodez=2"], "slurm.nodez", "unknown key"),
+    # files
+    ("toml-malformed", 'name = "bad"\nkind = \n', [], "recipe.toml", "not valid TOML"),
+    ("toml-duplicate-key", 'name = "again"\n' + RL, [], "recipe.toml", "not valid TOML"),
+    ("templates-dir-missing", 'templates_dir = "nowhere"\n' + RL, [], "templates_dir", "job.sbatch.j2"),
+]
+
+
+def write_recipe(tmp: Path, text: str) -> Path:
+    (tmp / "recipe.toml").write_text(text)
+    return tmp / "recipe.toml"
+
+
+def argv_for(overrides: list[str], command: str = "render") -> list[str]:
+    out = [command, "recipe.toml"]
+    for o in overrides:
+        out += ["--set", o]
+    return out
+
+
+def check_one_line(err: str, field: str, needle: str) -> None:
+    lines = err.splitlines()
+    assert len(lines) == 1 and err.endswith("\n"), repr(err)
+    line = lines[0]
+    assert line.startswith(f"slurmrl: error: {field}: "), line
+    assert needle in line, line
+    assert "Traceback" not in err
+
+
+def assert_nothing_written(tmp: Path) -> None:
+    assert sorted(os.listdir(tmp)) == ["recipe.toml"], os.listdir(tmp)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_recipe_in_process(case, tmp_path, monkeypatch, capsys):
+    _, text, overrides, field, needle = case
+    write_recipe(tmp_path, text)
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(argv_for(overrides))
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    assert out == ""
+    check_one_line(err, field, needle)
+    assert_nothing_written(tmp_path)
+
+
+def test_enough_cases():
+    assert len(CASES) >= 30
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+SUBPROCESS = ["unknown-slurm", "env-slurm", "pd-missing-decode", "wide-ep-dp-mismatch", "nccl-share-gpus",
+              "set-no-equals", "toml-malformed"]
+
+
+@pytest.mark.parametrize("name", SUBPROCESS)
+def test_bad_recipe_subprocess(name, tmp_path):
+    _, text, overrides, field, needle = next(c for c in CASES if c[0] == name)
+    write_recipe(tmp_path, text)
+    p = subprocess.run([PY, "-m", "slurmrl", *argv_for(overrides)], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert p.stdout == ""
+    check_one_line(p.stderr, field, needle)
+    assert_nothing_written(tmp_path)
+
+
+def test_missing_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["render", "nope.toml"])
+    _, err = capsys.readouterr()
+    assert rc == 2
+    check_one_line(err, "nope.toml", "no such recipe file")
+    assert os.listdir(tmp_path) == []
+
+
+def test_missing_file_subprocess(tmp_path):
+    p = subprocess.run([PY, "-m", "slurmrl", "plan", "nope.toml"], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert p.returncode == 2
+    check_one_line(p.stderr, "nope.toml", "no such recipe file")
+    assert os.listdir(tmp_path) == []
+
+
+def test_recipe_is_a_directory(tmp_path, monkeypatch, capsys):
+    (tmp_path / "dir.toml").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate", "dir.toml"]) == 2
+    check_one_line(capsys.readouterr().err, "dir.toml", "cannot read")
+
+
+@pytest.mark.parametrize("command", ["validate", "plan"])
+def test_other_commands_report_the_same_error(command, tmp_path, monkeypatch, capsys):
+    write_recipe(tmp_path, RL)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(argv_for(["inference.tp=3"], command)) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    check_one_line(err, "inference.tp", "does not divide")
+    assert_nothing_written(tmp_path)
+
+
+def test_good_base_recipes_are_good(tmp_path, monkeypatch, capsys):
+    """The bases above are valid, so each case fails for its own reason only."""
+    monkeypatch.chdir(tmp_path)
+    for text in (SFT, RL, INF, PD):
+        (tmp_path / "recipe.toml").write_text(text)
+        assert cli.main(["validate", "recipe.toml"]) == 0, capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
