@@ -464,7 +464,7 @@ class _Builder:
         elif gpus:
             args.append(f"--gpus-per-node={gpus}")
         else:
-            args.append("--gres=none")
+            args.append("--gpus-per-node=0")  # no GPUs, so it never waits for a GPU step (--gres=none is refused)
         args.append(f"--kill-on-bad-exit={int(fail_fast)}")
         args.append(Sh(sh=f"--output=${{LOG_DIR}}/{c['name']}.%t.log"))
         return tuple(args)

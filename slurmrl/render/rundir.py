@@ -10,6 +10,7 @@ from pathlib import Path
 from slurmrl.errors import UserError
 
 SUBMITTED = "jobs.json"  # written by `slurmrl submit`; its presence protects the run dir
+KEEP = ("logs",)  # never replaced by a re-render
 
 
 def submitted_job(run_dir: Path) -> str | None:
@@ -43,6 +44,7 @@ def write_run_dir(run_dir: Path, files: dict[str, str], force: bool = False) -> 
     old_umask = os.umask(0o077)
     try:
         tmp.mkdir(mode=0o700)
+        (tmp / "logs").mkdir(mode=0o700)  # sbatch opens logs/batch-%j.out before the script runs
         for rel, text in files.items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -53,6 +55,8 @@ def write_run_dir(run_dir: Path, files: dict[str, str], force: bool = False) -> 
             return
         for entry in tmp.iterdir():
             target = run_dir / entry.name
+            if entry.name in KEEP and target.exists():
+                continue
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             entry.replace(target)
