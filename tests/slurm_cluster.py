@@ -3,7 +3,9 @@
 Fixture ``slurm_cluster`` (session scope) runs ``cluster.sh up`` on a fixed state dir
 (``$SLURMRL_TEST_CLUSTER_DIR`` or /tmp/slurmrl-test-cluster, so reruns are fast) and yields
 a :class:`SlurmCluster`. If the cluster cannot start the fixture FAILS with the log tail;
-it never skips. Teardown runs ``cluster.sh down`` unless ``SLURMRL_KEEP_CLUSTER=1``.
+it never skips. Teardown runs ``cluster.sh down`` unless ``SLURMRL_KEEP_CLUSTER=1`` or the
+cluster was already running before this session (then it is left as it was found: the
+cluster is machine-wide, and another session may be using it).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class SlurmCluster:
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
+    was_up = subprocess.run(script_args("status", STATE_DIR), capture_output=True).returncode == 0
     up = subprocess.run(script_args("up", STATE_DIR), capture_output=True, text=True, timeout=900)
     if up.returncode != 0:
         pytest.fail(
@@ -51,5 +54,5 @@ def slurm_cluster():
             pytrace=False,
         )
     yield SlurmCluster(STATE_DIR, cluster_env(STATE_DIR))
-    if os.environ.get("SLURMRL_KEEP_CLUSTER") != "1":
+    if not was_up and os.environ.get("SLURMRL_KEEP_CLUSTER") != "1":
         subprocess.run(script_args("down", STATE_DIR), capture_output=True, timeout=300)

@@ -227,7 +227,7 @@ start_munge() {
   fi
   rm -f "$m/munge.sock"
   munged --force --key-file="$m/munge.key" --socket="$m/munge.sock" \
-    --pid-file="$STATE/run/munged.pid" --log-file="$STATE/log/munged.log" --seed-file="$m/seed"
+    --pid-file="$STATE/run/munged.pid" --log-file="$STATE/log/munged.log" --seed-file="$m/seed" 9>&-
   wait_for "$TIMEOUT" munged bash -c "munge -n -S '$m/munge.sock' | unmunge -S '$m/munge.sock'"
 }
 
@@ -242,7 +242,7 @@ start_mariadb() {
   fi
   setsid mariadbd --no-defaults --user=root --datadir="$STATE/db/data" --bind-address=127.0.0.1 \
     --port="$DB_PORT" --socket="$STATE/db/mysqld.sock" --pid-file="$STATE/run/mariadbd.pid" \
-    --log-error="$STATE/log/mariadb.log" --innodb-lock-wait-timeout=900 </dev/null >/dev/null 2>&1 &
+    --log-error="$STATE/log/mariadb.log" --innodb-lock-wait-timeout=900 </dev/null >/dev/null 2>&1 9>&- &
   wait_for "$TIMEOUT" mariadb db_sql "SELECT 1"
   db_sql "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
     CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmrl';
@@ -253,7 +253,7 @@ start_mariadb() {
 
 start_slurmdbd() {
   alive "$STATE/run/slurmdbd.pid" slurmdbd && return 0
-  slurmdbd
+  slurmdbd 9>&-
   wait_for "$TIMEOUT" slurmdbd sacctmgr -n list cluster
   sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER" ||
     sacctmgr -i add cluster "$CLUSTER" >/dev/null
@@ -264,7 +264,7 @@ start_slurmctld() {
     [[ ${CONF_CHANGED:-0} == 1 ]] && scontrol reconfigure
     return 0
   fi
-  slurmctld
+  slurmctld 9>&-
   wait_for "$TIMEOUT" slurmctld scontrol ping
 }
 
@@ -275,7 +275,7 @@ start_slurmd() {
   # shellcheck disable=SC2016  # $1/$2 expand in the inner sh
   nsenter --net="/run/netns/srl-$n" unshare --mount --propagation slave --uts \
     sh -c 'mount --bind "$1" /etc/hosts && hostname "$2" && exec slurmd -N "$2"' \
-    sh "$STATE/etc/hosts" "$n"
+    sh "$STATE/etc/hosts" "$n" 9>&-
 }
 
 nodes_ready() {
@@ -368,7 +368,8 @@ cmd_status() {
   return "$rc"
 }
 
-# Serialise up/down/purge on one state dir (e.g. pytest-xdist workers).
+# Serialise up/down/purge on one state dir (e.g. pytest-xdist workers). Daemons are
+# started with 9>&- so they do not inherit (and hold) the lock.
 if [[ $CMD == up || $CMD == down || $CMD == purge ]]; then
   mkdir -p "$STATE"
   exec 9>"$STATE/.lock"
