@@ -1,9 +1,85 @@
-"""CLI commands that talk to Slurm: submit, status, logs, cancel, diff (filled in by the Slurm issue)."""
+"""CLI commands that talk to Slurm: submit, diff, status, logs, cancel."""
 
 from __future__ import annotations
 
+import argparse
+
 HANDLERS: dict = {}
+
+PREFLIGHT_TIMEOUT_S = 900
+CANCEL_TIMEOUT_S = 120
 
 
 def add_parsers(sub, recipe_args) -> None:
     """Register the Slurm-facing subcommands on the main parser."""
+    p = sub.add_parser(
+        "submit", help="render (for a recipe), check the cluster can hold it, sbatch, record in jobs.json",
+        description="Submit RECIPE (rendered first), or RUN_DIR / RUN_DIR/job.sbatch as it is (hand edits kept).",
+    )
+    recipe_args(p)
+    p.add_argument("--force", action="store_true", help="render over a run dir that was already submitted")
+    p.add_argument("--preflight", action="store_true",
+                   help="run the probe in every component's layout, wait for it, check the reports against the plan")
+    p.add_argument("--timeout", type=float, default=PREFLIGHT_TIMEOUT_S, metavar="SECONDS",
+                   help=f"with --preflight: how long to wait for the job (default {PREFLIGHT_TIMEOUT_S})")
+    # the positional is a recipe, a run dir or a job script
+    p._actions[[a.dest for a in p._actions].index("recipe")].help = "recipe TOML, run dir, or RUN_DIR/job.sbatch"
+
+    p = sub.add_parser("diff", help="show hand edits: job.sbatch against a fresh render of its recipe.toml")
+    p.add_argument("run_dir")
+
+    p = sub.add_parser("status", help="job state per het group, step and readiness per component")
+    p.add_argument("target", nargs="?", metavar="RUN_DIR|JOBID", help="default: the run dir you are in")
+    p.add_argument("--watch", action="store_true", help="refresh until the job ends (exit 0 if it completed)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("logs", help="print the component logs of the latest attempt; -f follows")
+    p.add_argument("run_dir", nargs="?")
+    p.add_argument("--component", help="only this component (or 'batch' for the batch shell's log)")
+    p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
+    p.add_argument("-f", "--follow", action="store_true", help="follow new lines until the job ends")
+
+    p = sub.add_parser("cancel", help="scancel the job and wait until it has ended")
+    p.add_argument("run_dir", nargs="?")
+    p.add_argument("--timeout", type=float, default=CANCEL_TIMEOUT_S, metavar="SECONDS",
+                   help=f"how long to wait for the job to end (default {CANCEL_TIMEOUT_S})")
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from slurmrl.slurm.submit import announce, submit
+
+    s = submit(args.recipe, args.overrides, args.force, args.preflight)
+    announce(s)
+    if not args.preflight:
+        return 0
+    from slurmrl.slurm.preflight import wait_and_check
+
+    print(f"preflight: waiting up to {args.timeout:.0f}s for job {s.job_id} to end", flush=True)
+    return wait_and_check(s.run_dir, s.job_id, args.timeout)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from slurmrl.slurm.diff import diff
+
+    return diff(args.run_dir)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from slurmrl.slurm.status import status
+
+    return status(args.target, watch=args.watch, as_json=args.json)
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from slurmrl.slurm.logs import logs
+
+    return logs(args.run_dir, args.component, args.attempt, args.follow)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from slurmrl.slurm.cancel import cancel
+
+    return cancel(args.run_dir, args.timeout)
+
+
+HANDLERS.update(submit=cmd_submit, diff=cmd_diff, status=cmd_status, logs=cmd_logs, cancel=cmd_cancel)

@@ -1,0 +1,101 @@
+"""`slurmrl logs`: the per-attempt component logs, each line prefixed by its file name; `-f` follows."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from slurmrl.errors import UserError
+from slurmrl.slurm import jobs
+from slurmrl.slurm.watch import Watch
+
+POLL_S = 0.5
+STATE_EVERY_S = 2.0
+
+
+def attempt_dir(run_dir: Path, attempt: int | None) -> tuple[int, Path]:
+    found = jobs.attempts(run_dir)
+    if attempt is None:
+        attempt = found[-1] if found else 0
+    elif attempt not in found:
+        have = ", ".join(map(str, found)) or "none yet"
+        raise UserError("--attempt", f"{run_dir} has no attempt {attempt} (attempts: {have})")
+    return attempt, run_dir / "logs" / f"attempt-{attempt}"
+
+
+def files(run_dir: Path, log_dir: Path, component: str | None, job_id: str | None) -> list[Path]:
+    """Component logs of one attempt (``<component>.<task>.log``) and the job's batch log."""
+    found = sorted(log_dir.glob(f"{component}.*.log" if component else "*.log"))
+    if component in (None, "batch") and job_id:
+        batch = run_dir / "logs" / f"batch-{job_id}.out"
+        if batch.exists():
+            found.insert(0, batch)
+    return found
+
+
+def check_component(run_dir: Path, component: str | None) -> None:
+    plan = jobs.load_plan(run_dir)
+    if component is None or plan is None or component == "batch":
+        return
+    names = [c.name for c in plan.components]
+    if component not in names:
+        raise UserError("--component", f"{component!r} is not a component of this job; choose one of: "
+                                       f"{', '.join(names + ['batch'])}")
+
+
+class Tail:
+    """Prints whole new lines of a set of files, ``NAME: line``."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, str] = {}
+
+    def pump(self, paths: list[Path], final: bool = False) -> None:
+        for path in paths:
+            try:
+                with path.open("r", errors="replace") as f:
+                    f.seek(self.offsets.get(path, 0))
+                    chunk = f.read()
+                    self.offsets[path] = f.tell()
+            except FileNotFoundError:
+                continue
+            text = self.partial.pop(path, "") + chunk
+            lines = text.split("\n")
+            rest = lines.pop()
+            if rest and final:
+                lines.append(rest)
+            elif rest:
+                self.partial[path] = rest
+            for line in lines:
+                sys.stdout.write(f"{path.name}: {line}\n")
+        sys.stdout.flush()
+
+
+def logs(target: str | None, component: str | None, attempt: int | None, follow: bool) -> int:
+    run_dir = jobs.run_dir_arg(target)
+    check_component(run_dir, component)
+    job_id = str(jobs.history(run_dir)[-1]["job_id"]) if jobs.history(run_dir) else None
+    pinned = attempt is not None
+    _, log_dir = attempt_dir(run_dir, attempt)
+    tail = Tail()
+    if not follow:
+        tail.pump(files(run_dir, log_dir, component, job_id), final=True)
+        return 0
+    if job_id is None:
+        raise UserError(str(run_dir), "was never submitted; nothing to follow")
+    watch = Watch(job_id)
+    next_check = 0.0
+    while True:
+        if not pinned:  # a requeue starts a new attempt folder: follow it
+            _, log_dir = attempt_dir(run_dir, None)
+        tail.pump(files(run_dir, log_dir, component, job_id))
+        if time.monotonic() >= next_check:
+            snap = watch.snapshot()
+            next_check = time.monotonic() + STATE_EVERY_S
+            if snap.done:
+                time.sleep(POLL_S)  # the last lines may land just after the state changes
+                tail.pump(files(run_dir, log_dir, component, job_id), final=True)
+                print(f"slurmrl: job {job_id} ended: {snap.state}", file=sys.stderr)
+                return 0
+        time.sleep(POLL_S)

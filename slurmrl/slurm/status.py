@@ -1,0 +1,140 @@
+"""`slurmrl status`: the job's het components, and per plan component its step and readiness."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from slurmrl.errors import UserError
+from slurmrl.plan import Plan
+from slurmrl.slurm import jobs, tools
+from slurmrl.slurm.watch import Snapshot, Watch
+
+REFRESH_S = 2.0
+NOT_FOUND_AFTER_S = 15.0
+SETTLE_S = 10.0  # after the controller says the job ended, how long to wait for sacct's exit codes  # sacct lags a submit by ~1 s; a job unknown for this long does not exist
+
+
+def resolve(target: str | None) -> tuple[Path | None, str]:
+    """RUN_DIR, RUN_DIR/job.sbatch, a job id, or nothing (the current directory) -> (run dir, job id)."""
+    if target is not None and re.fullmatch(r"\d+", target) and not Path(target).exists():
+        return find_run_dir(target), target
+    run_dir = jobs.run_dir_arg(target)
+    return run_dir, jobs.last_job(run_dir)
+
+
+def find_run_dir(job_id: str) -> Path | None:
+    """The run dir of a job the controller still knows: its batch log lives in RUN_DIR/logs/."""
+    r = tools.call(["scontrol", "show", "job", job_id], check=False)
+    m = re.search(r"StdOut=(\S+)", r.stdout) if r.returncode == 0 else None
+    if not m:
+        return None
+    run_dir = Path(m.group(1)).parent.parent
+    try:
+        ids = [str(j["job_id"]) for j in jobs.history(run_dir)]
+    except UserError:
+        return None
+    return run_dir if job_id in ids else None
+
+
+def ready_ranks(run_dir: Path, attempt: int, name: str) -> list[int]:
+    ranks = []
+    for f in (run_dir / "ready" / f"attempt-{attempt}").glob(f"{name}.*"):
+        suffix = f.name[len(name) + 1:]
+        if suffix.isdigit():
+            ranks.append(int(suffix))
+    return sorted(ranks)
+
+
+def failed_reason(run_dir: Path, attempt: int) -> str | None:
+    try:
+        return (run_dir / "logs" / f"attempt-{attempt}" / "FAILED").read_text().strip() or "(no reason given)"
+    except FileNotFoundError:
+        return None
+
+
+def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
+    out = {"job_id": snap.job_id, "run_dir": str(run_dir) if run_dir else None, **snap.to_dict()}
+    out["attempt"] = None
+    out["components"] = []
+    out["failed"] = None
+    names = {g.index: g.name for g in plan.groups} if plan else {}
+    for p in out["parts"]:
+        p["name"] = names.get(p["group"], "")
+    if run_dir is None:
+        return out
+    attempt = (jobs.attempts(run_dir) or [0])[-1]
+    out["attempt"] = attempt
+    out["failed"] = failed_reason(run_dir, attempt)
+    for c in plan.components if plan else []:
+        step = snap.step(c.name)
+        out["components"].append({
+            "name": c.name, "group": c.group, "main": c.main, "instances": len(c.instances),
+            "step": None if step is None else {"id": step.id, "state": step.state, "exit_code": step.exit_code,
+                                               "elapsed": step.elapsed, "nodes": step.nodes},
+            "ready": ready_ranks(run_dir, attempt, c.name),
+        })
+    return out
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def text(rep: dict) -> str:
+    head = f"job {rep['job_id']}: {rep['state']}"
+    if rep["run_dir"]:
+        head += f"  (attempt {rep['attempt']}, run dir {rep['run_dir']})"
+    lines = [head]
+    if not rep["parts"]:
+        lines.append("  not known to squeue or sacct (yet)")
+    else:
+        rows = [["group", "name", "job", "state", "nodes", "elapsed", "exit", "reason"]]
+        for p in rep["parts"]:
+            rows.append([str(p["group"]), p["name"] or "-", p["id"], p["state"], p["nodes"] or "-",
+                         p["elapsed"] or "-", p["exit_code"] or "-", p["reason"] or "-"])
+        lines += _table(rows)
+    if rep["components"]:
+        rows = [["component", "group", "step", "state", "exit", "elapsed", "ready"]]
+        for c in rep["components"]:
+            s = c["step"] or {}
+            ready = f"{len(c['ready'])}/{c['instances']}"
+            if 0 < len(c["ready"]) < c["instances"]:
+                ready += f" (ranks {','.join(map(str, c['ready']))})"
+            rows.append([c["name"], str(c["group"]), s.get("id", "-"), s.get("state", "not started"),
+                         s.get("exit_code") or "-", s.get("elapsed") or "-", ready])
+        lines.append("")
+        lines += _table(rows)
+    if rep["failed"]:
+        lines.append(f"FAILED: {rep['failed']}")
+    return "\n".join(lines)
+
+
+def status(target: str | None, watch: bool = False, as_json: bool = False) -> int:
+    run_dir, job_id = resolve(target)
+    plan = jobs.load_plan(run_dir) if run_dir else None
+    w = Watch(job_id)
+    started = time.monotonic()
+    last, ended_at = None, None
+    while True:
+        snap = w.snapshot()
+        rep = report(snap, run_dir, plan)
+        shown = json.dumps(rep) if as_json else text(rep)
+        if shown != last:
+            if watch and not as_json and sys.stdout.isatty():
+                sys.stdout.write("\033[H\033[2J")
+            print(shown, flush=True)
+            last = shown
+        if not watch:
+            return 0
+        if snap.done:
+            ended_at = ended_at or time.monotonic()
+            if w.settled(snap) or time.monotonic() - ended_at > SETTLE_S:
+                return 0 if snap.state == "COMPLETED" else 1
+        if not snap.parts and time.monotonic() - started > NOT_FOUND_AFTER_S:
+            raise UserError(None, f"job {job_id} is not known to squeue or sacct")
+        time.sleep(REFRESH_S)

@@ -1,0 +1,116 @@
+"""`slurmrl submit`: render (for a recipe), check the cluster can hold every het group, sbatch,
+record the job in jobs.json."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmrl.errors import UserError
+from slurmrl.render import build
+from slurmrl.render.rundir import SUBMITTED, write_run_dir
+from slurmrl.slurm import fit, jobs, tools
+from slurmrl.slurm.diff import is_edited
+from slurmrl.slurm.script import read_groups
+from slurmrl.slurm.watch import Watch
+
+JOB_OUTPUTS = ("ready", "preflight")  # written by a job; stale once another job runs in the run dir
+
+
+@dataclass(frozen=True)
+class Submitted:
+    run_dir: Path
+    job_id: str
+    edited: bool
+
+
+def classify(target: str) -> tuple[str, Path]:
+    """``recipe`` (a .toml file) or ``run_dir`` (a run dir or its job.sbatch)."""
+    path = Path(target)
+    if path.is_dir():
+        return "run_dir", jobs.run_dir_arg(target)
+    if not path.exists():
+        raise UserError(target, "no such recipe, run dir or job script")
+    if path.suffix == ".toml":
+        return "recipe", path
+    if path.suffix == ".sbatch" or path.name == SUBMITTED:
+        return "run_dir", jobs.run_dir_arg(target)
+    raise UserError(target, "give a recipe (.toml), a run dir, or a run dir's job.sbatch")
+
+
+def group_names(run_dir: Path) -> list[str] | None:
+    plan = jobs.load_plan(run_dir)
+    return [g.name for g in plan.groups] if plan else None
+
+
+def check_not_running(run_dir: Path) -> None:
+    previous = jobs.history(run_dir)
+    if not previous:
+        return
+    job_id = str(previous[-1]["job_id"])
+    snap = Watch(job_id).snapshot()
+    if snap.in_queue and not snap.done:
+        raise UserError(str(run_dir), f"job {job_id} from this run dir is still {snap.state}; "
+                                      f"`slurmrl cancel {run_dir}` first, or wait for it")
+
+
+def set_aside(run_dir: Path) -> None:
+    """Move the last job's logs, ready files and probe reports into logs/job-<id>/ (kept, out of
+    the way), so the new job's attempt-0 starts empty and `status`/`logs` show only the new job."""
+    previous = jobs.history(run_dir)
+    if not previous:
+        return
+    dest = run_dir / "logs" / f"job-{previous[-1]['job_id']}"
+    moved = [p for p in (run_dir / "logs").glob("attempt-*")] + [run_dir / n for n in JOB_OUTPUTS]
+    for src in moved:
+        if src.exists():
+            dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+            target = dest / src.name
+            if target.exists():
+                shutil.rmtree(target)
+            src.rename(target)
+
+
+def sbatch(script: Path) -> str:
+    out = tools.out(["sbatch", "--parsable", str(script)]).strip()
+    job_id = out.splitlines()[-1].split(";")[0] if out else ""
+    if not job_id.isdigit():
+        raise UserError(None, f"sbatch printed {out!r}, not a job id")
+    return job_id
+
+
+def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> Submitted:
+    kind, path = classify(target)
+    if kind == "recipe":
+        out = build(path, overrides, preflight=preflight)
+        run_dir = out.run_dir
+        fit.check(read_groups(out.script, str(run_dir / "job.sbatch")), [g.name for g in out.plan.groups])
+        if (run_dir / SUBMITTED).exists():
+            check_not_running(run_dir)
+        write_run_dir(run_dir, out.files, force=force)  # refuses over a submitted run dir without --force
+        edited = False
+    else:
+        run_dir = path
+        if overrides:
+            raise UserError("--set", "applies to a recipe; this is a run dir (edit its job.sbatch, or submit the recipe)")
+        plan = jobs.load_plan(run_dir)
+        if preflight and not (plan and jobs.is_preflight(plan)):
+            raise UserError("--preflight", f"{run_dir} is not a preflight run dir; give the recipe instead")
+        script = run_dir / "job.sbatch"
+        fit.check(read_groups(script.read_text(), str(script)), group_names(run_dir))
+        check_not_running(run_dir)
+        edited = is_edited(run_dir)
+    set_aside(run_dir)
+    script = run_dir / "job.sbatch"
+    job_id = sbatch(script)
+    jobs.record(run_dir, job_id, jobs.sha256(script), edited)
+    return Submitted(run_dir, job_id, edited)
+
+
+def announce(s: Submitted) -> None:
+    note = " (job.sbatch edited by hand: submitted as it is)" if s.edited else ""
+    print(f"submitted job {s.job_id} from {s.run_dir}{note}")
+    print(f"  slurmrl status {s.run_dir} --watch")
+    print(f"  slurmrl logs {s.run_dir} -f")
+    print(f"  slurmrl cancel {s.run_dir}")
