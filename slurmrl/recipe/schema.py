@@ -93,6 +93,15 @@ class Slurm(Section):
         description="Any other `#SBATCH` options, verbatim, e.g. `--reservation=big` (first het group).",
     )
 
+    @field_validator("*")
+    @classmethod
+    def _directive_text(cls, v):
+        """#SBATCH lines are read by sbatch, not bash: no line breaks or double quotes there."""
+        for item in v if isinstance(v, list) else [v]:
+            if isinstance(item, str) and any(c in item for c in '"\n\r'):
+                raise ValueError(f"{item!r} cannot hold line breaks or double quotes (it goes on an #SBATCH line)")
+        return v
+
     @field_validator("time")
     @classmethod
     def _time(cls, v: str) -> str:
