@@ -57,14 +57,18 @@ def sacct_rows(cluster, job_id: str, want: set[str], timeout: float = 20) -> dic
 
 
 def test_four_idle_nodes_with_four_gpus(slurm_cluster):
-    deadline = time.monotonic() + 30  # a previous test's job may still be completing
+    # The cluster is machine-wide: nodes are idle unless some session has jobs queued.
+    deadline = time.monotonic() + 30
     while True:
-        out = ok(slurm_cluster.run("sinfo -h -N -o '%N %t %G %c'"))
-        rows = sorted(line.split() for line in out.splitlines())
-        if all(r[1] == "idle" for r in rows) or time.monotonic() > deadline:
+        rows = sorted(ok(slurm_cluster.run("sinfo -h -N -o '%N %t %G %c %m'")).split("\n")[:-1])
+        busy = ok(slurm_cluster.run("squeue -h -o %i")).split()
+        states = {r.split()[1] for r in rows}
+        if states == {"idle"} or busy and states <= {"idle", "mix", "alloc"}:
             break
+        assert time.monotonic() < deadline, rows
         time.sleep(0.5)
-    assert rows == [[f"n{i}", "idle", "gpu:4", "8"] for i in range(1, 5)]
+    assert [r.split()[::2] for r in rows] == [[f"n{i}", "gpu:4", "16000"] for i in range(1, 5)]
+    assert [r.split()[3] for r in rows] == ["8"] * 4
 
 
 def test_srun_on_n2_runs_on_n2(slurm_cluster):

@@ -63,22 +63,34 @@ die() {
   exit 1
 }
 
+# running PID: PID exists and is not a zombie (PID 1 here may reap exited daemons late).
+running() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ ${stat##*) } != Z* ]]
+}
+
 # alive PIDFILE COMM: the pid in PIDFILE runs a process whose name starts with COMM.
 alive() {
   local pid
   pid=$(cat "$1" 2>/dev/null) || return 1
-  [[ $pid =~ ^[0-9]+$ && -r /proc/$pid/comm ]] || return 1
-  [[ $(cat "/proc/$pid/comm") == "$2"* ]]
+  [[ $pid =~ ^[0-9]+$ ]] && running "$pid" || return 1
+  [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$2"* ]]
 }
 
-# wait_for SECONDS DESCRIPTION CMD...: poll CMD until it succeeds.
-wait_for() {
-  local end=$((SECONDS + $1)) what=$2
-  shift 2
+# poll SECONDS CMD...: run CMD until it succeeds (0) or SECONDS have passed (1).
+poll() {
+  local end=$((SECONDS + $1))
+  shift
   until "$@" >/dev/null 2>&1; do
-    ((SECONDS < end)) || die "timed out after ${TIMEOUT}s waiting for $what"
+    ((SECONDS < end)) || return 1
     sleep 0.2
   done
+}
+
+# wait_for SECONDS DESCRIPTION CMD...: poll, or fail with the log tails.
+wait_for() {
+  poll "$1" "${@:3}" || die "timed out after $1s waiting for $2"
 }
 
 # write_file PATH: write stdin to PATH unless it already has that content.
@@ -237,8 +249,8 @@ start_mariadb() {
   alive "$STATE/run/mariadbd.pid" mariadbd && return 0
   if [[ ! -d $STATE/db/data/mysql ]]; then
     mariadb-install-db --no-defaults --user=root --datadir="$STATE/db/data" \
-      --auth-root-authentication-method=socket --skip-test-db >"$STATE/log/mariadb-install.log" 2>&1 ||
-      die "mariadb-install-db failed (see $STATE/log/mariadb-install.log)"
+      --auth-root-authentication-method=socket --skip-test-db >"$STATE/log/mariadb-install.txt" 2>&1 ||
+      die "mariadb-install-db failed (see $STATE/log/mariadb-install.txt)"
   fi
   setsid mariadbd --no-defaults --user=root --datadir="$STATE/db/data" --bind-address=127.0.0.1 \
     --port="$DB_PORT" --socket="$STATE/db/mysqld.sock" --pid-file="$STATE/run/mariadbd.pid" \
@@ -320,17 +332,24 @@ stop() {
   alive "$1" "$2" || { rm -f "$1"; return 0; }
   pid=$(cat "$1")
   kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 50); do
-    [[ -d /proc/$pid ]] || break
-    sleep 0.2
+  for i in $(seq 100); do
+    running "$pid" || break
+    sleep 0.1
   done
-  if [[ -d /proc/$pid ]]; then kill -KILL "$pid" 2>/dev/null || true; fi
+  if running "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
   rm -f "$1"
   log "stopped $2 (pid $pid)"
 }
 
+no_jobs() { [[ -z $(squeue -h -o %i) ]]; }
+
 cmd_down() {
-  local n pids
+  local n pids u
+  # Cancel jobs first: slurmctld would otherwise recover them as RUNNING after an `up`.
+  if alive "$STATE/run/slurmctld.pid" slurmctld; then
+    for u in $(squeue -h -o %u | sort -u); do scancel -u "$u" || true; done
+    poll 15 no_jobs || log "jobs still listed after 15 s; stopping anyway"
+  fi
   for n in "${NODES[@]}"; do stop "$STATE/run/slurmd-$n.pid" slurmd; done
   # Leftover steps (slurmstepd and job tasks) live in our node namespaces.
   for n in "${NODES[@]}"; do
