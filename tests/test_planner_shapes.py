@@ -159,7 +159,7 @@ def test_rl_multinode_orchestrator_on_trainer():
     assert [g.name for g in p.groups] == ["trainer", "inference"]
     o, t = p.component("orchestrator"), p.component("trainer")
     assert o.group == t.group == 0 and o.first_node == 0
-    assert o.gpus_per_node == 0 and "--gres=none" in srun_strs(o)
+    assert o.gpus_per_node == 0 and "--gpus-per-node=0" in srun_strs(o)
     assert "--het-group=0" in srun_strs(o)
 
 
@@ -178,7 +178,7 @@ def test_rl_multinode_orchestrator_own_cpu_group():
     o = p.component("orchestrator")
     assert o.group == 2
     s = srun_strs(o)
-    assert "--gres=none" in s and "--het-group=2" in s
+    assert "--gpus-per-node=0" in s and "--het-group=2" in s
     assert not any(x.startswith("--gpus") for x in s)
     opts = {d.option: d.value for d in g.directives}
     assert "--gpus-per-node" not in opts and "--gres" not in opts
