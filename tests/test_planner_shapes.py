@@ -178,8 +178,8 @@ def test_rl_multinode_orchestrator_own_cpu_group():
     o = p.component("orchestrator")
     assert o.group == 2
     s = srun_strs(o)
-    assert "--gpus-per-node=0" in s and "--het-group=2" in s
-    assert not any(x.startswith("--gpus") for x in s)
+    assert "--het-group=2" in s
+    assert not any(x.startswith("--gpus") for x in s)  # the group has no GPUs to ask about
     opts = {d.option: d.value for d in g.directives}
     assert "--gpus-per-node" not in opts and "--gres" not in opts
     assert opts["--partition"] == "cpu"

@@ -463,7 +463,7 @@ class _Builder:
             args.append(f"--gres=gpu:{gpus}")
         elif gpus:
             args.append(f"--gpus-per-node={gpus}")
-        else:
+        elif self.groups[c["group"]].gpus_per_node:
             args.append("--gpus-per-node=0")  # no GPUs, so it never waits for a GPU step (--gres=none is refused)
         args.append(f"--kill-on-bad-exit={int(fail_fast)}")
         args.append(Sh(sh=f"--output=${{LOG_DIR}}/{c['name']}.%t.log"))
