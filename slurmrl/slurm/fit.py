@@ -78,7 +78,7 @@ def check(groups: list[GroupRequest], names: list[str] | None = None) -> None:
         fit = [n for n in nodes if n.usable and set(n.partitions) & set(wanted)
                and n.gpus >= g.gpus_per_node and n.cpus >= g.cpus_per_node]
         if len(fit) < g.nodes:
-            gpus = f" with {g.gpus_per_node} GPUs and" if g.gpus_per_node else " with"
+            gpus = f" with {g.gpus_per_node} GPU{'s' if g.gpus_per_node != 1 else ''} and" if g.gpus_per_node else " with"
             raise UserError(
                 label,
                 f"needs {g.nodes} node{'s' if g.nodes != 1 else ''}{gpus} {g.cpus_per_node} CPUs in partition "
