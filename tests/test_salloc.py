@@ -1,0 +1,59 @@
+"""The rendered script runs unchanged inside the allocation `slurmrl plan --salloc` prints:
+`salloc <group 0 options> : <group 1 options> bash RUN_DIR/job.sbatch` (salloc runs the command
+inside the allocation, non-interactively), here for a preflight-rendered rl-debug; then every
+probe's report is checked against plan.json, as `submit --preflight` does.
+
+salloc runs the script where it is called, on this machine, not on a node. Its readiness checks
+reach the nodes by name; a real login node resolves node names through DNS, the local cluster
+only through its own hosts file, so the command runs in a private mount namespace where that
+file is bind-mounted over /etc/hosts (nothing on the machine changes).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmrl.render import render
+from slurmrl.slurm import preflight
+from slurmrl.slurm.watch import Watch
+
+ROOT = Path(__file__).resolve().parent.parent
+PY_OVERRIDE = f'python.executable="{sys.executable}"'
+
+
+@pytest.mark.cluster
+def test_the_rendered_script_runs_inside_salloc(slurm_cluster, tmp_path, monkeypatch):
+    recipe = ROOT / "recipes" / "rl-debug.toml"
+    out = render(recipe, [PY_OVERRIDE], run_dir=tmp_path / "rl-debug-preflight", preflight=True)
+    r = slurm_cluster.run([sys.executable, "-m", "slurmrl", "plan", str(recipe), "--salloc", "--set", PY_OVERRIDE],
+                          cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    salloc = r.stdout.strip()
+    assert salloc.startswith("salloc ") and " : " in salloc  # a het allocation: one part per group
+
+    hosts_file = slurm_cluster.state_dir / "etc" / "hosts"
+    inner = f"{salloc} bash {shlex.quote(str(out.run_dir / 'job.sbatch'))}"
+    cmd = ["unshare", "--mount", "sh", "-c", f'mount --bind "$0" /etc/hosts && exec {inner}', str(hosts_file)]
+    r = slurm_cluster.run(cmd, cwd=tmp_path, env={"SLURMRL_PROBE_TIMEOUT": "30"}, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "slurmrl: all done" in r.stdout
+    assert "Granted job allocation" in r.stderr
+
+    reports = [json.loads(f.read_text()) for f in (out.run_dir / "preflight").glob("*.json")]
+    assert len(reports) == sum(len(c.instances) for c in out.plan.components)
+    job_id = reports[0]["env"]["SLURM_JOB_ID"]
+    assert {rep["env"]["SLURM_JOB_ID"] for rep in reports} == {job_id}
+    assert not (out.run_dir / "logs" / "attempt-0" / "FAILED").exists()
+
+    for key, value in slurm_cluster.cluster_vars.items():
+        monkeypatch.setenv(key, value)
+    snap = Watch(job_id).snapshot()
+    hosts = preflight.group_hosts(snap)
+    assert sorted(hosts) == [0, 1]
+    rows = preflight.check(out.run_dir, out.plan, job_id, hosts)
+    assert [r.problems for r in rows] == [[] for _ in rows], preflight.table(rows)

@@ -1,0 +1,167 @@
+"""`slurmrl status`, `logs` and `cancel` on real jobs of the local cluster.
+
+The jobs are rl-debug rendered normally (het job: trainer + orchestrator in group 0, inference in
+group 1, the real stages and readiness waits), with ``python.executable`` pointing at a stand-in
+"python" that runs the preflight probe for every component (it serves the ports the readiness
+checks poll and marks itself ready). Two switches, passed through the job's environment, make
+one component misbehave: SLURMRL_TEST_HOLD=<component> keeps running after its probe (a job that
+stays up), SLURMRL_TEST_FAIL=<component> exits 3 at once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RL_DEBUG = ROOT / "recipes" / "rl-debug.toml"
+GRACE = 5
+
+FAKE_PYTHON = f"""#!/bin/bash
+# stand-in for python in job steps: the last argument is the component's config
+config=${{*: -1}}
+name=$(basename "$config" .toml)
+if [[ $name == "${{SLURMRL_TEST_FAIL:-}}" ]]; then echo "$name: failing on purpose"; exit 3; fi
+if [[ $name == "${{SLURMRL_TEST_HOLD:-}}" ]]; then
+    {sys.executable} -m slurmrl.runtime.probe --config "$config" || exit $?
+    echo "$name: holding"
+    exec sleep 600
+fi
+exec {sys.executable} -m slurmrl.runtime.probe --config "$config"
+"""
+
+
+def slurmrl(cluster, *args: str, cwd: Path, env: dict | None = None, timeout: float = 120):
+    return cluster.run([sys.executable, "-m", "slurmrl", *args], cwd=cwd, env=env or {}, timeout=timeout)
+
+
+@pytest.fixture
+def job(slurm_cluster, tmp_path):
+    """submit(**env) -> run dir of a submitted rl-debug job; cancels it at teardown."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    submitted = []
+
+    def submit(**env) -> Path:
+        r = slurmrl(slurm_cluster, "submit", str(RL_DEBUG), "--set", f'python.executable="{fake}"',
+                    "--set", f"slurm.grace_seconds={GRACE}", cwd=tmp_path,
+                    env={"SLURMRL_PROBE_TIMEOUT": "30", **env})
+        assert r.returncode == 0, r.stdout + r.stderr
+        run_dir = tmp_path / "runs" / "rl-debug"
+        submitted.append(json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"])
+        return run_dir
+
+    yield submit
+    for job_id in submitted:
+        slurm_cluster.run(["scancel", str(job_id)])
+
+
+def status_json(cluster, run_dir: Path) -> dict:
+    r = slurmrl(cluster, "status", str(run_dir), "--json", cwd=run_dir.parent)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def wait_for(predicate, what: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.cluster
+def test_status_logs_cancel_on_a_running_job(slurm_cluster, job, tmp_path):
+    run_dir = job(SLURMRL_TEST_HOLD="trainer")
+
+    def trainer_running():
+        rep = status_json(slurm_cluster, run_dir)
+        comps = {c["name"]: c for c in rep["components"]}
+        ok = (rep["state"] == "RUNNING" and comps["trainer"]["step"] and comps["trainer"]["step"]["state"] == "RUNNING"
+              and comps["trainer"]["ready"] == [0] and comps["inference"]["ready"] == [0])
+        return rep if ok else None
+
+    rep = wait_for(trainer_running, "the trainer step to run and every component to be ready")
+    assert [p["id"] for p in rep["parts"]] == [f"{rep['job_id']}+0", f"{rep['job_id']}+1"]
+    assert [p["name"] for p in rep["parts"]] == ["trainer", "inference"]
+    assert all(p["state"] == "RUNNING" and p["nodes"] for p in rep["parts"])
+    assert rep["attempt"] == 0 and rep["failed"] is None and rep["done"] is False
+
+    # the text view: one line per het component, one per plan component
+    r = slurmrl(slurm_cluster, "status", str(run_dir), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"job {rep['job_id']}: RUNNING")
+    assert any(ln.split()[:4] == ["0", "trainer", f"{rep['job_id']}+0", "RUNNING"] for ln in lines), r.stdout
+    trainer = next(ln.split() for ln in lines if ln.split()[:1] == ["trainer"] and "+0." in ln)
+    assert trainer[3] == "RUNNING" and trainer[-1] == "1/1"
+
+    # by job id, and from inside the run dir with no argument
+    by_id = slurmrl(slurm_cluster, "status", rep["job_id"], cwd=tmp_path)
+    assert by_id.returncode == 0 and str(run_dir) in by_id.stdout and "trainer" in by_id.stdout
+    here = slurmrl(slurm_cluster, "status", cwd=run_dir)
+    assert here.returncode == 0 and here.stdout.splitlines()[0] == lines[0]
+
+    # logs: every component's log of the latest attempt, each line prefixed by its file name
+    r = slurmrl(slurm_cluster, "logs", str(run_dir), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "trainer.0.log: trainer: holding" in r.stdout
+    assert any(ln.startswith("inference.0.log: {") for ln in r.stdout.splitlines())
+    assert any(ln.startswith(f"batch-{rep['job_id']}.out: slurmrl: started trainer") for ln in r.stdout.splitlines())
+    only = slurmrl(slurm_cluster, "logs", str(run_dir), "--component", "inference", "--attempt", "0", cwd=tmp_path)
+    assert only.stdout and all(ln.startswith("inference.0.log: ") for ln in only.stdout.splitlines())
+
+    # logs -f follows until the job ends; cancel ends it and says how it ended
+    follow = subprocess.Popen([sys.executable, "-m", "slurmrl", "logs", str(run_dir), "-f"], cwd=tmp_path,
+                              env=slurm_cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = follow.stdout.readline()
+        assert first.split(": ", 1)[0] in {f"batch-{rep['job_id']}.out", "inference.0.log", "orchestrator.0.log",
+                                           "trainer.0.log"}
+        started = time.monotonic()
+        r = slurmrl(slurm_cluster, "cancel", str(run_dir), cwd=tmp_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.splitlines()[-1] == f"job {rep['job_id']}: CANCELLED"
+        assert time.monotonic() - started < GRACE + 20
+        out, err = follow.communicate(timeout=30)
+    finally:
+        follow.kill()
+    assert follow.returncode == 0
+    assert f"slurmrl: job {rep['job_id']} ended: CANCELLED" in err
+
+    rep = status_json(slurm_cluster, run_dir)
+    assert rep["state"] == "CANCELLED" and rep["done"] is True
+    assert "SIGTERM" in rep["failed"]
+    r = slurmrl(slurm_cluster, "cancel", str(run_dir), cwd=tmp_path)
+    assert r.returncode == 0 and "had already ended: CANCELLED" in r.stdout
+
+
+@pytest.mark.cluster
+def test_a_failing_component_ends_the_job_and_status_names_it(slurm_cluster, job, tmp_path):
+    run_dir = job(SLURMRL_TEST_FAIL="trainer")
+    started = time.monotonic()
+    r = slurmrl(slurm_cluster, "status", str(run_dir), "--watch", cwd=tmp_path)
+    took = time.monotonic() - started
+    assert r.returncode == 1, r.stdout + r.stderr  # --watch: 0 only when the job completed
+    assert took < GRACE + 25, took  # fail fast: TERM, GRACE seconds, KILL (plus start and sacct lag)
+    final = ("\n" + r.stdout).rsplit("\njob ", 1)[-1]  # --watch prints a snapshot per change: the last one
+    assert final.startswith(f"{json.loads((run_dir / 'jobs.json').read_text())[-1]['job_id']}: FAILED")
+    assert "FAILED: trainer exited with code 3" in final
+    rep = status_json(slurm_cluster, run_dir)
+    comps = {c["name"]: c for c in rep["components"]}
+    assert comps["trainer"]["step"]["state"] == "FAILED" and comps["trainer"]["step"]["exit_code"] == "3:0"
+    assert comps["trainer"]["ready"] == []
+    assert all(p["state"] == "FAILED" for p in rep["parts"])
+    assert rep["failed"] == "trainer exited with code 3"
+    # the other steps were stopped, none is left running
+    assert all(c["step"] is None or c["step"]["state"] != "RUNNING" for c in rep["components"])
+    r = slurmrl(slurm_cluster, "logs", str(run_dir), "--component", "trainer", cwd=tmp_path)
+    assert "trainer.0.log: trainer: failing on purpose" in r.stdout
