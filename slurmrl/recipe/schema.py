@@ -241,7 +241,13 @@ class Router(Section):
     policy: Literal["consistent_hash", "round_robin"] = Field(
         "consistent_hash", description="Routing policy; `consistent_hash` keys on `session_header`."
     )
-    session_header: str = Field("X-Session-ID", description="Header that keys consistent hashing.")
+    session_header: Literal[
+        "X-Session-ID", "X-User-ID", "X-Tenant-ID", "X-Request-ID", "X-Correlation-ID", "X-Trace-ID"
+    ] = Field(
+        "X-Session-ID",
+        description="Header clients send to key consistent hashing (the headers vllm-router reads, "
+        "in its priority order).",
+    )
     extra_args: list[str] = Field(default_factory=list, description="Extra `vllm-router` arguments.")
 
 
