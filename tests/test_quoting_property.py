@@ -378,14 +378,14 @@ def test_run_dir_with_odd_characters(leaf):
 
 
 @SETTINGS
-@given(path=nonempty, served=nonempty, extra=st.lists(nasty, min_size=1, max_size=3), header_=nonempty)
-@example(path="org/model \"v2\"", served="a'b", extra=["--x", "$(id)"], header_="X-Session")
-@example(path="a\x7fb", served="s", extra=["--x"], header_="X")
-def test_model_and_vllm_args_survive_the_toml_files(path, served, extra, header_):
+@given(path=nonempty, served=nonempty, extra=st.lists(nasty, min_size=1, max_size=3), router_arg=nonempty)
+@example(path="org/model \"v2\"", served="a'b", extra=["--x", "$(id)"], router_arg="--log-level=debug")
+@example(path="a\x7fb", served="s", extra=["--x"], router_arg="x")
+def test_model_and_vllm_args_survive_the_toml_files(path, served, extra, router_arg):
     r = base_recipe()
     r["model"] = {"path": path, "served_name": served}
     r["inference"]["extra_args"] = extra
-    r["inference"]["router"] = {"enabled": True, "session_header": header_}
+    r["inference"]["router"] = {"enabled": True, "extra_args": [router_arg]}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         out = render_or_skip(r, tmp)
@@ -403,6 +403,6 @@ def test_model_and_vllm_args_survive_the_toml_files(path, served, extra, header_
         assert args[-len(extra):] == extra
         assert inf["settings"]["served_model_name"] == served
         assert parsed["components/trainer.toml"]["settings"]["model"] == path
-        assert parsed["components/router.toml"]["settings"]["session_header"] == header_
+        assert parsed["components/router.toml"]["settings"]["extra_args"] == [router_arg]
         orch = parsed["components/orchestrator.toml"]["settings"]
         assert orch["model"] == path and orch["served_model_name"] == served
