@@ -8,6 +8,7 @@ from pathlib import Path
 
 from slurmrl.errors import UserError
 from slurmrl.slurm import jobs
+from slurmrl.slurm.status import NOT_FOUND_AFTER_S
 from slurmrl.slurm.watch import Watch
 
 POLL_S = 0.5
@@ -86,6 +87,7 @@ def logs(target: str | None, component: str | None, attempt: int | None, follow:
         raise UserError(str(run_dir), "was never submitted; nothing to follow")
     watch = Watch(job_id)
     next_check = 0.0
+    started = time.monotonic()
     while True:
         if not pinned:  # a requeue starts a new attempt folder: follow it
             _, log_dir = attempt_dir(run_dir, None)
@@ -93,6 +95,8 @@ def logs(target: str | None, component: str | None, attempt: int | None, follow:
         if time.monotonic() >= next_check:
             snap = watch.snapshot()
             next_check = time.monotonic() + STATE_EVERY_S
+            if not snap.parts and time.monotonic() - started > NOT_FOUND_AFTER_S:
+                raise UserError(None, f"job {job_id} is not known to squeue or sacct; nothing to follow")
             if snap.done:
                 time.sleep(POLL_S)  # the last lines may land just after the state changes
                 tail.pump(files(run_dir, log_dir, component, job_id), final=True)

@@ -109,6 +109,12 @@ def text(rep: dict) -> str:
                          s.get("exit_code") or "-", s.get("elapsed") or "-", ready])
         lines.append("")
         lines += _table(rows)
+    elif rep["steps"]:  # a job id without its run dir: the steps, named after components
+        rows = [["step", "name", "state", "exit", "elapsed", "nodes"]]
+        rows += [[s["id"], s["name"], s["state"], s["exit_code"] or "-", s["elapsed"] or "-", s["nodes"] or "-"]
+                 for s in rep["steps"]]
+        lines.append("")
+        lines += _table(rows)
     if rep["failed"]:
         lines.append(f"FAILED: {rep['failed']}")
     return "\n".join(lines)

@@ -206,7 +206,9 @@ class Watch:
             g = int(m["het"]) if m and m["het"] is not None else 0
             p = parts.setdefault(g, Part(id=q["id"], group=g, state=""))
             p.id, p.state, p.elapsed = q["id"], norm_state(q["state"]), clock(q["elapsed"])
-            p.nodes = q["nodes"] or p.nodes
+            # sacct's NodeList is the whole allocation; squeue's %N shrinks while a job completes
+            if not p.nodes or p.nodes == "None assigned":
+                p.nodes = q["nodes"]
             p.reason = "" if q["reason"] in ("None", "") else q["reason"]
         ordered = [parts[g] for g in sorted(parts)]
         steps = [
