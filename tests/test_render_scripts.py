@@ -241,13 +241,15 @@ def test_failed_rerender_leaves_the_old_run_dir_as_it_was(tmp_path, monkeypatch)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
 
 
-def test_failure_while_swapping_files_in_leaves_the_old_run_dir(tmp_path, monkeypatch):
+@pytest.mark.parametrize("nth_rename", [1, 2, 3])
+def test_failure_while_swapping_files_in_leaves_the_old_run_dir(tmp_path, monkeypatch, nth_rename):
     """The docstring promises everything or nothing, also when moving the new files into place fails."""
     recipe = ROOT / "recipes" / "rl-debug.toml"
     run_dir = tmp_path / "r"
     render(recipe, run_dir=run_dir)
+    (run_dir / "logs" / "attempt-0").mkdir(parents=True)  # something the job wrote, carried over
     before = _tree(run_dir)
-    _fail_on_call(monkeypatch, "replace", 2)
+    _fail_on_call(monkeypatch, "rename", nth_rename)  # the swap moves folders with Path.rename
     with pytest.raises(Boom):
         render(recipe, ["trainer.max_steps=7"], run_dir=run_dir)
     monkeypatch.undo()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import difflib
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = value.unwrap() if hasattr(value, "unwrap") else value
     except ParseError:
         value = raw  # bare words are strings: --set slurm.partition=gpu
+    if isinstance(value, (datetime.date, datetime.time)):
+        value = raw  # --set slurm.time=02:00:00 means the text, not a TOML time
     return path, value
 
 

@@ -47,7 +47,8 @@ def _check_single_line(values: list[str], what: str) -> list[str]:
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # coerce_numbers_to_str: `--set slurm.time=90` or `account = 1234` mean the text.
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
 EnvMap = Annotated[dict[str, str], AfterValidator(_check_env)]

@@ -31,6 +31,15 @@ def resolve_run_dir(recipe: Recipe, preflight: bool = False) -> Path:
     return (Path(recipe.output_dir) / (f"{recipe.name}-preflight" if preflight else recipe.name)).resolve()
 
 
+def check_run_dir(recipe: Recipe, run_dir: Path) -> None:
+    """The run dir path goes into comments, #SBATCH lines and Pyxis' mount list."""
+    text = str(run_dir)
+    if "\n" in text or "\r" in text:
+        raise UserError("output_dir", f"the run dir {text!r} cannot hold a line break")
+    if recipe.container is not None and ("," in text or ":" in text):
+        raise UserError("output_dir", f"the run dir {text!r} is mounted into the container; it cannot hold ',' or ':'")
+
+
 def templates_dir(recipe: Recipe, recipe_path: Path) -> Path | None:
     if not recipe.templates_dir:
         return None
@@ -53,6 +62,7 @@ def build(
     recipe_path = Path(recipe_path)
     recipe = load_recipe(recipe_path, overrides)
     run_dir = Path(run_dir).resolve() if run_dir else resolve_run_dir(recipe, preflight)
+    check_run_dir(recipe, run_dir)
     p = plan(recipe, str(run_dir), preflight=preflight)
     files = {
         "job.sbatch": render_script(p, str(run_dir), recipe_path.name, templates_dir(recipe, recipe_path)),

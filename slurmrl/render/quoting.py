@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from slurmrl.plan.model import Sh
@@ -29,8 +30,15 @@ def shjoin(values) -> str:
     return " ".join(shq(v) for v in values)
 
 
+_SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_.,:/%@=+\-\[\]]*$")
+
+
 def sbatch_value(value: str) -> str:
-    """A value on an ``#SBATCH`` line: sbatch (not bash) reads these; it understands double quotes."""
-    if any(c.isspace() for c in value):
-        return f'"{value}"'
-    return value
+    """A value on an ``#SBATCH`` line. sbatch (not bash) reads these lines: outside double quotes
+    it treats whitespace, quotes and ``#`` specially; inside them, backslash escapes ``\\`` and ``"``.
+    Line breaks are refused earlier (the recipe schema and the run dir check)."""
+    if "\n" in value or "\r" in value:
+        raise ValueError(f"#SBATCH value cannot hold a line break: {value!r}")
+    if _SBATCH_PLAIN.match(value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

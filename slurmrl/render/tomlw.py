@@ -13,7 +13,7 @@ _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def _key(k: str) -> str:
-    return k if _BARE.match(k) else json.dumps(k, ensure_ascii=False)
+    return k if _BARE.match(k) else _value(k)
 
 
 def _value(v) -> str:
@@ -22,7 +22,7 @@ def _value(v) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")  # TOML forbids a raw DEL
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_value(x) for x in v if x is not None) + "]"
     if isinstance(v, dict):

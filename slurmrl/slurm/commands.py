@@ -22,8 +22,9 @@ def add_parsers(sub, recipe_args) -> None:
                    help="run the probe in every component's layout, wait for it, check the reports against the plan")
     p.add_argument("--timeout", type=float, default=PREFLIGHT_TIMEOUT_S, metavar="SECONDS",
                    help=f"with --preflight: how long to wait for the job (default {PREFLIGHT_TIMEOUT_S})")
-    # the positional is a recipe, a run dir or a job script
-    p._actions[[a.dest for a in p._actions].index("recipe")].help = "recipe TOML, run dir, or RUN_DIR/job.sbatch"
+    for action in p._actions:  # the positional is a recipe, a run dir or a job script
+        if action.dest == "recipe":
+            action.metavar, action.help = "TARGET", "recipe TOML, run dir, or RUN_DIR/job.sbatch"
 
     p = sub.add_parser("diff", help="show hand edits: job.sbatch against a fresh render of its recipe.toml")
     p.add_argument("run_dir")
