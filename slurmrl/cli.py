@@ -60,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="render over a run dir that was already submitted")
     p.add_argument("--run-dir", help="write here instead of OUTPUT_DIR/NAME")
     p.add_argument("--stdout", action="store_true", help="print job.sbatch instead of writing the run dir")
+    p.add_argument(
+        "--preflight", action="store_true",
+        help="render the preflight variant (every component runs slurmrl.runtime.probe) into NAME-preflight",
+    )
 
     p = sub.add_parser("templates", help="work with the sbatch templates")
     tsub = p.add_subparsers(dest="templates_command", required=True, metavar="ACTION")
@@ -113,9 +117,9 @@ def cmd_render(args) -> int:
     from slurmrl.render import build, render
 
     if args.stdout:
-        print(build(args.recipe, args.overrides, args.run_dir).script, end="")
+        print(build(args.recipe, args.overrides, args.run_dir, args.preflight).script, end="")
         return 0
-    out = render(args.recipe, args.overrides, force=args.force, run_dir=args.run_dir)
+    out = render(args.recipe, args.overrides, force=args.force, run_dir=args.run_dir, preflight=args.preflight)
     print(out.run_dir)
     return 0
 

@@ -206,7 +206,7 @@ def run_stubbed(script: str, tmp: Path) -> dict:
     out.mkdir()
     bindir = tmp / "bin"
     bindir.mkdir()
-    for tool in ("mkdir", "env"):
+    for tool in ("mkdir", "rm", "env"):
         os.symlink(shutil.which(tool), bindir / tool)
     stubs = (
         "#!/bin/bash\n"

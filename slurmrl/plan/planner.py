@@ -229,8 +229,10 @@ class _Builder:
             timeout=inf.startup_timeout,
         )
         env_ = {**inf.env, **env}
-        if r.kind == "rl":
+        if inf.admin_endpoints if inf.admin_endpoints is not None else r.kind == "rl":
             env_["VLLM_SERVER_DEV_MODE"] = "1"  # pause / reload_weights / resume endpoints
+        if inf.max_lora_rank:
+            env_["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         self.add(
             name=name, role="inference", group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
             tasks_per_node=per_node, gpus_per_node=len(slot.gpus), stage=2, main=r.kind == "inference",

@@ -25,6 +25,8 @@ def common_args(model: Model, inf: Inference, tp: int, port: str) -> list[str]:
         args += ["--gpu-memory-utilization", f"{inf.gpu_memory_utilization:g}"]
     if inf.enforce_eager:
         args.append("--enforce-eager")
+    if inf.max_lora_rank:
+        args += ["--enable-lora", "--max-lora-rank", str(inf.max_lora_rank)]
     return args
 
 

@@ -295,6 +295,14 @@ class Inference(Section):
         None, gt=0, le=1, description="Fraction of GPU memory for vLLM (set for you when sharing a GPU)."
     )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs / torch.compile.")
+    admin_endpoints: bool | None = Field(
+        None,
+        description="Expose vLLM's pause / reload_weights / resume endpoints (VLLM_SERVER_DEV_MODE) for live "
+        "weight updates; default on for kind `rl`, off otherwise.",
+    )
+    max_lora_rank: PosInt | None = Field(
+        None, description="Enable LoRA adapters loaded at run time (`slurmrl.runtime.admin lora-load`) up to this rank."
+    )
     kv_connector: Literal["NixlConnector", "P2pNcclConnector"] = Field(
         "NixlConnector", description="P/D: KV transfer connector."
     )

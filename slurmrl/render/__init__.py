@@ -55,6 +55,14 @@ def component_config(c, run_dir: Path) -> str:
     return tomlw.dumps(data)
 
 
+def resolved_recipe(recipe: Recipe, recipe_path: Path) -> dict:
+    """The recipe as data, with paths that were relative to the recipe file made absolute."""
+    data = recipe.model_dump(exclude_none=True)
+    if recipe.templates_dir:
+        data["templates_dir"] = str((recipe_path.parent / recipe.templates_dir).resolve())
+    return data
+
+
 def build(
     recipe_path: str | Path, overrides: list[str] = (), run_dir: str | Path | None = None, preflight: bool = False
 ) -> Rendered:
@@ -68,7 +76,7 @@ def build(
         "job.sbatch": render_script(p, str(run_dir), recipe_path.name, templates_dir(recipe, recipe_path)),
         "plan.json": p.model_dump_json(indent=1) + "\n",
         "recipe.toml": "# The recipe as resolved (overrides applied, defaults filled in).\n"
-        + tomlw.dumps(recipe.model_dump(exclude_none=True)),
+        + tomlw.dumps(resolved_recipe(recipe, recipe_path)),
     }
     for c in p.components:
         files[f"components/{c.name}.toml"] = component_config(c, run_dir)

@@ -68,6 +68,9 @@ def peers(plan: dict, me: tuple[str, int]) -> list[tuple[str, str, int]]:
     return out
 
 
+STOP = threading.Event()  # set by SIGTERM/SIGINT: the script is stopping us
+
+
 def reachable(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=2):
@@ -78,10 +81,10 @@ def reachable(host: str, port: int) -> bool:
 
 def check_peers(targets: list[tuple[str, str, int]], deadline: float) -> list[str]:
     pending = list(targets)
-    while pending and time.monotonic() < deadline:
+    while pending and time.monotonic() < deadline and not STOP.is_set():
         pending = [t for t in pending if not reachable(t[1], t[2])]
         if pending:
-            time.sleep(1)
+            STOP.wait(1)
     return [f"cannot reach {label} at {host}:{port}" for label, host, port in pending]
 
 
@@ -118,18 +121,20 @@ def main() -> int:
     tmp.replace(out_dir / f"{comp.name}.{comp.rank}.json")
     print(json.dumps(report), flush=True)
     total = sum(len(c["instances"]) for c in plan["components"])
-    while len(list(out_dir.glob("*.json"))) < total and time.monotonic() < deadline:
-        time.sleep(0.5)  # stay reachable until every probe has checked us
+    while len(list(out_dir.glob("*.json"))) < total and time.monotonic() < deadline and not STOP.is_set():
+        STOP.wait(0.5)  # stay reachable until every probe has checked us
+    if STOP.is_set():
+        return 143
     if errors:
         return 3
-    if comp.config.get("main"):
-        return 0
-    signal.sigwait({signal.SIGTERM, signal.SIGINT})  # a service: serve until the script stops us
+    if not comp.config.get("main"):
+        STOP.wait()  # a service: serve until the script stops us
     for srv in servers:
         srv.shutdown()
     return 0
 
 
 if __name__ == "__main__":
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    for _sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(_sig, lambda *_: STOP.set())
     sys.exit(main())

@@ -1,0 +1,103 @@
+"""Run real slurmrl runtime components (vLLM servers, vllm-router) on loopback, outside Slurm.
+
+The component configs come from a real render; the environment the job script would export
+(``SLURMRL_PORT_BASE``, ``SLURMRL_NODES_G0``, ``SLURM_NODEID``/``SLURM_LOCALID``) is set here,
+with every node of the plan mapped to 127.0.0.1. Processes are stopped by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port_base(span: int = 80) -> int:
+    """A PORT_BASE whose first `span` ports are free on loopback right now."""
+    for base in range(30000, 32000, span):
+        socks = []
+        try:
+            for p in (base, base + 1, base + 16, base + 17, base + 18):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range on loopback")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def post_json(url: str, body: dict, headers: dict | None = None, timeout: float = 120) -> dict:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+class LiveComponent:
+    def __init__(self, config: Path, run_dir: Path, port_base: int, node: int = 0, local: int = 0, groups: int = 1,
+                 extra_env: dict | None = None):
+        role = "router" if config.stem == "router" else "inference"
+        env = {
+            **os.environ,
+            "SLURMRL_PORT_BASE": str(port_base),
+            "SLURMRL_RUN_DIR": str(run_dir),
+            "SLURMRL_ATTEMPT": "0",
+            "SLURM_NODEID": str(node),
+            "SLURM_LOCALID": str(local),
+            "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            **{f"SLURMRL_NODES_G{g}": "127.0.0.1" for g in range(groups)},
+            **(extra_env or {}),
+        }
+        self.log_path = run_dir / "logs" / f"{config.stem}.{local}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", f"slurmrl.runtime.{role}", "--config", str(config)],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=run_dir,
+        )
+
+    def wait_http(self, url: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"exited with {self.proc.returncode}:\n{self.tail()}")
+            if http_ok(url):
+                return
+            time.sleep(1)
+        raise TimeoutError(f"{url} not ready after {timeout}s:\n{self.tail()}")
+
+    def tail(self, n: int = 4000) -> str:
+        return self.log_path.read_bytes()[-n:].decode(errors="replace")
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode

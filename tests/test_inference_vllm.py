@@ -1,0 +1,176 @@
+"""Real vLLM (CPU build) servers and the real vllm-router, run through slurmrl's runtimes on loopback."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+
+import pytest
+
+from live_components import LiveComponent, free_port_base, post_json
+from slurmrl.runtime import admin
+from slurmrl.runtime.tiny_model import build as build_tiny
+
+pytestmark = pytest.mark.vllm
+
+RECIPE = """
+name = "serve"
+kind = "inference"
+[slurm]
+gpus_per_node = 2
+cpus_per_node = 8
+[model]
+path = "{model}"
+served_name = "tiny"
+dtype = "float32"
+max_model_len = 256
+[inference]
+tp = 1
+enforce_eager = true
+startup_timeout = 600
+admin_endpoints = true
+max_lora_rank = 8
+[inference.env]
+VLLM_CPU_KVCACHE_SPACE = "1"
+[inference.router]
+policy = "{policy}"
+"""
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return build_tiny(root / "seed0", seed=0), build_tiny(root / "seed1", seed=1)
+
+
+def _render(tmp, model, policy):
+    from slurmrl.render import render
+
+    recipe = tmp / f"{policy}.toml"
+    recipe.write_text(RECIPE.format(model=model, policy=policy))
+    return render(recipe, run_dir=tmp / f"run-{policy}")
+
+
+class Servers:
+    def __init__(self, tmp, model):
+        self.tmp, self.model = tmp, model
+        self.out = _render(tmp, model, "consistent_hash")
+        self.base = free_port_base()
+        cfg = self.out.run_dir / "components" / "inference.toml"
+        self.procs = [LiveComponent(cfg, self.out.run_dir, self.base, local=i) for i in range(2)]
+        self.urls = [f"http://127.0.0.1:{self.base + 16 + i}" for i in range(2)]
+        for proc, url in zip(self.procs, self.urls):
+            proc.wait_http(f"{url}/health", timeout=600)
+
+    def request_counts(self) -> list[float]:
+        counts = []
+        for url in self.urls:
+            text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+            counts.append(sum(float(v) for v in re.findall(r"^vllm:request_success_total\{[^}]*\} (\S+)", text, re.M)))
+        return counts
+
+    def router(self, policy: str) -> LiveComponent:
+        out = self.out if policy == "consistent_hash" else _render(self.tmp, self.model, policy)
+        proc = LiveComponent(out.run_dir / "components" / "router.toml", out.run_dir, self.base)
+        proc.wait_http(f"http://127.0.0.1:{self.base}/health", timeout=120)
+        return proc
+
+
+@pytest.fixture(scope="module")
+def servers(models, tmp_path_factory):
+    s = Servers(tmp_path_factory.mktemp("serve"), models[0])
+    yield s
+    for p in s.procs:
+        p.stop()
+
+
+def complete(url: str, prompt: str, headers: dict | None = None, **kw) -> dict:
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 4, "temperature": 0, "ignore_eos": True, **kw}
+    return post_json(f"{url}/v1/completions", body, headers)
+
+
+def test_one_replica_answers_completions_and_chat_through_openai(servers):
+    import openai
+
+    client = openai.OpenAI(base_url=f"{servers.urls[0]}/v1", api_key="unused")
+    c = client.completions.create(model="tiny", prompt="hello", max_tokens=6, extra_body={"ignore_eos": True})
+    assert c.usage.completion_tokens == 6 and isinstance(c.choices[0].text, str)
+    chat = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5, extra_body={"ignore_eos": True}
+    )
+    assert chat.usage.completion_tokens == 5 and chat.choices[0].message.role == "assistant"
+
+
+def test_servers_wrote_ready_files(servers):
+    ready = servers.out.run_dir / "ready" / "attempt-0"
+    assert sorted(p.name for p in ready.iterdir()) == ["inference.0", "inference.1"]
+
+
+def test_consistent_hash_keeps_a_session_on_one_replica(servers):
+    router = servers.router("consistent_hash")
+    try:
+        url = f"http://127.0.0.1:{servers.base}"
+        before = servers.request_counts()
+        for _ in range(6):
+            complete(url, "same session", {"X-Session-ID": "session-a"})
+        mid = servers.request_counts()
+        delta = [m - b for m, b in zip(mid, before)]
+        assert sorted(delta) == [0, 6], f"one session spread over replicas: {delta}"
+        for i in range(16):
+            complete(url, "many sessions", {"X-Session-ID": f"session-{i}"})
+        spread = [a - m for a, m in zip(servers.request_counts(), mid)]
+        assert sum(spread) == 16 and min(spread) > 0, f"16 sessions all went to one replica: {spread}"
+    finally:
+        router.stop()
+
+
+def test_round_robin_spreads_requests(servers):
+    router = servers.router("round_robin")
+    try:
+        before = servers.request_counts()
+        for _ in range(8):
+            complete(f"http://127.0.0.1:{servers.base}", "round robin", {"X-Session-ID": "fixed"})
+        delta = [a - b for a, b in zip(servers.request_counts(), before)]
+        assert sum(delta) == 8 and abs(delta[0] - delta[1]) <= 1, delta
+    finally:
+        router.stop()
+
+
+def _transformers_logprobs(model_dir, prompt_ids, completion_ids):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    n = len(prompt_ids)
+    return [logp[n - 1 + i, t].item() for i, t in enumerate(completion_ids)]
+
+
+def _server_logprobs(url):
+    out = complete(url, "reload check", max_tokens=8, logprobs=0, return_tokens_as_token_ids=True)
+    lp = out["choices"][0]["logprobs"]
+    return [int(t.split(":")[1]) for t in lp["tokens"]], lp["token_logprobs"]
+
+
+def test_weight_reload_matches_the_new_checkpoint(servers, models):
+    from transformers import AutoTokenizer
+
+    url = servers.urls[0]
+    prompt_ids = AutoTokenizer.from_pretrained(models[0])("reload check")["input_ids"]
+    t = time.perf_counter()
+    took = admin.reload_weights([url], str(models[1]))
+    assert time.perf_counter() - t < 120 and url in took
+    try:
+        ids, served = _server_logprobs(url)
+        expected = _transformers_logprobs(models[1], prompt_ids, ids)
+        assert served == pytest.approx(expected, abs=2e-3)
+        old = _transformers_logprobs(models[0], prompt_ids, ids)
+        assert max(abs(a - b) for a, b in zip(served, old)) > 0.05, "server still answers with the old weights"
+    finally:
+        admin.reload_weights([url], str(models[0]))
+    ids, served = _server_logprobs(url)
+    assert served == pytest.approx(_transformers_logprobs(models[0], prompt_ids, ids), abs=2e-3)
