@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from pathlib import Path
 
@@ -68,6 +69,7 @@ class LiveComponent:
             "CUDA_VISIBLE_DEVICES": "0,1,2,3",
             "VLLM_CPU_KVCACHE_SPACE": "1",
             **{f"SLURMRL_NODES_G{g}": "127.0.0.1" for g in range(groups)},
+            **tomllib.loads(config.read_text()).get("env", {}),  # the script's `env K=V` before the command
             **(extra_env or {}),
         }
         self.log_path = run_dir / "logs" / f"{config.stem}.{local}.log"
