@@ -49,7 +49,7 @@ def run(
     def watch_ready():
         while child.poll() is None:
             if ready is None or ready():
-                rt.mark_ready(comp, what)
+                rt.mark_ready(comp, f"{what} pid={child.pid}")
                 print(f"slurmrl: {comp.name}.{comp.rank}: ready", flush=True)
                 return
             time.sleep(1)

@@ -1,0 +1,98 @@
+"""An inference-only recipe on the local Slurm cluster with real vLLM and vllm-router.
+
+recipes/inference-debug.toml: two vLLM servers (n1, n2) and vllm-router on n1. The job must
+become ready, answer through the router, keep serving when one replica is killed, and cancel
+cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from live_components import post_json
+from slurmrl.plan.ports import base_for_job
+from slurmrl.runtime.tiny_model import build as build_tiny
+
+pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def slurmrl(cluster, *args, cwd, timeout=120):
+    return cluster.run([sys.executable, "-m", "slurmrl", *args], cwd=cwd, timeout=timeout)
+
+
+def node_address(cluster, host: str) -> str:
+    """The cluster's hosts file maps n1..n4 to addresses inside its network namespaces."""
+    for line in (cluster.state_dir / "etc" / "hosts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and host in parts[1:]:
+            return parts[0]
+    raise KeyError(host)
+
+
+def status(cluster, run_dir, cwd) -> dict:
+    r = slurmrl(cluster, "status", str(run_dir), "--json", cwd=cwd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def ready_pids(run_dir: Path) -> dict[str, int]:
+    """component.rank -> pid of the server process it started (from its ready file)."""
+    out = {}
+    for f in (run_dir / "ready" / "attempt-0").iterdir():
+        words = f.read_text().split()
+        pid = [w for w in words if w.startswith("pid=")]
+        if pid:
+            out[f.name] = int(pid[0][4:])
+    return out
+
+
+def test_inference_job_serves_survives_a_dead_replica_and_cancels(slurm_cluster, tmp_path):
+    model = build_tiny(tmp_path / "tiny")
+    r = slurmrl(
+        slurm_cluster, "submit", str(ROOT / "recipes" / "inference-debug.toml"),
+        "--set", f'model.path="{model}"', "--set", f'python.executable="{sys.executable}"',
+        "--set", 'inference.env.VLLM_CPU_KVCACHE_SPACE="1"', "--set", "slurm.grace_seconds=5",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    run_dir = tmp_path / "runs" / "inference-debug"
+    job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
+    try:
+        deadline = time.monotonic() + 600
+        ready = set()
+        while time.monotonic() < deadline:
+            ready = {f.name for f in (run_dir / "ready" / "attempt-0").glob("*")} if (run_dir / "ready").exists() else set()
+            if {"inference.0", "inference.1", "router.0"} <= ready:
+                break
+            assert not (run_dir / "logs" / "attempt-0" / "FAILED").exists(), (
+                (run_dir / "logs" / "attempt-0" / "FAILED").read_text())
+            time.sleep(3)
+        assert {"inference.0", "inference.1", "router.0"} <= ready, f"not ready: {ready}"
+
+        router = f"http://{node_address(slurm_cluster, 'n1')}:{base_for_job(int(job_id))}"
+        body = {"model": str(model), "prompt": "hello", "max_tokens": 4, "ignore_eos": True}
+        assert post_json(f"{router}/v1/completions", body)["usage"]["completion_tokens"] == 4
+
+        # kill one replica's vLLM (by the pid its ready file recorded): serving goes on
+        victim = ready_pids(run_dir)["inference.1"]
+        os.kill(victim, signal.SIGKILL)
+        time.sleep(12)  # the router's health check (every 5 s) takes it out of rotation
+        answered = [post_json(f"{router}/v1/completions", body, timeout=60) for _ in range(8)]
+        assert all(a["usage"]["completion_tokens"] == 4 for a in answered)
+        st = status(slurm_cluster, run_dir, tmp_path)
+        assert "RUNNING" in json.dumps(st)
+    finally:
+        c = slurmrl(slurm_cluster, "cancel", str(run_dir), cwd=tmp_path, timeout=180)
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert "CANCELLED" in c.stdout
+    time.sleep(2)
+    for name, pid in ready_pids(run_dir).items():
+        assert not Path(f"/proc/{pid}").exists(), f"{name} (pid {pid}) still running after cancel"
