@@ -1,0 +1,37 @@
+"""Environments with verifiable rewards, and loading custom ones by import path.
+
+An environment has two methods:
+
+    prompts(rng: random.Random, n: int) -> list[dict]   # each has "prompt" (text) plus what reward needs
+    reward(task: dict, completion: str) -> float        # higher is better
+
+Built in: ``reverse_text`` (similarity to the reversed string), ``arithmetic`` (exact match).
+Custom: ``package.module:Class`` (constructed with no arguments).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from slurmrl.runtime.envs.arithmetic import Arithmetic
+from slurmrl.runtime.envs.reverse_text import ReverseText
+
+BUILTIN = {"reverse_text": ReverseText, "arithmetic": Arithmetic}
+
+
+def load(name: str):
+    if name in BUILTIN:
+        return BUILTIN[name]()
+    module, sep, attr = name.partition(":")
+    if not sep:
+        raise SystemExit(f"slurmrl: environment {name!r} is not built in ({', '.join(BUILTIN)}) nor module:Class")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise SystemExit(f"slurmrl: cannot load environment {name!r}: {e}") from None
+    return cls()
+
+
+def answer_line(completion: str) -> str:
+    """What a completion answers: its text up to the first line break."""
+    return completion.split("\n", 1)[0].strip()

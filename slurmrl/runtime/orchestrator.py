@@ -1,0 +1,230 @@
+"""Orchestrator: prompts -> rollouts (through the router) -> rewards -> advantages -> training batches.
+
+File protocol with the trainer (all in the run dir, every file written to a temporary name
+and renamed, so a reader never sees half a file):
+
+- ``rollouts/step-NNNNNN.json``: the batch for training step N, written here.
+- ``weights/step-NNNNNN/`` with ``READY`` written last: the trainer's weights after step N.
+
+Asynchronous with bounded staleness: the batch for step s is generated with the newest weights
+the servers have loaded, v, and never when ``s - 1 - v > max_off_policy_steps``; then it waits
+for the trainer. When newer weights appear, every inference server reloads them (admin client)
+before the next batch. ``max_off_policy_steps = 0`` is synchronous RL.
+
+Resumes after a requeue: batches already written are kept, the servers (restarted with the base
+model) reload the newest published weights, and generation goes on from the next step.
+
+    python -m slurmrl.runtime.orchestrator --config RUN_DIR/components/orchestrator.toml
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from slurmrl.runtime import admin, envs
+from slurmrl.runtime import component as rt
+
+STOP = threading.Event()
+
+
+def write_json_atomic(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def latest_weights(run_dir: Path) -> tuple[int, Path | None]:
+    """Newest trainer step whose weights are complete (READY marker)."""
+    best = (0, None)
+    for d in (run_dir / "weights").glob("step-*"):
+        if (d / "READY").exists():
+            n = int(d.name.split("-")[1])
+            if n > best[0]:
+                best = (n, d)
+    return best
+
+
+def written_batches(run_dir: Path) -> int:
+    """How many consecutive batches (from step 1) are already on disk."""
+    n = 0
+    while (run_dir / "rollouts" / f"{step_name(n + 1)}.json").exists():
+        n += 1
+    return n
+
+
+class Sampler:
+    """Completions with token ids and inference logprobs, over the OpenAI-compatible API."""
+
+    def __init__(self, urls: list[str], model: str, tokenizer, settings: dict):
+        self.urls, self.model, self.tok, self.s = urls, model, tokenizer, settings
+        self.pool = ThreadPoolExecutor(max_workers=max(4, settings["prompts_per_step"]))
+
+    def _one(self, index: int, task: dict, session: str) -> list[dict]:
+        prompt_ids = self.tok(task["prompt"], add_special_tokens=False)["input_ids"]
+        body = {
+            "model": self.model, "prompt": prompt_ids, "n": self.s["rollouts_per_prompt"],
+            "max_tokens": self.s["max_tokens"], "temperature": self.s["temperature"],
+            "logprobs": 0, "return_tokens_as_token_ids": True,
+        }
+        url = self.urls[index % len(self.urls)]
+        req = urllib.request.Request(
+            f"{url}/v1/completions", data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "X-Session-ID": session},
+        )
+        with urllib.request.urlopen(req, timeout=600) as r:
+            out = json.loads(r.read())
+        samples = []
+        for choice in out["choices"]:
+            lp = choice["logprobs"]
+            samples.append({
+                "prompt_ids": prompt_ids,
+                "completion_ids": [int(t.split(":", 1)[1]) for t in lp["tokens"]],
+                "logprobs": lp["token_logprobs"],
+                "text": choice["text"],
+            })
+        return samples
+
+    def sample(self, tasks: list[dict], step: int) -> list[list[dict]]:
+        futures = [self.pool.submit(self._one, i, t, f"step{step}-prompt{i}") for i, t in enumerate(tasks)]
+        return [f.result() for f in futures]
+
+
+def advantages(rewards: list[float]) -> list[float]:
+    """Group-relative: reward minus the group mean, over the group std (0 when all equal)."""
+    mean = statistics.fmean(rewards)
+    std = statistics.pstdev(rewards)
+    return [(r - mean) / (std + 1e-4) if std > 1e-8 else 0.0 for r in rewards]
+
+
+def trainer_metrics(run_dir: Path) -> dict:
+    path = run_dir / "metrics" / "trainer.jsonl"
+    try:
+        last = path.read_text().strip().splitlines()[-1]
+        return {f"trainer/{k}": v for k, v in json.loads(last).items()}
+    except (FileNotFoundError, IndexError, ValueError):
+        return {}
+
+
+class Metrics:
+    def __init__(self, run_dir: Path, config: dict):
+        self.path = run_dir / "metrics" / "orchestrator.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.wandb = None
+        try:
+            import wandb
+
+            os.environ.setdefault("WANDB_MODE", "offline")
+            self.wandb = wandb.init(project="slurmrl", name=run_dir.name, dir=str(run_dir), config=config,
+                                    resume="allow", id=f"{run_dir.name}-orchestrator")
+        except Exception as e:  # wandb is optional; the JSONL is the record
+            print(f"slurmrl: orchestrator: wandb off ({e.__class__.__name__})", flush=True)
+
+    def log(self, record: dict) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.wandb is not None:
+            self.wandb.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=record["step"])
+
+
+def wait_for(predicate, what: str) -> float:
+    """Block until predicate() (or a stop request); returns seconds waited."""
+    t, last = time.perf_counter(), 0.0
+    while not predicate():
+        if STOP.wait(0.5):
+            raise SystemExit(143)
+        waited = time.perf_counter() - t
+        if waited - last > 30:
+            print(f"slurmrl: orchestrator: still waiting for {what} ({waited:.0f}s)", flush=True)
+            last = waited
+    return time.perf_counter() - t
+
+
+def run(comp: rt.Component) -> int:
+    from transformers import AutoTokenizer
+
+    s, run_dir = comp.settings, comp.run_dir
+    env = envs.load(s["environment"])
+    urls = [f"http://{h}:{p}" for h, p in map(rt.endpoint, s["requests"])]
+    admin_urls = [f"http://{h}:{p}" for h, p in map(rt.endpoint, s["admin"])]
+    tok = AutoTokenizer.from_pretrained(s["model"])
+    sampler = Sampler(urls, s["served_model_name"], tok, s)
+    metrics = Metrics(run_dir, s)
+    max_steps, max_off = s["max_steps"], s["max_off_policy_steps"]
+    done = written_batches(run_dir)
+    loaded = 0
+    if done:
+        print(f"slurmrl: orchestrator: resuming after {done} written batches", flush=True)
+    rt.mark_ready(comp, "orchestrator")
+
+    def refresh_weights() -> None:
+        nonlocal loaded
+        newest, path = latest_weights(run_dir)
+        if newest > loaded:
+            t = time.perf_counter()
+            admin.reload_weights(admin_urls, str(path))
+            print(f"slurmrl: orchestrator: servers now on weights of step {newest} "
+                  f"({time.perf_counter() - t:.2f}s)", flush=True)
+            loaded = newest
+
+    for step in range(done + 1, max_steps + 1):
+        waited = wait_for(lambda: latest_weights(run_dir)[0] >= step - 1 - max_off, f"trainer step {step - 1 - max_off}")
+        refresh_weights()
+        rng = random.Random(s["seed"] * 1_000_003 + step)
+        tasks = env.prompts(rng, s["prompts_per_step"])
+        t = time.perf_counter()
+        groups = sampler.sample(tasks, step)
+        gen_s = time.perf_counter() - t
+        samples, rewards = [], []
+        for task, group in zip(tasks, groups):
+            rs = [env.reward(task, g["text"]) for g in group]
+            for g, r, a in zip(group, rs, advantages(rs)):
+                samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs")},
+                                "reward": r, "advantage": a})
+            rewards += rs
+        write_json_atomic(run_dir / "rollouts" / f"{step_name(step)}.json",
+                          {"step": step, "policy_step": loaded, "samples": samples})
+        tokens = sum(len(x["completion_ids"]) for x in samples)
+        metrics.log({
+            "step": step, "policy_step": loaded, "off_policy_lag": step - 1 - loaded,
+            "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
+            "reward_min": min(rewards), "reward_max": max(rewards),
+            "samples": len(samples), "tokens": tokens, "generate_s": gen_s, "wait_s": waited,
+            "tokens_per_s": tokens / gen_s if gen_s else 0.0, "samples_per_s": len(samples) / gen_s if gen_s else 0.0,
+            "time": time.time(), **trainer_metrics(run_dir),
+        })
+        print(f"slurmrl: orchestrator: step {step}/{max_steps} reward {statistics.fmean(rewards):.3f} "
+              f"(policy {loaded}, generated in {gen_s:.1f}s, waited {waited:.1f}s)", flush=True)
+    return 0
+
+
+def main() -> int:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: STOP.set())
+    args = rt.config_arg(__doc__.splitlines()[0])
+    comp = rt.load(args.config)
+    try:
+        return run(comp)
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else 1
+    except admin.AdminError as e:
+        print(f"slurmrl: orchestrator: weight update failed: {e}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
