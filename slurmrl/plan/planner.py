@@ -414,6 +414,10 @@ class _Builder:
         if r.orchestrator is not None:
             self.orchestrator()
         self.split_cpus()
+        for g in self.groups:  # ask Slurm only for the GPUs the plan uses (others may share the node)
+            used = [i for c in self.comps if c.get("slot") and c["group"] == g.index for i in c["slot"].gpus]
+            if g.gpus_per_node:
+                g.gpus_per_node = max(used) + 1 if used else 0
         comps = []
         for c in sorted(self.comps, key=lambda c: c["stage"]):
             slot = c.pop("slot", None)
