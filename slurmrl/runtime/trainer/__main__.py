@@ -1,0 +1,40 @@
+"""``python -m slurmrl.runtime.trainer --config RUN_DIR/components/trainer.toml``"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from slurmrl.runtime import component as rt
+
+
+def finished(comp: rt.Component) -> int | None:
+    """The step of a complete checkpoint at or past max_steps, if any (checked before importing torch,
+    so a job requeued after the trainer finished does not pay for loading it)."""
+    root, best = comp.run_dir / "checkpoints", None
+    if root.is_dir():
+        for d in root.iterdir():
+            m = re.fullmatch(r"step-(\d{6,})", d.name)
+            if m and int(m.group(1)) >= int(comp.settings["max_steps"]) and (d / "DONE").exists():
+                best = max(best or 0, int(m.group(1)))
+    return best
+
+
+def main() -> int:
+    args = rt.config_arg("slurmrl trainer (SFT or RL), one process per GPU under torchrun")
+    comp = rt.load(args.config)
+    done = finished(comp)
+    if done is not None:
+        print(f"slurmrl: trainer: checkpoint of step {done} is complete (max_steps {comp.settings['max_steps']}): "
+              "nothing to do", flush=True)
+        rt.mark_ready(comp, "trainer finished")
+        return 0
+    rt.narrow_gpus(comp)  # before anything initialises CUDA
+    from slurmrl.runtime.trainer.loop import run  # torch, transformers
+
+    return run(comp)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,381 @@
+"""The trainer process: set up torch.distributed, load (or resume) the model, run SFT or RL steps.
+
+One process per GPU (torchrun); rank r uses ``cuda:LOCAL_RANK`` with NCCL, or the CPU with gloo
+where there is no GPU. More than one rank: FSDP2 (``fully_shard`` per decoder layer, then the
+root); bfloat16 mixed precision where the device has it (float32 master weights), float32
+elsewhere. Steps count from 1. TERM/INT sets a flag; at the next step boundary (or while
+waiting for a rollout file) every rank agrees to stop, a checkpoint is written, exit code 143.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from slurmrl.runtime import component as rt
+from slurmrl.runtime.trainer import losses, rollouts, state
+from slurmrl.runtime.trainer.metrics import Metrics
+
+STOP = threading.Event()
+EXIT_STOPPED = 143
+
+
+def _on_signal(signum, _frame):
+    if not STOP.is_set():
+        print(f"slurmrl: trainer: got {signal.Signals(signum).name}: checkpoint at the next step boundary, then stop",
+              flush=True)
+    STOP.set()
+
+
+def resolve(path: str, run_dir: Path) -> tuple[str, Path | None]:
+    """A local path (as given, or relative to the run dir) -> (str, Path); else a hub id -> (id, None)."""
+    for p in (Path(path), run_dir / path):
+        if p.exists():
+            return str(p.resolve()), p.resolve()
+    return path, None
+
+
+class Dist:
+    def __init__(self, s: dict):
+        self.cuda = torch.cuda.is_available()
+        self.rank = int(os.environ.get("RANK", 0))
+        self.world = int(os.environ.get("WORLD_SIZE", 1))
+        self.local = int(os.environ.get("LOCAL_RANK", 0))
+        self.device = torch.device("cuda", self.local) if self.cuda else torch.device("cpu")
+        if self.cuda:
+            torch.cuda.set_device(self.device)
+        backend = "nccl" if self.cuda else "gloo"
+        timeout = datetime.timedelta(minutes=60)
+        if "RANK" in os.environ and "MASTER_ADDR" in os.environ:
+            dist.init_process_group(backend, timeout=timeout, device_id=self.device if self.cuda else None)
+        else:  # started without torchrun: a group of one
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        self.bf16 = s.get("dtype", "bfloat16") == "bfloat16" and self.cuda and torch.cuda.is_bf16_supported()
+
+    def any(self, flag: bool) -> bool:
+        t = torch.tensor([1.0 if flag else 0.0], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item() > 0)
+
+    def sum(self, values: list[float | torch.Tensor]) -> list[float]:
+        t = torch.stack([torch.as_tensor(v, dtype=torch.float64).to(self.device) for v in values])
+        dist.all_reduce(t)
+        return t.tolist()
+
+
+def untie(model) -> None:
+    """Give the LM head its own weight: the published weights are untied (vLLM's reload needs it)."""
+    head, emb = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and emb is not None and head.weight is emb.weight:
+        head.weight = torch.nn.Parameter(emb.weight.detach().clone())
+    model.config.tie_word_embeddings = False
+    if getattr(model.config, "get_text_config", None):
+        model.config.get_text_config().tie_word_embeddings = False
+
+
+def shard(model, d: Dist) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh(d.device.type, (d.world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if d.bf16 else MixedPrecisionPolicy()
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    for layer in layers:
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+
+
+def load_model(path: str, d: Dist, gradient_checkpointing: bool, trainable: bool = True):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    untie(model)
+    model.config.use_cache = False
+    if trainable and gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if trainable:
+        model.train()
+    else:
+        model.eval()
+        model.requires_grad_(False)
+    model.to(d.device)
+    if d.world > 1:
+        shard(model, d)
+    return model
+
+
+def grad_norm_and_clip(model, max_norm: float) -> float:
+    norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], max_norm)
+    if hasattr(norm, "full_tensor"):
+        norm = norm.full_tensor()
+    return float(norm)
+
+
+class Trainer:
+    def __init__(self, comp: rt.Component):
+        self.comp, self.s, self.run_dir = comp, comp.settings, comp.run_dir
+        s = self.s
+        self.kind = s["kind"]
+        if self.kind not in ("sft", "rl"):
+            raise SystemExit(f"slurmrl: trainer: kind must be sft or rl, got {self.kind!r}")
+        self.d = Dist(s)
+        self.rank, self.world = self.d.rank, self.d.world
+        self.seed = int(s.get("seed", 0))
+        self.max_steps = int(s["max_steps"])
+        self.micro = int(s.get("micro_batch_size", 1))
+        self.seq_len = int(s.get("seq_len", 2048))
+        self.every = int(s.get("checkpoint_every", 10))
+        self.keep = int(s.get("keep_checkpoints", 3))
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.weights_root = self.run_dir / "weights"
+        if s.get("dtype", "bfloat16") == "bfloat16" and not self.d.bf16:
+            self.log(f"dtype bfloat16 asked but {self.d.device.type} has no bf16 here: training in float32")
+        self.publish_dtype = torch.bfloat16 if s.get("dtype", "bfloat16") == "bfloat16" else torch.float32
+        if int(s.get("world_size", self.world)) != self.world:
+            self.log(f"note: the plan says world size {s['world_size']}, torchrun started {self.world}")
+
+    # ---- helpers ---------------------------------------------------------------------
+    def log(self, msg: str, all_ranks: bool = False) -> None:
+        if all_ranks or self.rank == 0:
+            print(f"slurmrl: trainer.{self.rank}: {msg}", flush=True)
+
+    def autocast(self):
+        if self.d.bf16 and self.world == 1:  # FSDP2 casts through its MixedPrecisionPolicy instead
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return torch.autocast(self.d.device.type, enabled=False)
+
+    def forward(self, model, ids, pos):
+        with self.autocast():
+            return model(input_ids=ids, position_ids=pos, use_cache=False).logits
+
+    # ---- setup -----------------------------------------------------------------------
+    def setup(self) -> None:
+        from transformers import AutoTokenizer, GenerationConfig
+
+        s = self.s
+        torch.manual_seed(self.seed)
+        self.model_id, self.model_dir = resolve(s["model"], self.run_dir)
+        self.start, ckpt = state.latest_checkpoint(self.ckpt_root)
+        self.ckpt = ckpt
+        source = str(ckpt / "model") if ckpt else self.model_id
+        self.log(f"{self.kind} on {self.world} rank(s), device {self.d.device}, "
+                 f"{'bfloat16 mixed precision' if self.d.bf16 else 'float32'}, "
+                 f"{'FSDP2' if self.world > 1 else 'no sharding'}; model {source}"
+                 + (f" (resuming after step {self.start})" if ckpt else ""))
+        t = time.perf_counter()
+        self.tok = AutoTokenizer.from_pretrained(self.model_id)
+        self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else (self.tok.eos_token_id or 0)
+        self.model = load_model(source, self.d, bool(s.get("gradient_checkpointing", False)))
+        self.config = self.model.config
+        try:
+            self.gen_config = GenerationConfig.from_pretrained(self.model_id)
+        except Exception:
+            self.gen_config = None
+        self.ref = None
+        self.kl_coef = float(s.get("kl_coef", 0.0))
+        if self.kind == "rl" and self.kl_coef > 0:
+            self.ref = load_model(self.model_id, self.d, False, trainable=False)
+        self.optim = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad], lr=float(s["lr"]), betas=(0.9, 0.999),
+            weight_decay=float(s.get("weight_decay", 0.0)),
+        )
+        self.data = None
+        if self.kind == "sft":
+            from slurmrl.runtime.trainer.data import SFTData, load_jsonl
+
+            if not s.get("dataset"):
+                raise SystemExit("slurmrl: trainer: SFT needs trainer.dataset (a JSONL file)")
+            path, local = resolve(s["dataset"], self.run_dir)
+            if local is None:
+                raise SystemExit(f"slurmrl: trainer: dataset {s['dataset']} not found")
+            self.data = SFTData(load_jsonl(local, self.tok), self.seq_len, self.pad_id, self.seed)
+            self.log(f"dataset {local}: {len(self.data.examples)} examples")
+        if ckpt:
+            st = json.loads((ckpt / "state.json").read_text())
+            state.load_optimizer(ckpt, self.model, self.optim, self.rank)
+            if not state.load_rng(ckpt, self.rank):
+                self.log(f"no RNG state for rank {self.rank} in {ckpt.name}; continuing with a fresh one", True)
+            if self.data is not None and "data" in st:
+                self.data.seek(st["data"])
+        self.metrics = Metrics(self.run_dir, dict(s), enabled=self.rank == 0, log=self.log)
+        dropped = self.metrics.truncate_after(self.start)
+        if dropped:
+            self.log(f"metrics: dropped {dropped} line(s) of steps after {self.start} (they are redone)")
+        n_params = sum(p.numel() for p in self.model.parameters())
+        self.log(f"model loaded in {time.perf_counter() - t:.1f}s ({n_params / 1e6:.1f}M parameters)")
+        rt.mark_ready(self.comp, f"trainer rank {self.rank}")
+
+    # ---- steps -----------------------------------------------------------------------
+    def sft_step(self) -> dict:
+        global_batch = int(self.s.get("global_batch", self.s.get("batch_size", 1)))
+        if global_batch % (self.world * self.micro):
+            raise SystemExit(f"slurmrl: trainer: batch {global_batch} does not split into micro_batch_size "
+                             f"{self.micro} x {self.world} ranks")
+        epoch = self.data.epoch
+        packs = self.data.take(global_batch)
+        n_tgt = max(1, int(sum(int(p.targets.sum()) for p in packs)))
+        tokens = int(sum(int(p.used) for p in packs))
+        per_rank = global_batch // self.world
+        mine = packs[self.rank * per_rank : (self.rank + 1) * per_rank]
+        loss_sum = torch.zeros((), device=self.d.device)
+        for k in range(0, per_rank, self.micro):
+            chunk = mine[k : k + self.micro]
+            ids = torch.from_numpy(np.stack([p.ids for p in chunk])).to(self.d.device)
+            pos = torch.from_numpy(np.stack([p.positions for p in chunk])).to(self.d.device)
+            tgt = torch.from_numpy(np.stack([p.targets for p in chunk])).to(self.d.device)
+            logits = self.forward(self.model, ids, pos)
+            loss = losses.sft_loss_sum(logits, ids, tgt)
+            (loss * self.world / n_tgt).backward()
+            loss_sum += loss.detach()
+        (total,) = self.d.sum([loss_sum])
+        return {"loss": total / n_tgt, "tokens": tokens, "target_tokens": n_tgt, "epoch": epoch}
+
+    def rl_step(self, batch: dict) -> dict:
+        samples = batch["samples"]
+        if not samples:
+            raise SystemExit(f"slurmrl: trainer: rollout batch for step {batch.get('step')} has no samples")
+        n_tgt = max(1, rollouts.target_tokens(samples, self.seq_len))
+        tokens = sum(min(len(x["prompt_ids"]) + len(x["completion_ids"]), self.seq_len) for x in samples)
+        sums = {k: torch.zeros((), device=self.d.device, dtype=torch.float64)
+                for k in ("loss", "kl", "kl_inference", "entropy", "clip", "ratio")}
+        for mb in rollouts.split(samples, self.rank, self.world, self.micro, self.seq_len, self.pad_id):
+            ids, pos = mb.input_ids.to(self.d.device), mb.position_ids.to(self.d.device)
+            sel = mb.targets[:, 1:].to(self.d.device)
+            logits = self.forward(self.model, ids, pos)[:, :-1]
+            nxt = ids[:, 1:]
+            logp = losses.token_logprobs(logits[sel], nxt[sel])
+            old = mb.old_logp[:, 1:].to(self.d.device)[sel]
+            adv = mb.advantages.to(self.d.device).expand(-1, sel.shape[1])[sel]
+            ref_logp = None
+            if self.ref is not None:
+                with torch.no_grad():
+                    ref_logits = self.forward(self.ref, ids, pos)[:, :-1]
+                    ref_logp = losses.token_logprobs(ref_logits[sel], nxt[sel])
+                    del ref_logits
+            terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool),
+                                          float(self.s.get("clip_eps", 0.2)), ref_logp, self.kl_coef)
+            (terms["loss"] * self.world / n_tgt).backward()
+            with torch.no_grad():
+                d = torch.where(torch.isnan(old), logp, old) - logp
+                sums["kl_inference"] += (torch.exp(d) - d - 1).sum().double()
+                sums["entropy"] += losses.entropy_sum(logits, sel).double()
+            for k in ("loss", "kl", "clip", "ratio"):
+                if k in terms:
+                    sums[k] += terms[k].detach().double()
+            del logits, logp
+        keys = list(sums)
+        totals = dict(zip(keys, self.d.sum([sums[k] for k in keys])))
+        rewards = [float(x.get("reward", 0.0)) for x in samples]
+        return {
+            "loss": totals["loss"] / n_tgt, "kl": totals["kl"] / n_tgt, "kl_inference": totals["kl_inference"] / n_tgt,
+            "entropy": totals["entropy"] / n_tgt, "clip_frac": totals["clip"] / n_tgt,
+            "ratio_mean": totals["ratio"] / n_tgt, "tokens": tokens, "target_tokens": n_tgt, "samples": len(samples),
+            "reward_mean": sum(rewards) / len(rewards), "policy_step": batch.get("policy_step"),
+        }
+
+    def optimizer_step(self) -> float:
+        norm = grad_norm_and_clip(self.model, float(self.s.get("max_grad_norm", 1.0)))
+        if math.isfinite(norm):
+            self.optim.step()
+        else:
+            self.log(f"grad norm {norm}: step skipped")
+        self.optim.zero_grad(set_to_none=True)
+        return norm
+
+    # ---- saving ----------------------------------------------------------------------
+    def publish(self, step: int) -> float:
+        t = time.perf_counter()
+        path = state.publish_weights(self.weights_root, step, self.model, self.config, self.gen_config, self.model_dir,
+                                     self.tok, self.publish_dtype, self.keep, self.rank)
+        dt = time.perf_counter() - t
+        self.log(f"weights of step {step} at {path} ({dt:.2f}s)")
+        return dt
+
+    def checkpoint(self, step: int, why: str) -> None:
+        t = time.perf_counter()
+        extra = {"kind": self.kind, "world_size": self.world, "seed": self.seed,
+                 "data": self.data.position if self.data is not None else {"next_rollout": step + 1}}
+        path = state.save_checkpoint(self.ckpt_root, step, self.model, self.optim, self.config, self.gen_config,
+                                     self.model_dir, self.tok, extra, self.keep, self.rank)
+        self.log(f"checkpoint ({why}) at {path} ({time.perf_counter() - t:.2f}s)")
+
+    # ---- main loop -------------------------------------------------------------------
+    def run(self) -> int:
+        self.setup()
+        if self.start >= self.max_steps:
+            self.log(f"already at step {self.start} of {self.max_steps}: nothing to do")
+            return 0
+        saved = self.start
+        step = self.start
+        stopped = False
+        lr = float(self.s["lr"])
+        while step < self.max_steps:
+            n = step + 1
+            wait_s, batch = 0.0, None
+            if self.kind == "rl":
+                path = rollouts.rollout_path(self.run_dir, n)
+                found, wait_s = rollouts.wait_for_batch(path, STOP.is_set, self.log)
+                if self.d.any(not found):
+                    stopped = True
+                    break
+                batch = rollouts.read_batch(path)
+            t = time.perf_counter()
+            out = self.sft_step() if self.kind == "sft" else self.rl_step(batch)
+            norm = self.optimizer_step()
+            if self.d.cuda:
+                torch.cuda.synchronize()
+            step_s = time.perf_counter() - t
+            step = n
+            publish_s = self.publish(step) if self.kind == "rl" else 0.0
+            record = {"step": step, "kind": self.kind, **out, "grad_norm": norm, "lr": lr,
+                      "tokens_per_s": out["tokens"] / step_s if step_s > 0 else 0.0, "step_time_s": step_s,
+                      "wait_s": wait_s, "publish_s": publish_s, "time": time.time()}
+            if self.kind == "rl" and isinstance(out.get("policy_step"), int):
+                record["off_policy_lag"] = step - 1 - out["policy_step"]
+            self.metrics.log(record)
+            extra = (f" kl {out['kl']:.4f} entropy {out['entropy']:.3f} clip {out['clip_frac']:.3f} "
+                     f"reward {out['reward_mean']:.3f}" if self.kind == "rl" else "")
+            self.log(f"step {step}/{self.max_steps} loss {out['loss']:.4f}{extra} grad_norm {norm:.3f} "
+                     f"{record['tokens_per_s']:.0f} tok/s step {step_s:.2f}s wait {wait_s:.2f}s")
+            if step == self.max_steps and self.kind == "sft":  # before the last checkpoint: DONE there means all done
+                self.publish(step)
+            stopped = self.d.any(STOP.is_set())
+            if stopped or step % self.every == 0 or step == self.max_steps:
+                self.checkpoint(step, "stop requested" if stopped else "last step" if step == self.max_steps else "periodic")
+                saved = step
+            if stopped:
+                break
+        if stopped and saved < step:
+            self.checkpoint(step, "stop requested")
+            saved = step
+        self.metrics.close()
+        if stopped:
+            self.log(f"stopped after step {step} (checkpoint complete); exit {EXIT_STOPPED}")
+            return EXIT_STOPPED
+        self.log(f"done: {step} steps")
+        return 0
+
+
+def run(comp: rt.Component) -> int:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _on_signal)
+    trainer = Trainer(comp)
+    try:
+        return trainer.run()
+    finally:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass

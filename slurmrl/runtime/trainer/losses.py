@@ -1,0 +1,76 @@
+"""Token log-probabilities, the SFT loss and the PPO-clip policy loss (GRPO-style).
+
+Every loss here returns a *sum* over target tokens; the caller divides by the number of target
+tokens in the whole global batch, so the step's loss is a mean over tokens whatever the split
+into micro-batches and ranks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(targets) under logits ([..., V]), in float32."""
+    logits = logits.float()
+    picked = torch.gather(logits, -1, targets.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+@torch.no_grad()
+def entropy_sum(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum over masked positions of the entropy of softmax(logits)."""
+    sel = logits[mask].float()
+    if sel.numel() == 0:
+        return logits.new_zeros((), dtype=torch.float32)
+    logp = torch.log_softmax(sel, dim=-1)
+    return -(logp.exp() * logp).sum()
+
+
+def shifted(logits: torch.Tensor, input_ids: torch.Tensor):
+    """Logits at t-1 and the token at t, for t >= 1."""
+    return logits[:, :-1], input_ids[:, 1:]
+
+
+def sft_loss_sum(logits: torch.Tensor, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy summed over target tokens. ``targets[b, t]``: token t is a loss target."""
+    lg, nxt = shifted(logits, input_ids)
+    mask = targets[:, 1:]
+    lp = token_logprobs(lg[mask], nxt[mask])
+    return -lp.sum()
+
+
+def ppo_clip_terms(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float,
+    ref_logp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> dict[str, torch.Tensor]:
+    """PPO clipped objective per token, summed over ``mask``.
+
+    ratio = exp(logp - old_logp) (old = the inference engine's logprob of the sampled token);
+    loss_t = -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A) + kl_coef * k3(ref || new),
+    k3 = exp(ref - new) - (ref - new) - 1. ``advantages`` broadcasts over tokens.
+    """
+    m = mask.float()
+    old = torch.where(torch.isnan(old_logp), logp.detach(), old_logp)  # no inference logprob: ratio 1
+    log_ratio = (logp - old).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    per_token = -torch.minimum(unclipped, clipped)
+    out = {
+        "clip": (((ratio - 1.0).abs() > clip_eps).float() * m).sum().detach(),
+        "ratio": (ratio.detach() * m).sum(),
+    }
+    if ref_logp is not None:
+        d = (ref_logp - logp).clamp(-20.0, 20.0)
+        kl = torch.exp(d) - d - 1.0
+        out["kl"] = (kl.detach() * m).sum()
+        if kl_coef > 0:
+            per_token = per_token + kl_coef * kl
+    out["loss"] = (per_token * m).sum()
+    return out

@@ -1,0 +1,70 @@
+"""Per-step metrics: one JSON line per step in ``metrics/trainer.jsonl``, and wandb if it can.
+
+wandb runs offline (files under ``RUN_DIR/wandb``) unless ``WANDB_MODE`` says otherwise;
+``WANDB_MODE=disabled`` skips it, and any failure to import or start it leaves only the JSONL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+class Metrics:
+    def __init__(self, run_dir: Path, config: dict, enabled: bool, log):
+        self.path = run_dir / "metrics" / "trainer.jsonl"
+        self.enabled, self.wandb = enabled, None
+        if not enabled:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("WANDB_MODE", "offline")
+        if os.environ["WANDB_MODE"] == "disabled":
+            return
+        try:
+            import wandb
+
+            (run_dir / "wandb").mkdir(exist_ok=True)
+            self.wandb = wandb.init(project="slurmrl", name=f"{run_dir.name}-trainer", dir=str(run_dir),
+                                    config=config, resume="allow", id=f"{run_dir.name}-trainer")
+        except Exception as e:  # optional: the JSONL is the record
+            log(f"wandb off ({e.__class__.__name__}: {str(e)[:200]})")
+
+    def truncate_after(self, step: int) -> int:
+        """Drop lines of steps after ``step`` (they are redone after a resume); returns how many."""
+        if not self.enabled or not self.path.exists():
+            return 0
+        keep, dropped = [], 0
+        for line in self.path.read_text().splitlines():
+            try:
+                ok = json.loads(line)["step"] <= step
+            except (ValueError, KeyError, TypeError):
+                ok = False
+            if ok:
+                keep.append(line)
+            else:
+                dropped += 1
+        if dropped:
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            tmp.write_text("".join(k + "\n" for k in keep))
+            tmp.replace(self.path)
+        return dropped
+
+    def log(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.wandb is not None:
+            try:
+                self.wandb.log({f"trainer/{k}": v for k, v in record.items() if isinstance(v, (int, float))},
+                               step=record["step"])
+            except Exception:  # never let metrics stop training
+                pass
+
+    def close(self) -> None:
+        if self.wandb is not None:
+            try:
+                self.wandb.finish()
+            except Exception:
+                pass

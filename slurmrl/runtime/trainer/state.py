@@ -1,0 +1,175 @@
+"""Weights for the inference servers and resumable checkpoints, on a shared filesystem.
+
+Both are folders named ``step-NNNNNN``, built under ``.step-NNNNNN.tmp`` (a dot name: globs for
+``step-*`` never see it), renamed into place, and then given a marker file written last
+(``READY`` for weights, ``DONE`` for checkpoints). A folder without its marker is incomplete and
+ignored. Rank 0 writes; every rank takes part in gathering the full state dicts (FSDP2).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+
+STEP_DIR = re.compile(r"^step-(\d{6,})$")
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
+    "merges.txt", "tokenizer.model", "vocab.txt", "chat_template.jinja", "chat_template.json",
+)
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def complete_steps(root: Path, marker: str) -> list[tuple[int, Path]]:
+    """(step, folder) of every complete folder under root, oldest first."""
+    out = []
+    if root.is_dir():
+        for d in root.iterdir():
+            m = STEP_DIR.match(d.name)
+            if m and (d / marker).exists():
+                out.append((int(m.group(1)), d))
+    return sorted(out)
+
+
+def prune(root: Path, marker: str, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` complete folders (never the newest), and stale temporaries."""
+    done = complete_steps(root, marker)
+    gone = [d for _, d in done[: max(0, len(done) - max(1, keep))]]
+    gone += [d for d in root.glob(".step-*.tmp")] if root.is_dir() else []
+    for d in gone:
+        shutil.rmtree(d, ignore_errors=True)
+    return gone
+
+
+def full_model_state(model) -> dict[str, torch.Tensor]:
+    """The full (unsharded) state dict on rank 0's CPU; empty on other ranks. Collective."""
+    return get_model_state_dict(model, options=FULL)
+
+
+def write_hf_folder(out: Path, state: dict[str, torch.Tensor], config, generation_config, tokenizer_src: Path | None,
+                    tokenizer, dtype: torch.dtype) -> None:
+    """config.json (untied embeddings), safetensors shards, tokenizer files."""
+    from huggingface_hub import save_torch_state_dict
+
+    out.mkdir(parents=True, exist_ok=True)
+    # own copies: gathered tensors may be views into one flat buffer, which safetensors refuses
+    tensors = {k: v.detach().to(dtype=dtype, copy=True).contiguous() for k, v in state.items()}
+    emb = next((k for k in tensors if k.endswith("embed_tokens.weight")), None)
+    if "lm_head.weight" not in tensors and emb is not None:  # an inference engine must see its own LM head
+        tensors["lm_head.weight"] = tensors[emb].clone()
+    config = copy.deepcopy(config)
+    config.tie_word_embeddings = False
+    config.dtype = dtype
+    config.save_pretrained(out)
+    if generation_config is not None:
+        generation_config.save_pretrained(out)
+    save_torch_state_dict(tensors, out, metadata={"format": "pt"})
+    copied = False
+    if tokenizer_src is not None and tokenizer_src.is_dir():
+        for name in TOKENIZER_FILES:
+            if (tokenizer_src / name).exists():
+                shutil.copy2(tokenizer_src / name, out / name)
+                copied = True
+    if not copied and tokenizer is not None:
+        tokenizer.save_pretrained(out)
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    if final.exists():  # left by an earlier attempt that got past this step without a checkpoint
+        shutil.rmtree(final)
+    tmp.rename(final)
+
+
+def publish_weights(root: Path, step: int, model, config, generation_config, tokenizer_src, tokenizer,
+                    dtype: torch.dtype, keep: int, rank: int) -> Path:
+    """Collective: gather, then rank 0 writes ``root/step-N/`` and ``READY`` last."""
+    state = full_model_state(model)
+    final = root / step_name(step)
+    if rank == 0:
+        tmp = root / f".{step_name(step)}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        write_hf_folder(tmp, state, config, generation_config, tokenizer_src, tokenizer, dtype)
+        _swap_in(tmp, final)
+        (final / "READY").write_text(f"{step}\n")
+        prune(root, "READY", keep)
+    del state
+    return final
+
+
+def rng_state() -> dict:
+    st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        st["cuda"] = torch.cuda.get_rng_state()
+    return st
+
+
+def set_rng_state(st: dict) -> None:
+    random.setstate(st["python"])
+    np.random.set_state(st["numpy"])
+    torch.set_rng_state(st["torch"])
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state(st["cuda"])
+
+
+def save_checkpoint(root: Path, step: int, model, optimizer, config, generation_config, tokenizer_src, tokenizer,
+                    extra: dict, keep: int, rank: int) -> Path:
+    """Collective. ``model/`` (float32 HF folder), ``optimizer.pt``, ``state.json``, ``rng-rank<R>.pt``; ``DONE`` last."""
+    final = root / step_name(step)
+    tmp = root / f".{step_name(step)}.tmp"
+    model_state = full_model_state(model)
+    optim_state = get_optimizer_state_dict(model, optimizer, options=FULL)
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        write_hf_folder(tmp / "model", model_state, config, generation_config, tokenizer_src, tokenizer, torch.float32)
+        torch.save(optim_state, tmp / "optimizer.pt")
+        (tmp / "state.json").write_text(json.dumps({"step": step, **extra}, indent=1) + "\n")
+    del model_state, optim_state
+    dist.barrier()
+    torch.save(rng_state(), tmp / f"rng-rank{dist.get_rank()}.pt")
+    dist.barrier()
+    if rank == 0:
+        _swap_in(tmp, final)
+        (final / "DONE").write_text(f"{step}\n")
+        prune(root, "DONE", keep)
+    dist.barrier()
+    return final
+
+
+def latest_checkpoint(root: Path) -> tuple[int, Path | None]:
+    done = complete_steps(root, "DONE")
+    return done[-1] if done else (0, None)
+
+
+def load_optimizer(ckpt: Path, model, optimizer, rank: int) -> None:
+    """Collective: rank 0 reads the full optimizer state and it is scattered to the shards."""
+    full = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=False) if rank == 0 else {}
+    set_optimizer_state_dict(
+        model, optimizer, optim_state_dict=full,
+        options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=dist.get_world_size() > 1),
+    )
+
+
+def load_rng(ckpt: Path, rank: int) -> bool:
+    path = ckpt / f"rng-rank{rank}.pt"
+    if not path.exists():
+        return False
+    set_rng_state(torch.load(path, map_location="cpu", weights_only=False))
+    return True
