@@ -1,0 +1,394 @@
+"""The trainer runtime with real torch on CPU: SFT (one rank; two ranks with FSDP2 over gloo),
+RL from rollout files, published weights, checkpoint on TERM and resume.
+
+Component configs come from a real render of a recipe; the trainer runs as the job script would
+start it (``python -m slurmrl.runtime.trainer``, or under torchrun), with the environment the
+script exports. Processes are stopped by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import runpy
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+
+from live_components import ROOT, free_port_base
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+SFT_STEPS = 30
+FSDP_STEPS = 15
+RL_STEPS = 5
+FAVOURED = "a"  # RL: completions holding this character get a positive advantage
+
+
+# ---- helpers ----------------------------------------------------------------------------
+def env_for(run_dir: Path) -> dict:
+    return {
+        **os.environ,
+        "SLURM_NODEID": "0", "SLURM_LOCALID": "0", "SLURMRL_PORT_BASE": str(free_port_base()),
+        "SLURMRL_RUN_DIR": str(run_dir), "SLURMRL_ATTEMPT": "0", "SLURMRL_NODES_G0": "127.0.0.1",
+        "CUDA_VISIBLE_DEVICES": "0,1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled",
+        "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+class Forked:
+    """``python -m slurmrl.runtime.trainer`` in a fork of this (warm) interpreter: the same entry
+    point through runpy, without paying torch's and transformers' import again per start (on two
+    cores that is most of a start). Popen-like: poll, wait, send_signal, kill, returncode."""
+
+    def __init__(self, argv: list[str], env: dict, log_path: Path, cwd: Path):
+        self.returncode = None
+        self.pid = os.fork()
+        if self.pid:
+            return
+        code = 1
+        try:  # the child: never returns into pytest
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(env)
+            fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            sys.stdout = sys.stderr = open(1, "w", buffering=1, closefd=False)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_DFL)
+            torch.set_num_threads(1)
+            sys.argv = [argv[2], *argv[3:]]
+            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            os._exit(code)
+
+    def _reap(self, flags: int) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, flags)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self):
+        return self._reap(os.WNOHANG)
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("trainer", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Trainer:
+    def __init__(self, run_dir: Path, ranks: int = 1, tag: str = "a"):
+        cfg = run_dir / "components" / "trainer.toml"
+        self.log_path = run_dir / "logs" / f"trainer-{tag}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.log_path, "wb")
+        if ranks == 1:
+            argv = [sys.executable, "-m", "slurmrl.runtime.trainer", "--config", str(cfg)]
+            self.proc = Forked(argv, env_for(run_dir), self.log_path, run_dir)
+        else:  # the real launcher, as the job script starts it
+            argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+                    "-m", "slurmrl.runtime.trainer", "--config", str(cfg)]
+            self.proc = subprocess.Popen(argv, env=env_for(run_dir), stdout=self.log, stderr=subprocess.STDOUT,
+                                         cwd=run_dir)
+
+    def tail(self, n: int = 6000) -> str:
+        return self.log_path.read_bytes()[-n:].decode(errors="replace")
+
+    def wait(self, timeout: float = 120) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"trainer did not finish in {timeout}s:\n{self.tail()}") from None
+        finally:
+            self.log.close()
+        return code
+
+    def until(self, predicate, what: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"trainer exited ({self.proc.returncode}) before {what}:\n{self.tail()}")
+            time.sleep(0.05)
+        self.proc.kill()
+        raise AssertionError(f"no {what} after {timeout}s:\n{self.tail()}")
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics" / "trainer.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def render_run(tmp: Path, recipe: str, name: str, overrides: list[str]) -> Path:
+    from slurmrl.render import render
+
+    return render(ROOT / "recipes" / recipe, overrides=overrides, run_dir=tmp / name).run_dir
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from slurmrl.runtime.tiny_model import build
+
+    return build(tmp_path_factory.mktemp("model") / "tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny)
+
+
+@pytest.fixture(scope="module")
+def sft_data(tmp_path_factory) -> Path:
+    rng = random.Random(0)
+    path = tmp_path_factory.mktemp("data") / "sft.jsonl"
+    with path.open("w") as f:
+        for i in range(160):
+            w = "".join(rng.choice("abcd") for _ in range(rng.randint(3, 6)))
+            row = ({"prompt": f"reverse {w}:", "completion": f" {w[::-1]}"} if i % 2 else
+                   {"messages": [{"role": "user", "content": f"reverse {w}"}, {"role": "assistant", "content": w[::-1]}]})
+            f.write(json.dumps(row) + "\n")
+    return path
+
+
+def sft_overrides(tiny: Path, data: Path, gpus: int) -> list[str]:
+    return [
+        f"model.path={tiny}", f"trainer.dataset={data}", f"trainer.gpus_per_node={gpus}", "trainer.batch_size=4",
+        "trainer.micro_batch_size=2", "trainer.seq_len=64", "trainer.lr=3e-3", f"trainer.max_steps={SFT_STEPS}",
+        "trainer.checkpoint_every=10", "trainer.keep_checkpoints=2", "trainer.dtype=bfloat16",
+        "trainer.gradient_checkpointing=true",
+    ]
+
+
+# ---- SFT --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sft_single(tmp_path_factory, tiny, sft_data) -> dict:
+    """One rank; TERM mid-run (exit 143 after a checkpoint), then a second start finishes."""
+    run_dir = render_run(tmp_path_factory.mktemp("sft1"), "sft-1node.toml", "run", sft_overrides(tiny, sft_data, 1))
+    first = Trainer(run_dir, tag="a")
+    first.until(lambda: len(metrics(run_dir)) >= 12, "12 steps")
+    first.proc.send_signal(signal.SIGTERM)
+    code_a = first.wait()
+    stopped_at = metrics(run_dir)[-1]["step"]
+    second = Trainer(run_dir, tag="b")
+    code_b = second.wait()
+    return {"run_dir": run_dir, "codes": (code_a, code_b), "stopped_at": stopped_at, "logs": (first, second)}
+
+
+def test_sft_loss_falls_and_resumes_after_term(sft_single):
+    run_dir = sft_single["run_dir"]
+    first, second = sft_single["logs"]
+    assert sft_single["codes"] == (143, 0), first.tail() + second.tail()
+    k = sft_single["stopped_at"]
+    assert 12 <= k < SFT_STEPS
+    assert f"resuming after step {k}" in second.tail(100_000)
+    rows = metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(1, SFT_STEPS + 1))  # every step exactly once
+    loss = [r["loss"] for r in rows]
+    assert all(math.isfinite(x) for x in loss)
+    assert sum(loss[-5:]) / 5 < 0.5 * sum(loss[:3]) / 3, loss
+    # checkpoints: the newest two, complete, with the data position
+    ckpts = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert ckpts == [f"step-{max(20, k):06d}", f"step-{SFT_STEPS:06d}"], ckpts  # periodic 10, 20; k on TERM; 30
+    last = run_dir / "checkpoints" / f"step-{SFT_STEPS:06d}"
+    for name in ("DONE", "optimizer.pt", "state.json", "rng-rank0.pt", "model/config.json"):
+        assert (last / name).exists(), name
+    st = json.loads((last / "state.json").read_text())
+    assert st["step"] == SFT_STEPS and set(st["data"]) == {"epoch", "index"}
+    # the final weights are published like RL weights, and the component marked itself ready
+    assert (run_dir / "weights" / f"step-{SFT_STEPS:06d}" / "READY").exists()
+    assert (run_dir / "ready" / "attempt-0" / "trainer.0").exists()
+    # a third start has nothing left to do
+    third = Trainer(run_dir, tag="c")
+    assert third.wait() == 0 and "nothing to do" in third.tail()
+    assert len(metrics(run_dir)) == SFT_STEPS
+
+
+def test_sft_two_ranks_fsdp2_matches_one_rank(tmp_path, tiny, sft_data, sft_single):
+    """torchrun, two ranks, gloo, FSDP2: runs, loss falls, and the losses are those of one rank
+    (same data order, token-mean loss over the global batch), also across its TERM + resume."""
+    run_dir = render_run(tmp_path, "sft-1node.toml", "run",
+                         [*sft_overrides(tiny, sft_data, 2), f"trainer.max_steps={FSDP_STEPS}"])
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert [c for c in plan["components"] if c["name"] == "trainer"][0]["settings"]["world_size"] == 2
+    t = Trainer(run_dir, ranks=2)
+    code = t.wait(timeout=150)
+    assert code == 0, t.tail()
+    assert "FSDP2" in t.tail(100_000)
+    two = metrics(run_dir)
+    one = metrics(sft_single["run_dir"])
+    assert [r["step"] for r in two] == list(range(1, FSDP_STEPS + 1))
+    assert sum(r["loss"] for r in two[-3:]) < 0.6 * sum(r["loss"] for r in two[:3])
+    for a, b in zip(one, two):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-3), (a["step"], a["loss"], b["loss"])
+    ck = run_dir / "checkpoints" / f"step-{FSDP_STEPS:06d}"
+    assert (ck / "rng-rank0.pt").exists() and (ck / "rng-rank1.pt").exists() and (ck / "DONE").exists()
+
+
+# ---- RL ---------------------------------------------------------------------------------
+def write_rollouts(run_dir: Path, steps, tokenizer, base_logp) -> None:
+    rng = random.Random(1)
+    prompt = tokenizer("reverse ab:", add_special_tokens=False)["input_ids"]
+    for step in steps:
+        samples = []
+        for _ in range(8):
+            text = "".join(rng.choice("abcd") for _ in range(4))
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            adv = 1.0 if FAVOURED in text else -1.0
+            samples.append({"prompt_ids": prompt, "completion_ids": ids, "logprobs": base_logp(prompt, ids),
+                            "advantage": adv, "reward": float(adv > 0)})
+        path = run_dir / "rollouts" / f"step-{step:06d}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps({"step": step, "policy_step": max(0, step - 2), "samples": samples}))
+        tmp.rename(path)
+
+
+def logprob_fn(model_dir: Path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+    @torch.no_grad()
+    def fn(prompt: list[int], completion: list[int]) -> list[float]:
+        ids = torch.tensor([prompt + completion])
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+        return [float(logp[len(prompt) - 1 + i, t]) for i, t in enumerate(completion)]
+
+    return fn
+
+
+def first_token_logprob(model_dir: Path, tokenizer, char: str) -> float:
+    prompt = tokenizer("reverse ab:", add_special_tokens=False)["input_ids"]
+    tid = tokenizer(char, add_special_tokens=False)["input_ids"][0]
+    return logprob_fn(model_dir)(prompt, [tid])[0]
+
+
+def test_rl_learns_publishes_untied_weights_and_resumes(tmp_path, tiny, tokenizer):
+    run_dir = render_run(tmp_path, "rl-debug.toml", "run", [
+        f"model.path={tiny}", "orchestrator.prompts_per_step=2", "orchestrator.rollouts_per_prompt=4",
+        "trainer.micro_batch_size=4", "trainer.lr=3e-3", f"trainer.max_steps={RL_STEPS}", "trainer.checkpoint_every=2",
+        "trainer.keep_checkpoints=2", "trainer.kl_coef=0.01", "trainer.seq_len=64",
+    ])
+    # weights left by an earlier attempt that never checkpointed: overwritten, not trusted
+    stale = run_dir / "weights" / "step-000001"
+    stale.mkdir(parents=True)
+    (stale / "READY").write_text("stale\n")
+    base_logp = logprob_fn(tiny)
+    write_rollouts(run_dir, range(1, 4), tokenizer, base_logp)
+
+    first = Trainer(run_dir, tag="a")
+    first.until(lambda: len(metrics(run_dir)) >= 3, "3 steps")
+    first.proc.send_signal(signal.SIGTERM)  # while it waits for step 4's batch
+    assert first.wait() == 143, first.tail()
+    ckpts = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert ckpts == ["step-000002", "step-000003"], ckpts
+    assert json.loads((run_dir / "checkpoints" / "step-000003" / "state.json").read_text())["data"] == {"next_rollout": 4}
+
+    write_rollouts(run_dir, range(4, RL_STEPS + 1), tokenizer, base_logp)
+    second = Trainer(run_dir, tag="b")
+    assert second.wait() == 0, second.tail()
+    assert "resuming after step 3" in second.tail(100_000)
+
+    rows = metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(1, RL_STEPS + 1))
+    for r in rows:
+        for key in ("loss", "kl", "kl_inference", "entropy", "clip_frac", "tokens_per_s", "step_time_s", "wait_s",
+                    "grad_norm"):
+            assert math.isfinite(r[key]), (key, r)
+    assert rows[0]["clip_frac"] == 0.0 and rows[-1]["kl"] > 0  # on-policy at step 1; drifted from the reference later
+
+    # weights: newest keep_checkpoints, READY written last, untied LM head, tokenizer alongside
+    weights = sorted(p.name for p in (run_dir / "weights").iterdir())
+    assert weights == ["step-000004", "step-000005"], weights
+    newest = run_dir / "weights" / "step-000005"
+    files = [p for p in newest.iterdir() if p.name != "READY"]
+    assert all(p.stat().st_mtime_ns <= (newest / "READY").stat().st_mtime_ns for p in files)
+    assert json.loads((newest / "config.json").read_text())["tie_word_embeddings"] is False
+    assert (newest / "tokenizer.json").exists() and (newest / "tokenizer_config.json").exists()
+    from safetensors import safe_open
+
+    with safe_open(str(newest / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+        assert "lm_head.weight" in keys and "model.embed_tokens.weight" in keys
+        assert not torch.equal(f.get_tensor("lm_head.weight"), f.get_tensor("model.embed_tokens.weight"))
+
+    # the policy moved towards the favoured token
+    before = first_token_logprob(tiny, tokenizer, FAVOURED)
+    after = first_token_logprob(newest, tokenizer, FAVOURED)
+    assert after > before + 0.1, (before, after)
+
+
+# ---- pieces, in process -----------------------------------------------------------------
+def test_packing_masks_and_isolates_examples(tiny, tokenizer):
+    """Loss targets are exactly the completion/assistant tokens, and an example packed after
+    another gets the same logits as on its own (position ids restart; no cross attention)."""
+    import numpy as np
+    from transformers import AutoModelForCausalLM
+
+    from slurmrl.runtime.trainer.data import encode, pack
+
+    pc = encode(tokenizer, {"prompt": "reverse ab:", "completion": " ba"})
+    marked = tokenizer.decode([t for t, m in zip(pc.ids, pc.mask) if m])
+    assert marked == " ba" + tokenizer.eos_token
+    chat = encode(tokenizer, {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+                                           {"role": "user", "content": "again"}, {"role": "assistant", "content": "ok"}]})
+    assert tokenizer.decode([t for t, m in zip(chat.ids, chat.mask) if m]) == "yo<|end|>ok<|end|>"
+
+    packs = pack([pc, chat], np.array([0, 1]), 64, tokenizer.pad_token_id)
+    assert len(packs) == 1
+    p = packs[0]
+    n0 = len(pc.ids)
+    assert p.positions[n0] == 0 and not p.targets[n0] and p.used == n0 + len(chat.ids)
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32).eval()
+    with torch.no_grad():
+        packed = model(input_ids=torch.from_numpy(p.ids[None]), position_ids=torch.from_numpy(p.positions[None]),
+                       use_cache=False).logits[0, n0 : n0 + len(chat.ids)]
+        alone = model(input_ids=torch.tensor([chat.ids]), use_cache=False).logits[0]
+    torch.testing.assert_close(packed, alone, rtol=1e-4, atol=1e-4)
+
+
+def test_ppo_clip_terms():
+    from slurmrl.runtime.trainer.losses import ppo_clip_terms
+
+    logp = torch.log(torch.tensor([0.5, 0.5, 0.5, 0.5])).requires_grad_()
+    old = torch.log(torch.tensor([0.5, 0.25, 0.9, float("nan")]))  # NaN: no inference logprob -> ratio 1
+    adv = torch.tensor([1.0, 1.0, -1.0, 2.0])
+    out = ppo_clip_terms(logp, old, adv, torch.ones(4, dtype=torch.bool), clip_eps=0.2)
+    # ratios 1, 2 -> 1.2 (A > 0), 0.56 -> 0.8 (A < 0: the pessimistic term), 1
+    assert out["loss"].item() == pytest.approx(-1.0 - 1.2 + 0.8 - 2.0, abs=1e-5)
+    assert out["clip"].item() == 2.0
+    out["loss"].backward()
+    assert logp.grad[1].item() == 0.0 and logp.grad[2].item() == 0.0  # clipped tokens carry no gradient
+    assert logp.grad[0].item() == pytest.approx(-1.0)
