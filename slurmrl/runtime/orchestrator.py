@@ -74,17 +74,18 @@ class Sampler:
         self.urls, self.model, self.tok, self.s = urls, model, tokenizer, settings
         self.pool = ThreadPoolExecutor(max_workers=max(4, settings["prompts_per_step"]))
 
-    def _one(self, index: int, task: dict, session: str) -> list[dict]:
+    def _one(self, index: int, task: dict, step: int) -> list[dict]:
         prompt_ids = self.tok(task["prompt"], add_special_tokens=False)["input_ids"]
         body = {
             "model": self.model, "prompt": prompt_ids, "n": self.s["rollouts_per_prompt"],
             "max_tokens": self.s["max_tokens"], "temperature": self.s["temperature"],
             "logprobs": 0, "return_tokens_as_token_ids": True,
+            "seed": self.s["seed"] * 1_000_003 + step * 1_009 + index,  # reproducible sampling
         }
         url = self.urls[index % len(self.urls)]
         req = urllib.request.Request(
             f"{url}/v1/completions", data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "X-Session-ID": session},
+            headers={"Content-Type": "application/json", "X-Session-ID": f"step{step}-prompt{index}"},
         )
         with urllib.request.urlopen(req, timeout=600) as r:
             out = json.loads(r.read())
@@ -100,7 +101,7 @@ class Sampler:
         return samples
 
     def sample(self, tasks: list[dict], step: int) -> list[list[dict]]:
-        futures = [self.pool.submit(self._one, i, t, f"step{step}-prompt{i}") for i, t in enumerate(tasks)]
+        futures = [self.pool.submit(self._one, i, t, step) for i, t in enumerate(tasks)]
         return [f.result() for f in futures]
 
 

@@ -1,0 +1,110 @@
+"""RL and SFT end to end on the local Slurm cluster: real vLLM, trainer, orchestrator, requeue.
+
+One RL job does double duty (each costs minutes on two cores): its reward must rise, and a
+`scontrol requeue` in the middle must not lose or repeat a step.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmrl.runtime.tiny_model import build as build_tiny
+
+pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = 24
+
+
+def slurmrl(cluster, *args, cwd, timeout=120):
+    return cluster.run([sys.executable, "-m", "slurmrl", *args], cwd=cwd, timeout=timeout)
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_until(predicate, timeout: float, what: str, run_dir: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(2)
+    logs = sorted((run_dir / "logs").rglob("*.log"))
+    tail = "\n".join(f"== {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]) for p in logs[-6:])
+    raise AssertionError(f"timed out waiting for {what}\n{tail}")
+
+
+def job_state(cluster, job_id: str) -> str:
+    r = cluster.run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id])
+    return r.stdout.split()[0] if r.stdout.split() else "UNKNOWN"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny(tmp_path_factory.mktemp("model") / "tiny")
+
+
+def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, tiny):
+    r = slurmrl(
+        slurm_cluster, "submit", str(ROOT / "recipes" / "rl-debug.toml"),
+        "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
+        "--set", f"trainer.max_steps={STEPS}", "--set", "trainer.checkpoint_every=4",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    run_dir = tmp_path / "runs" / "rl-debug"
+    job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
+    trainer_log = run_dir / "metrics" / "trainer.jsonl"
+    try:
+        wait_until(lambda: len(lines(trainer_log)) >= 8, 900, "8 trainer steps", run_dir)
+        rq = slurm_cluster.run(["scontrol", "requeue", job_id])
+        assert rq.returncode == 0, rq.stderr
+        wait_until(lambda: (run_dir / "logs" / "attempt-1").exists(), 300, "the second attempt", run_dir)
+        wait_until(lambda: job_state(slurm_cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
+                   1200, "the job to end", run_dir)
+        assert job_state(slurm_cluster, job_id) == "COMPLETED", slurmrl(
+            slurm_cluster, "logs", str(run_dir), cwd=tmp_path).stdout[-4000:]
+    finally:
+        slurmrl(slurm_cluster, "cancel", str(run_dir), cwd=tmp_path, timeout=180)
+
+    steps = [rec["step"] for rec in lines(trainer_log)]
+    assert sorted(steps) == list(range(1, STEPS + 1)), f"steps lost or repeated: {steps}"
+    rewards = {rec["step"]: rec["reward_mean"] for rec in lines(run_dir / "metrics" / "orchestrator.jsonl")}
+    assert sorted(rewards) == list(range(1, STEPS + 1))
+    first = sum(rewards[s] for s in range(1, 6)) / 5
+    last = sum(rewards[s] for s in range(STEPS - 4, STEPS + 1)) / 5
+    assert last > first + 0.1, f"reward did not rise: first 5 steps {first:.3f}, last 5 {last:.3f}"
+    plot = slurmrl(slurm_cluster, "plot", str(run_dir), cwd=tmp_path)
+    assert plot.returncode == 0 and (run_dir / "reward.png").exists(), plot.stderr
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny, nodes):
+    data = tmp_path / "sft.jsonl"
+    with data.open("w") as f:
+        for i in range(64):
+            word = "abcab"[i % 3:] + "c"
+            f.write(json.dumps({"prompt": f"say {word}:", "completion": f" {word}\n"}) + "\n")
+    r = slurmrl(
+        slurm_cluster, "submit", str(ROOT / "recipes" / "sft-debug.toml"),
+        "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
+        "--set", f'trainer.dataset="{data}"', "--set", f"trainer.nodes={nodes}",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    run_dir = tmp_path / "runs" / "sft-debug"
+    job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
+    try:
+        wait_until(lambda: job_state(slurm_cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED"), 600,
+                   "the SFT job to end", run_dir)
+        assert job_state(slurm_cluster, job_id) == "COMPLETED"
+    finally:
+        slurmrl(slurm_cluster, "cancel", str(run_dir), cwd=tmp_path, timeout=120)
+    losses = [rec["loss"] for rec in lines(run_dir / "metrics" / "trainer.jsonl")]
+    assert len(losses) == 30
+    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, losses
