@@ -212,6 +212,12 @@ class Trainer:
         dropped = self.metrics.truncate_after(self.start)
         if dropped:
             self.log(f"metrics: dropped {dropped} line(s) of steps after {self.start} (they are redone)")
+        if self.rank == 0:
+            for root in (self.weights_root, self.ckpt_root):
+                gone = state.drop_after(root, self.start)
+                if gone:
+                    self.log(f"removed {', '.join(d.name for d in gone)} from {root} (after step {self.start}; redone)")
+        dist.barrier()
         n_params = sum(p.numel() for p in self.model.parameters())
         self.log(f"model loaded in {time.perf_counter() - t:.1f}s ({n_params / 1e6:.1f}M parameters)")
         rt.mark_ready(self.comp, f"trainer rank {self.rank}")
@@ -318,9 +324,9 @@ class Trainer:
             return 0
         saved = self.start
         step = self.start
-        stopped = False
+        stopped = self.d.any(STOP.is_set())  # asked to stop while loading: nothing new to save
         lr = float(self.s["lr"])
-        while step < self.max_steps:
+        while step < self.max_steps and not stopped:
             n = step + 1
             wait_s, batch = 0.0, None
             if self.kind == "rl":
@@ -360,7 +366,7 @@ class Trainer:
             self.checkpoint(step, "stop requested")
             saved = step
         self.metrics.close()
-        if stopped:
+        if stopped and step < self.max_steps:
             self.log(f"stopped after step {step} (checkpoint complete); exit {EXIT_STOPPED}")
             return EXIT_STOPPED
         self.log(f"done: {step} steps")

@@ -58,6 +58,19 @@ def prune(root: Path, marker: str, keep: int) -> list[Path]:
     return gone
 
 
+def drop_after(root: Path, step: int) -> list[Path]:
+    """Delete step folders newer than ``step`` (complete or not) and temporaries: after a resume
+    they belong to steps that are redone, and must not be taken for the new ones."""
+    gone = []
+    if root.is_dir():
+        for d in root.iterdir():
+            m = STEP_DIR.match(d.name)
+            if (m and int(m.group(1)) > step) or (d.name.startswith(".step-") and d.name.endswith(".tmp")):
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(d)
+    return sorted(gone)
+
+
 def full_model_state(model) -> dict[str, torch.Tensor]:
     """The full (unsharded) state dict on rank 0's CPU; empty on other ranks. Collective."""
     return get_model_state_dict(model, options=FULL)
