@@ -155,7 +155,8 @@ def bench(args, hidden: int, layers: int, vocab: int, seq: int, micro: int, labe
             dt = time.perf_counter() - t
             size = sum(f.stat().st_size for f in Path(tmp).rglob("*.safetensors")) if d.rank == 0 else 0
         if d.rank == 0:
-            print(f"{'':>6}  weight publish (gather + safetensors + READY): {dt:.2f}s, {size / 2**20:.0f} MiB", flush=True)
+            print(f"{'':>6}  weight publish (gather + safetensors + READY): {dt:.2f}s, {size / 2**20:.0f} MiB",
+                  flush=True)
     del model, optim
     if d.cuda:
         torch.cuda.empty_cache()
@@ -163,7 +164,8 @@ def bench(args, hidden: int, layers: int, vocab: int, seq: int, micro: int, labe
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", choices=sorted(PRESETS), action="append", help="default: tiny and 30m (without --hidden)")
+    ap.add_argument("--preset", choices=sorted(PRESETS), action="append",
+                    help="default: tiny and 30m (without --hidden)")
     ap.add_argument("--hidden", type=int)
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--intermediate", type=int, help="MLP width (default 4 x hidden)")

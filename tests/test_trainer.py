@@ -176,8 +176,8 @@ def sft_data(tmp_path_factory) -> Path:
     with path.open("w") as f:
         for i in range(160):
             w = "".join(rng.choice("abcd") for _ in range(rng.randint(3, 6)))
-            row = ({"prompt": f"reverse {w}:", "completion": f" {w[::-1]}"} if i % 2 else
-                   {"messages": [{"role": "user", "content": f"reverse {w}"}, {"role": "assistant", "content": w[::-1]}]})
+            chat = [{"role": "user", "content": f"reverse {w}"}, {"role": "assistant", "content": w[::-1]}]
+            row = {"prompt": f"reverse {w}:", "completion": f" {w[::-1]}"} if i % 2 else {"messages": chat}
             f.write(json.dumps(row) + "\n")
     return path
 
@@ -314,7 +314,8 @@ def test_rl_learns_publishes_untied_weights_and_resumes(tmp_path, tiny, tokenize
     assert first.wait() == 143, first.tail()
     ckpts = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert ckpts == ["step-000002", "step-000003"], ckpts
-    assert json.loads((run_dir / "checkpoints" / "step-000003" / "state.json").read_text())["data"] == {"next_rollout": 4}
+    st = json.loads((run_dir / "checkpoints" / "step-000003" / "state.json").read_text())
+    assert st["data"] == {"next_rollout": 4}
 
     write_rollouts(run_dir, range(4, RL_STEPS + 1), tokenizer, base_logp)
     second = Trainer(run_dir, tag="b")
@@ -362,8 +363,8 @@ def test_packing_masks_and_isolates_examples(tiny, tokenizer):
     pc = encode(tokenizer, {"prompt": "reverse ab:", "completion": " ba"})
     marked = tokenizer.decode([t for t, m in zip(pc.ids, pc.mask) if m])
     assert marked == " ba" + tokenizer.eos_token
-    chat = encode(tokenizer, {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
-                                           {"role": "user", "content": "again"}, {"role": "assistant", "content": "ok"}]})
+    turns = [("user", "hi"), ("assistant", "yo"), ("user", "again"), ("assistant", "ok")]
+    chat = encode(tokenizer, {"messages": [{"role": r, "content": c} for r, c in turns]})
     assert tokenizer.decode([t for t, m in zip(chat.ids, chat.mask) if m]) == "yo<|end|>ok<|end|>"
 
     packs = pack([pc, chat], np.array([0, 1]), 64, tokenizer.pad_token_id)

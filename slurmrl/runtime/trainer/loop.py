@@ -88,7 +88,8 @@ def shard(model, d: Dist) -> None:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(d.device.type, (d.world,))
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if d.bf16 else MixedPrecisionPolicy()
+    mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if d.bf16
+          else MixedPrecisionPolicy())
     names = set(getattr(model, "_no_split_modules", None) or ())
     layers = [m for m in model.modules() if type(m).__name__ in names]
     for layer in layers:
@@ -358,7 +359,8 @@ class Trainer:
                 self.publish(step)
             stopped = self.d.any(STOP.is_set())
             if stopped or step % self.every == 0 or step == self.max_steps:
-                self.checkpoint(step, "stop requested" if stopped else "last step" if step == self.max_steps else "periodic")
+                why = "stop requested" if stopped else "last step" if step == self.max_steps else "periodic"
+                self.checkpoint(step, why)
                 saved = step
             if stopped:
                 break

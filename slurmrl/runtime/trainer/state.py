@@ -143,7 +143,8 @@ def set_rng_state(st: dict) -> None:
 
 def save_checkpoint(root: Path, step: int, model, optimizer, config, generation_config, tokenizer_src, tokenizer,
                     extra: dict, keep: int, rank: int) -> Path:
-    """Collective. ``model/`` (float32 HF folder), ``optimizer.pt``, ``state.json``, ``rng-rank<R>.pt``; ``DONE`` last."""
+    """Collective. ``model/`` (float32 HF folder), ``optimizer.pt``, ``state.json``, ``rng-rank<R>.pt``;
+    ``DONE`` last."""
     final = root / step_name(step)
     tmp = root / f".{step_name(step)}.tmp"
     model_state = full_model_state(model)
