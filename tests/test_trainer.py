@@ -39,7 +39,8 @@ def env_for(run_dir: Path) -> dict:
         **os.environ,
         "SLURM_NODEID": "0", "SLURM_LOCALID": "0", "SLURMRL_PORT_BASE": str(free_port_base()),
         "SLURMRL_RUN_DIR": str(run_dir), "SLURMRL_ATTEMPT": "0", "SLURMRL_NODES_G0": "127.0.0.1",
-        "CUDA_VISIBLE_DEVICES": "0,1", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled",
+        "CUDA_VISIBLE_DEVICES": "0,1", "SLURMRL_TRAINER_DEVICE": "cpu", "OMP_NUM_THREADS": "1",
+        "WANDB_MODE": "disabled",
         "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false",
     }
 

@@ -47,7 +47,8 @@ def resolve(path: str, run_dir: Path) -> tuple[str, Path | None]:
 
 class Dist:
     def __init__(self, s: dict):
-        self.cuda = torch.cuda.is_available()
+        # SLURMRL_TRAINER_DEVICE=cpu keeps a run (the tests, a debug run on a GPU node) off the GPUs
+        self.cuda = os.environ.get("SLURMRL_TRAINER_DEVICE", "") != "cpu" and torch.cuda.is_available()
         self.rank = int(os.environ.get("RANK", 0))
         self.world = int(os.environ.get("WORLD_SIZE", 1))
         self.local = int(os.environ.get("LOCAL_RANK", 0))

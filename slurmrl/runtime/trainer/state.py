@@ -128,7 +128,7 @@ def publish_weights(root: Path, step: int, model, config, generation_config, tok
 
 def rng_state() -> dict:
     st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
         st["cuda"] = torch.cuda.get_rng_state()
     return st
 
@@ -137,7 +137,7 @@ def set_rng_state(st: dict) -> None:
     random.setstate(st["python"])
     np.random.set_state(st["numpy"])
     torch.set_rng_state(st["torch"])
-    if "cuda" in st and torch.cuda.is_available():
+    if "cuda" in st and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.set_rng_state(st["cuda"])
 
 
