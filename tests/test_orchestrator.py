@@ -45,6 +45,9 @@ def test_orchestrator_writes_batches_without_running_ahead(tmp_path):
     orch = None
     try:
         server.wait_http(f"http://127.0.0.1:{base + 16}/health", timeout=600)
+        ready = out.run_dir / "ready" / "attempt-0"
+        ready.mkdir(parents=True, exist_ok=True)
+        (ready / "trainer.0").write_text("stand-in: no trainer in this test\n")  # the orchestrator waits for it
         orch = LiveComponent(out.run_dir / "components" / "orchestrator.toml", out.run_dir, base, groups=2)
         rollouts = out.run_dir / "rollouts"
         import time

@@ -352,6 +352,7 @@ class _Builder:
         argv = (
             *self.py, "-m", "torch.distributed.run",  # torchrun
             f"--nnodes={slot.nodes}", f"--nproc-per-node={len(slot.gpus)}", "--rdzv-backend=c10d",
+            f"--shutdown-timeout={r.slurm.grace_seconds}",  # time workers get after TERM to checkpoint
             Sh(sh=f"--rdzv-endpoint={head}:${{PORT_TORCH_RDZV}}"), Sh(sh="--rdzv-id=${SLURM_JOB_ID}"),
             "-m", "slurmrl.runtime.trainer", "--config", self.config_path("trainer"),
         )
@@ -414,6 +415,9 @@ class _Builder:
         if r.orchestrator is not None:
             self.orchestrator()
         self.split_cpus()
+        for c in self.comps:  # one OpenMP thread pool per trainer process, sized to its CPUs
+            if c["role"] == "trainer":
+                c["env"].setdefault("OMP_NUM_THREADS", str(max(1, c["cpus_per_task"] // len(c["slot"].gpus))))
         for g in self.groups:  # ask Slurm only for the GPUs the plan uses (others may share the node)
             used = [i for c in self.comps if c.get("slot") and c["group"] == g.index for i in c["slot"].gpus]
             if g.gpus_per_node:

@@ -170,6 +170,9 @@ def run(comp: rt.Component) -> int:
     loaded = 0
     if done:
         print(f"slurmrl: orchestrator: resuming after {done} written batches", flush=True)
+    # The trainer drops weights newer than its checkpoint when it resumes: read none before it is up.
+    trainer_up = run_dir / "ready" / f"attempt-{os.environ.get('SLURMRL_ATTEMPT', '0')}" / "trainer.0"
+    wait_for(trainer_up.exists, "the trainer to start")
     rt.mark_ready(comp, "orchestrator")
 
     def refresh_weights() -> None:
