@@ -31,29 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from live_components import LiveComponent, free_port_base, post_json  # noqa: E402
+from live_components import LiveComponent, free_port_base, post_json, serve_recipe  # noqa: E402
 
-RECIPE = """
-name = "bench"
-kind = "inference"
-[slurm]
-gpus_per_node = 2
-cpus_per_node = 8
-[model]
-path = "{model}"
-served_name = "tiny"
-dtype = "float32"
-max_model_len = 256
-[inference]
-tp = 1
-enforce_eager = true
-startup_timeout = 600
-admin_endpoints = true
-[inference.env]
-VLLM_CPU_KVCACHE_SPACE = "1"
-[inference.router]
-policy = "round_robin"
-"""
 
 
 def machine() -> str:
@@ -120,7 +99,7 @@ def main() -> None:
     try:
         models = [build_tiny(tmp / "seed0", seed=0), build_tiny(tmp / "seed1", seed=1)]
         recipe = tmp / "bench.toml"
-        recipe.write_text(RECIPE.format(model=models[0]))
+        recipe.write_text(serve_recipe(models[0], name="bench"))
         out = render(recipe, run_dir=tmp / "run")
         base = free_port_base()
         comps = out.run_dir / "components"

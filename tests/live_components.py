@@ -21,6 +21,33 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def serve_recipe(model, name: str = "serve", servers: int = 2, policy: str = "round_robin",
+                 max_lora_rank: int | None = None) -> str:
+    """An inference recipe for `servers` tiny-model vLLM servers on one node, admin endpoints on."""
+    lora = f"max_lora_rank = {max_lora_rank}\n" if max_lora_rank else ""
+    return f"""
+name = "{name}"
+kind = "inference"
+[slurm]
+gpus_per_node = {servers}
+cpus_per_node = 8
+[model]
+path = "{model}"
+served_name = "tiny"
+dtype = "float32"
+max_model_len = 256
+[inference]
+tp = 1
+enforce_eager = true
+startup_timeout = 600
+admin_endpoints = true
+{lora}[inference.env]
+VLLM_CPU_KVCACHE_SPACE = "1"
+[inference.router]
+policy = "{policy}"
+"""
+
+
 def free_port_base(span: int = 80) -> int:
     """A PORT_BASE whose first `span` ports are free on loopback right now."""
     for base in range(30000, 32000, span):

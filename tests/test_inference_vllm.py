@@ -8,34 +8,12 @@ import urllib.request
 
 import pytest
 
-from live_components import LiveComponent, free_port_base, post_json
+from live_components import LiveComponent, free_port_base, post_json, serve_recipe
 from slurmrl.runtime import admin
 from slurmrl.runtime.tiny_model import build as build_tiny
 
 pytestmark = pytest.mark.vllm
 
-RECIPE = """
-name = "serve"
-kind = "inference"
-[slurm]
-gpus_per_node = 2
-cpus_per_node = 8
-[model]
-path = "{model}"
-served_name = "tiny"
-dtype = "float32"
-max_model_len = 256
-[inference]
-tp = 1
-enforce_eager = true
-startup_timeout = 600
-admin_endpoints = true
-max_lora_rank = 8
-[inference.env]
-VLLM_CPU_KVCACHE_SPACE = "1"
-[inference.router]
-policy = "{policy}"
-"""
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +26,7 @@ def _render(tmp, model, policy):
     from slurmrl.render import render
 
     recipe = tmp / f"{policy}.toml"
-    recipe.write_text(RECIPE.format(model=model, policy=policy))
+    recipe.write_text(serve_recipe(model, policy=policy))
     return render(recipe, run_dir=tmp / f"run-{policy}")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from live_components import LiveComponent, free_port_base, post_json
+from live_components import LiveComponent, free_port_base, post_json, serve_recipe
 from slurmrl.runtime import admin
 from slurmrl.runtime.tiny_model import build as build_tiny
 
@@ -22,27 +22,6 @@ pytestmark = pytest.mark.vllm
 RANK, ALPHA = 8, 16
 TARGETS = ("q_proj", "v_proj")
 PROMPT = "lora check"
-
-RECIPE = """
-name = "lora"
-kind = "inference"
-[slurm]
-gpus_per_node = 1
-cpus_per_node = 4
-[model]
-path = "{model}"
-served_name = "tiny"
-dtype = "float32"
-max_model_len = 256
-[inference]
-tp = 1
-enforce_eager = true
-startup_timeout = 600
-admin_endpoints = true
-max_lora_rank = 8
-[inference.env]
-VLLM_CPU_KVCACHE_SPACE = "1"
-"""
 
 
 def build_adapter(out: Path, base: Path, seed: int = 1234, scale: float = 0.5) -> tuple[Path, dict]:
@@ -84,7 +63,7 @@ def setup(tmp_path_factory):
     model = build_tiny(tmp / "model", seed=0)
     adapter, pairs = build_adapter(tmp / "adapter", model)
     recipe = tmp / "lora.toml"
-    recipe.write_text(RECIPE.format(model=model))
+    recipe.write_text(serve_recipe(model, name="lora", servers=1, max_lora_rank=8))
     out = render(recipe, run_dir=tmp / "run")
     base = free_port_base()
     server = LiveComponent(out.run_dir / "components" / "inference.toml", out.run_dir, base)
