@@ -165,3 +165,26 @@ def test_a_failing_component_ends_the_job_and_status_names_it(slurm_cluster, job
     assert all(c["step"] is None or c["step"]["state"] != "RUNNING" for c in rep["components"])
     r = slurmrl(slurm_cluster, "logs", str(run_dir), "--component", "trainer", cwd=tmp_path)
     assert "trainer.0.log: trainer: failing on purpose" in r.stdout
+
+
+@pytest.mark.cluster
+def test_warning_signal_stops_components_then_requeues(slurm_cluster, job, tmp_path):
+    """What sbatch --signal=B:USR1@120 does before a time limit or a preemption: the script's trap
+    TERMs every task (the real trainer checkpoints on TERM, see test_trainer.py), waits for them,
+    then `scontrol requeue`s the job, which comes back as attempt 1."""
+    run_dir = job(SLURMRL_TEST_HOLD="trainer")
+    rep = wait_for(lambda: (r := status_json(slurm_cluster, run_dir))["state"] == "RUNNING"
+                   and {c["name"]: c for c in r["components"]}["trainer"]["ready"] == [0] and r,
+                   "the trainer to be up")
+    job_id = rep["job_id"]
+    sig = slurm_cluster.run(["scancel", "--batch", "--signal=USR1", job_id])
+    assert sig.returncode == 0, sig.stderr
+
+    def requeued():
+        show = slurm_cluster.run(["scontrol", "show", "job", job_id]).stdout
+        return "Restarts=1" in show and (run_dir / "logs" / "attempt-0" / "PREEMPTED").exists()
+
+    wait_for(requeued, "the job to be requeued", timeout=90)
+    batch = (run_dir / "logs" / f"batch-{job_id}.out").read_text()
+    assert "got SIGUSR1: checkpoint and requeue" in batch and "stopping" in batch
+    assert not (run_dir / "logs" / "attempt-0" / "FAILED").exists()
