@@ -44,7 +44,7 @@ def test_recipe_larger_than_the_cluster_is_refused_before_sbatch(slurm_cluster, 
     r = slurmrl("submit", str(RL_DEBUG), "--set", f'name="{name}"', "--set", "inference.nodes=8",
                 cwd=tmp_path, cluster=slurm_cluster)
     line = one_line_error(r)
-    assert "group 1 (inference): needs 8 nodes with 4 GPUs and 8 CPUs in partition 'debug'; the cluster has 4" in line
+    assert "group 1 (inference): needs 8 nodes with 1 GPU and 8 CPUs in partition 'debug'; the cluster has 4" in line
     assert not (tmp_path / "runs").exists()  # nothing written, so no jobs.json either
     assert slurm_cluster.run(["sacct", "-n", "-X", "--name", name]).stdout.strip() == ""
 
