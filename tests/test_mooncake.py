@@ -7,7 +7,6 @@ machine without one the test checks that the component fails at once and says wh
 from __future__ import annotations
 
 import ctypes.util
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -15,6 +14,7 @@ import urllib.request
 import pytest
 
 from live_components import LiveComponent, free_port_base
+from slurmrl.runtime.supervised import tcp_ok
 
 pytestmark = pytest.mark.vllm  # needs the runtime extras (mooncake-transfer-engine)
 
@@ -43,11 +43,7 @@ def run(tmp_path):
 
 
 def _tcp(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
+    return tcp_ok("127.0.0.1", port, timeout=1)
 
 
 def test_master_serves_rpc_and_metadata_and_stops_on_term(run):

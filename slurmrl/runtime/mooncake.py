@@ -28,14 +28,6 @@ def binary(name: str) -> str:
     return str(Path(mooncake.__file__).parent / name)
 
 
-def tcp_ok(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
 def master_argv(comp: rt.Component) -> tuple[list[str], int]:
     p = {k: rt.port(v) for k, v in comp.instance["ports"].items()}
     argv = [
@@ -87,7 +79,7 @@ def main() -> int:
     if mode == "client" and comp.settings.get("disk_path"):
         extra["MOONCAKE_OFFLOAD_STORAGE_ROOT_DIR"] = comp.settings["disk_path"]
     env = supervised.child_env(comp, extra)
-    return supervised.run(comp, argv, env, lambda: tcp_ok(port), f"mooncake_{mode}")
+    return supervised.run(comp, argv, env, lambda: supervised.tcp_ok("127.0.0.1", port), f"mooncake_{mode}")
 
 
 if __name__ == "__main__":

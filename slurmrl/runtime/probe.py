@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from slurmrl.runtime import component as rt
+from slurmrl.runtime.supervised import tcp_ok
 
 DEADLINE_S = float(os.environ.get("SLURMRL_PROBE_TIMEOUT", "300"))
 REPORTED_ENV = ("SLURM_JOB_ID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_GPUS",
@@ -71,18 +72,10 @@ def peers(plan: dict, me: tuple[str, int]) -> list[tuple[str, str, int]]:
 STOP = threading.Event()  # set by SIGTERM/SIGINT: the script is stopping us
 
 
-def reachable(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
 def check_peers(targets: list[tuple[str, str, int]], deadline: float) -> list[str]:
     pending = list(targets)
     while pending and time.monotonic() < deadline and not STOP.is_set():
-        pending = [t for t in pending if not reachable(t[1], t[2])]
+        pending = [t for t in pending if not tcp_ok(t[1], t[2])]
         if pending:
             STOP.wait(1)
     return [f"cannot reach {label} at {host}:{port}" for label, host, port in pending]
