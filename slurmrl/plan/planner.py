@@ -364,6 +364,10 @@ class _Builder:
         }
         if r.kind == "rl" and t.weight_sync == "nccl":
             settings["broadcast"] = {"group": slot.group, "node": slot.first_node, "port": "weight_broadcast"}
+            self.warnings.append(
+                "trainer.weight_sync = 'nccl': the trainer does not broadcast over NCCL yet; "
+                "weights go to the servers through the run dir (filesystem)"
+            )
         self.add(
             name="trainer", role="trainer", group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
             tasks_per_node=1, gpus_per_node=len(slot.gpus), stage=4, main=True, checkpoints=True,

@@ -208,7 +208,9 @@ class Trainer(Section):
     clip_eps: float = Field(0.2, gt=0, description="RL: importance-ratio clip range.")
     kl_coef: float = Field(0.0, ge=0, description="RL: KL penalty to the reference model (0 = off).")
     weight_sync: Literal["filesystem", "nccl"] = Field(
-        "filesystem", description="RL: how new weights reach inference: safetensors on disk, or NCCL broadcast."
+        "filesystem",
+        description="RL: how new weights reach inference: safetensors on disk, or NCCL broadcast "
+        "(checked by the planner; the trainer still publishes through the filesystem and `plan` warns).",
     )
     seed: int = Field(0, description="Random seed.")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the trainer step.")
