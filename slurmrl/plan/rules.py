@@ -77,8 +77,6 @@ def check_inference(r: Recipe) -> None:
         raise UserError("inference.kv_offload.cpu_gb", f"kind {off.kind!r} needs a CPU budget > 0 GB")
     if off.kind == "cpu_disk" and (not off.disk_path or off.disk_gb <= 0):
         raise UserError("inference.kv_offload.disk_path", "kind 'cpu_disk' needs disk_path and disk_gb > 0")
-    if off.kind == "mooncake" and off.mooncake_protocol == "rdma" and r.kind == "inference" and not off.mooncake_device:
-        pass  # Mooncake picks devices itself; nothing to require
     if inf.expert_parallel and inf.mode == "pd":
         raise UserError("inference.expert_parallel", "set expert parallel per role through prefill/decode extra_args")
 
