@@ -56,4 +56,4 @@ def test_the_rendered_script_runs_inside_salloc(slurm_cluster, tmp_path, monkeyp
     hosts = preflight.group_hosts(snap)
     assert sorted(hosts) == [0, 1]
     rows = preflight.check(out.run_dir, out.plan, job_id, hosts)
-    assert [r.problems for r in rows] == [[] for _ in rows], preflight.table(rows)
+    assert [r.problems for r in rows] == [[] for _ in rows], preflight.report_table(rows)

@@ -31,38 +31,21 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from slurmrl.runtime import admin, envs
+from slurmrl.runtime import admin, envs, steps
 from slurmrl.runtime import component as rt
 
 STOP = threading.Event()
 
 
-def write_json_atomic(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
-
-
-def step_name(step: int) -> str:
-    return f"step-{step:06d}"
-
-
 def latest_weights(run_dir: Path) -> tuple[int, Path | None]:
     """Newest trainer step whose weights are complete (READY marker)."""
-    best = (0, None)
-    for d in (run_dir / "weights").glob("step-*"):
-        if (d / "READY").exists():
-            n = int(d.name.split("-")[1])
-            if n > best[0]:
-                best = (n, d)
-    return best
+    return steps.latest(run_dir / "weights", "READY")
 
 
 def written_batches(run_dir: Path) -> int:
     """How many consecutive batches (from step 1) are already on disk."""
     n = 0
-    while (run_dir / "rollouts" / f"{step_name(n + 1)}.json").exists():
+    while steps.rollout_path(run_dir, n + 1).exists():
         n += 1
     return n
 
@@ -200,8 +183,8 @@ def run(comp: rt.Component) -> int:
                 samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs")},
                                 "reward": r, "advantage": a})
             rewards += rs
-        write_json_atomic(run_dir / "rollouts" / f"{step_name(step)}.json",
-                          {"step": step, "policy_step": loaded, "samples": samples})
+        steps.write_json_atomic(steps.rollout_path(run_dir, step),
+                                {"step": step, "policy_step": loaded, "samples": samples})
         tokens = sum(len(x["completion_ids"]) for x in samples)
         metrics.log({
             "step": step, "policy_step": loaded, "off_policy_lag": step - 1 - loaded,

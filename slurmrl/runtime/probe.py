@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from slurmrl.runtime import component as rt
+from slurmrl.runtime.steps import write_json_atomic
 from slurmrl.runtime.supervised import tcp_ok
 
 DEADLINE_S = float(os.environ.get("SLURMRL_PROBE_TIMEOUT", "300"))
@@ -108,10 +109,7 @@ def main() -> int:
         "errors": errors,
     }
     out_dir = comp.run_dir / "preflight"
-    out_dir.mkdir(exist_ok=True)
-    tmp = out_dir / f".{comp.name}.{comp.rank}.json.tmp"
-    tmp.write_text(json.dumps(report, indent=1))
-    tmp.replace(out_dir / f"{comp.name}.{comp.rank}.json")
+    write_json_atomic(out_dir / f"{comp.name}.{comp.rank}.json", report, indent=1)
     print(json.dumps(report), flush=True)
     total = sum(len(c["instances"]) for c in plan["components"])
     while len(list(out_dir.glob("*.json"))) < total and time.monotonic() < deadline and not STOP.is_set():

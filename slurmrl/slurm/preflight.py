@@ -14,6 +14,7 @@ from slurmrl.slurm import jobs, tools
 from slurmrl.slurm.cancel import wait_ended
 from slurmrl.slurm.status import failed_reason
 from slurmrl.slurm.watch import Snapshot, Watch
+from slurmrl.summary import table
 
 
 @dataclass
@@ -107,11 +108,10 @@ def check(run_dir: Path, plan: Plan, job_id: str, hosts: dict[int, list[str]]) -
     return rows
 
 
-def table(rows: list[Row]) -> str:
+def report_table(rows: list[Row]) -> str:
     cells = [["component", "rank", "host", "GPUs", "ports", "container", "result"]]
     cells += [[r.component, str(r.rank), r.host, r.gpus, r.ports, r.container, r.result] for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]) - 1)]
-    return "\n".join("  " + "  ".join(v.ljust(w) for v, w in zip(c, widths)) + "  " + c[-1] for c in cells)
+    return "\n".join(table(cells))
 
 
 def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
@@ -134,7 +134,7 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
         tools.call(["scancel", job_id], check=False)
         print(f"slurmrl: preflight job {job_id} still {snap.state} after {timeout_s:.0f}s; cancelled it")
     rows = check(run_dir, plan, job_id, group_hosts(snap))
-    print(table(rows))
+    print(report_table(rows))
     bad = [r for r in rows if r.problems]
     attempt = (jobs.attempts(run_dir) or [0])[-1]
     reason = failed_reason(run_dir, attempt)

@@ -12,6 +12,7 @@ from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.slurm import jobs, tools
 from slurmrl.slurm.watch import Snapshot, Watch
+from slurmrl.summary import table
 
 REFRESH_S = 2.0
 NOT_FOUND_AFTER_S = 15.0
@@ -80,11 +81,6 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     return out
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
-
-
 def text(rep: dict) -> str:
     head = f"job {rep['job_id']}: {rep['state']}"
     if rep["run_dir"]:
@@ -97,7 +93,7 @@ def text(rep: dict) -> str:
         for p in rep["parts"]:
             rows.append([str(p["group"]), p["name"] or "-", p["id"], p["state"], p["nodes"] or "-",
                          p["elapsed"] or "-", p["exit_code"] or "-", p["reason"] or "-"])
-        lines += _table(rows)
+        lines += table(rows)
     if rep["components"]:
         rows = [["component", "group", "step", "state", "exit", "elapsed", "ready"]]
         for c in rep["components"]:
@@ -108,13 +104,13 @@ def text(rep: dict) -> str:
             rows.append([c["name"], str(c["group"]), s.get("id", "-"), s.get("state", "not started"),
                          s.get("exit_code") or "-", s.get("elapsed") or "-", ready])
         lines.append("")
-        lines += _table(rows)
+        lines += table(rows)
     elif rep["steps"]:  # a job id without its run dir: the steps, named after components
         rows = [["step", "name", "state", "exit", "elapsed", "nodes"]]
         rows += [[s["id"], s["name"], s["state"], s["exit_code"] or "-", s["elapsed"] or "-", s["nodes"] or "-"]
                  for s in rep["steps"]]
         lines.append("")
-        lines += _table(rows)
+        lines += table(rows)
     if rep["failed"]:
         lines.append(f"FAILED: {rep['failed']}")
     return "\n".join(lines)

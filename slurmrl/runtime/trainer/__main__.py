@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import re
 import sys
 
 from slurmrl.runtime import component as rt
+from slurmrl.runtime.steps import latest
 
 
 def finished(comp: rt.Component) -> int | None:
     """The step of a complete checkpoint at or past max_steps, if any (checked before importing torch,
     so a job requeued after the trainer finished does not pay for loading it)."""
-    root, best = comp.run_dir / "checkpoints", None
-    if root.is_dir():
-        for d in root.iterdir():
-            m = re.fullmatch(r"step-(\d{6,})", d.name)
-            if m and int(m.group(1)) >= int(comp.settings["max_steps"]) and (d / "DONE").exists():
-                best = max(best or 0, int(m.group(1)))
-    return best
+    step, _ = latest(comp.run_dir / "checkpoints", "DONE")
+    return step if step and step >= int(comp.settings["max_steps"]) else None
 
 
 def main() -> int:

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from slurmrl.runtime import component as rt
+from slurmrl.runtime import steps
 from slurmrl.runtime.trainer import losses, rollouts, state
 from slurmrl.runtime.trainer.metrics import Metrics
 
@@ -332,7 +333,7 @@ class Trainer:
             n = step + 1
             wait_s, batch = 0.0, None
             if self.kind == "rl":
-                path = rollouts.rollout_path(self.run_dir, n)
+                path = steps.rollout_path(self.run_dir, n)
                 found, wait_s = rollouts.wait_for_batch(path, STOP.is_set, self.log)
                 if self.d.any(not found):
                     stopped = True

@@ -18,10 +18,6 @@ from pathlib import Path
 import torch
 
 
-def rollout_path(run_dir: Path, step: int) -> Path:
-    return run_dir / "rollouts" / f"step-{step:06d}.json"
-
-
 def wait_for_batch(path: Path, stop: Callable[[], bool], log: Callable[[str], None], every: float = 30.0,
                    poll: float = 0.2) -> tuple[bool, float]:
     """Poll until ``path`` exists or ``stop()``; returns (found, seconds waited)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import re
 import shutil
 from pathlib import Path
 
@@ -25,27 +24,13 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-STEP_DIR = re.compile(r"^step-(\d{6,})$")
+from slurmrl.runtime.steps import STEP_DIR, complete_steps, latest, step_name
+
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
     "merges.txt", "tokenizer.model", "vocab.txt", "chat_template.jinja", "chat_template.json",
 )
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
-
-
-def step_name(step: int) -> str:
-    return f"step-{step:06d}"
-
-
-def complete_steps(root: Path, marker: str) -> list[tuple[int, Path]]:
-    """(step, folder) of every complete folder under root, oldest first."""
-    out = []
-    if root.is_dir():
-        for d in root.iterdir():
-            m = STEP_DIR.match(d.name)
-            if m and (d / marker).exists():
-                out.append((int(m.group(1)), d))
-    return sorted(out)
 
 
 def prune(root: Path, marker: str, keep: int) -> list[Path]:
@@ -168,8 +153,7 @@ def save_checkpoint(root: Path, step: int, model, optimizer, config, generation_
 
 
 def latest_checkpoint(root: Path) -> tuple[int, Path | None]:
-    done = complete_steps(root, "DONE")
-    return done[-1] if done else (0, None)
+    return latest(root, "DONE")
 
 
 def load_optimizer(ckpt: Path, model, optimizer, rank: int) -> None:
