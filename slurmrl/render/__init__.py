@@ -64,16 +64,23 @@ def resolved_recipe(recipe: Recipe, recipe_path: Path) -> dict:
 
 
 def build(
-    recipe_path: str | Path, overrides: list[str] = (), run_dir: str | Path | None = None, preflight: bool = False
+    recipe_path: str | Path,
+    overrides: list[str] = (),
+    run_dir: str | Path | None = None,
+    preflight: bool = False,
+    source_name: str | None = None,
 ) -> Rendered:
-    """Everything `render` would write, in memory. Raises UserError on bad input."""
+    """Everything `render` would write, in memory. Raises UserError on bad input.
+
+    ``source_name``: the recipe file named in the script's header (default: ``recipe_path``'s name;
+    `slurmrl diff` re-renders a run dir's recipe.toml under the name it was first rendered from)."""
     recipe_path = Path(recipe_path)
     recipe = load_recipe(recipe_path, overrides)
     run_dir = Path(run_dir).resolve() if run_dir else resolve_run_dir(recipe, preflight)
     check_run_dir(recipe, run_dir)
     p = plan(recipe, str(run_dir), preflight=preflight)
     files = {
-        "job.sbatch": render_script(p, str(run_dir), recipe_path.name, templates_dir(recipe, recipe_path)),
+        "job.sbatch": render_script(p, str(run_dir), source_name or recipe_path.name, templates_dir(recipe, recipe_path)),
         "plan.json": p.model_dump_json(indent=1) + "\n",
         "recipe.toml": "# The recipe as resolved (overrides applied, defaults filled in).\n"
         + tomlw.dumps(resolved_recipe(recipe, recipe_path)),

@@ -8,10 +8,7 @@ import sys
 from pathlib import Path
 
 from slurmrl.errors import UserError
-from slurmrl.plan import plan as make_plan
-from slurmrl.recipe.load import load_recipe
-from slurmrl.render import templates_dir
-from slurmrl.render.script import render_script
+from slurmrl.render import build
 from slurmrl.slurm import jobs
 
 _HEADER = re.compile(r"^# slurmrl job .* rendered from (?P<file>.+)\.$", re.M)
@@ -23,15 +20,13 @@ def fresh_script(run_dir: Path) -> str:
     recipe_path = run_dir / "recipe.toml"
     if not recipe_path.is_file():
         raise UserError(str(run_dir), "has no recipe.toml to render from")
-    recipe = load_recipe(recipe_path, [])
     old = jobs.load_plan(run_dir)
     preflight = bool(old and jobs.is_preflight(old))
-    p = make_plan(recipe, str(run_dir), preflight=preflight)
     # the header names the recipe file the run dir was first rendered from, not recipe.toml
     current = (run_dir / "job.sbatch").read_text()
     m = _HEADER.search("\n".join(current.splitlines()[:3]))
     source = m["file"] if m else recipe_path.name
-    return render_script(p, str(run_dir), source, templates_dir(recipe, recipe_path))
+    return build(recipe_path, run_dir=run_dir, preflight=preflight, source_name=source).script
 
 
 def is_edited(run_dir: Path) -> bool:
