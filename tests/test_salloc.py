@@ -52,8 +52,7 @@ def test_the_rendered_script_runs_inside_salloc(slurm_cluster, tmp_path, monkeyp
 
     for key, value in slurm_cluster.cluster_vars.items():
         monkeypatch.setenv(key, value)
-    snap = Watch(job_id).snapshot()
-    hosts = preflight.group_hosts(snap)
+    hosts = preflight.GroupHosts().complete(Watch(job_id), len(out.plan.groups))
     assert sorted(hosts) == [0, 1]
     rows = preflight.check(out.run_dir, out.plan, job_id, hosts)
     assert [r.problems for r in rows] == [[] for _ in rows], preflight.report_table(rows)

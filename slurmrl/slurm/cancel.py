@@ -11,13 +11,17 @@ from slurmrl.slurm.watch import Watch
 POLL_S = 1.0
 
 
-def wait_ended(watch: Watch, timeout_s: float, progress=None):
-    """Poll until the job has ended and sacct agrees (or ``timeout_s``); returns the last snapshot."""
+def wait_ended(watch: Watch, timeout_s: float, progress=None, each=None):
+    """Poll until the job has ended and sacct agrees (or ``timeout_s``); returns the last snapshot.
+
+    ``progress(snap)`` is called when the state changes, ``each(snap)`` on every poll."""
     deadline = time.monotonic() + timeout_s
     ended_at = None
     last_state = None
     while True:
         snap = watch.snapshot()
+        if each:
+            each(snap)
         if progress and snap.state != last_state:
             progress(snap)
             last_state = snap.state

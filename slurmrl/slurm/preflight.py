@@ -17,6 +17,9 @@ from slurmrl.slurm.watch import Snapshot, Watch
 from slurmrl.summary import table
 
 
+HOSTS_WAIT_S = 15.0  # how long to wait for sacct to list a group's nodes after the job ended
+
+
 @dataclass
 class Row:
     component: str
@@ -32,9 +35,34 @@ class Row:
         return "ok" if not self.problems else "FAIL: " + "; ".join(self.problems)
 
 
-def group_hosts(snap: Snapshot) -> dict[int, list[str]]:
-    """Hostnames of each het group, in the order the script sees them (sacct NodeList of +g)."""
-    return {p.group: tools.hostnames(p.nodes) for p in snap.parts if p.nodes}
+class GroupHosts:
+    """Hostnames of each het group, in the order the script sees them, remembered over snapshots.
+
+    One snapshot is not enough: right after a het job ends, sacct may not have a component's
+    ``<id>+<g>`` row yet while squeue's ``%N`` for it is already empty (it shrinks as nodes finish).
+    So every snapshot taken while watching adds what it knows; the longest list seen per group wins
+    (sacct's NodeList is the whole allocation)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, str] = {}
+        self.hosts: dict[int, list[str]] = {}
+
+    def add(self, snap: Snapshot) -> None:
+        for p in snap.parts:
+            if not p.nodes or p.nodes in ("None assigned", "(null)") or p.nodes == self.nodes.get(p.group):
+                continue
+            names = tools.hostnames(p.nodes)
+            if len(names) > len(self.hosts.get(p.group, [])):
+                self.nodes[p.group], self.hosts[p.group] = p.nodes, names
+
+    def complete(self, watch: Watch, groups: int, wait_s: float = HOSTS_WAIT_S) -> dict[int, list[str]]:
+        """Snapshots until every group ``0..groups-1`` has hosts (accounting catching up) or ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while any(g not in self.hosts for g in range(groups)) and time.monotonic() < deadline:
+            self.add(watch.snapshot())
+            if any(g not in self.hosts for g in range(groups)):
+                time.sleep(1.0)
+        return self.hosts
 
 
 def expected_container(flags: tuple[str, ...]) -> dict[str, str]:
@@ -129,11 +157,12 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
               f"{got}/{total} probes reported", flush=True)
 
     watch = Watch(job_id)
-    snap = wait_ended(watch, timeout_s, progress)
+    hosts = GroupHosts()
+    snap = wait_ended(watch, timeout_s, progress, each=hosts.add)
     if not snap.done:
         tools.call(["scancel", job_id], check=False)
         print(f"slurmrl: preflight job {job_id} still {snap.state} after {timeout_s:.0f}s; cancelled it")
-    rows = check(run_dir, plan, job_id, group_hosts(snap))
+    rows = check(run_dir, plan, job_id, hosts.complete(watch, len(plan.groups)))
     print(report_table(rows))
     bad = [r for r in rows if r.problems]
     attempt = (jobs.attempts(run_dir) or [0])[-1]
