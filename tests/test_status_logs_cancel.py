@@ -85,7 +85,10 @@ def test_status_logs_cancel_on_a_running_job(slurm_cluster, job, tmp_path):
     def trainer_running():
         rep = status_json(slurm_cluster, run_dir)
         comps = {c["name"]: c for c in rep["components"]}
-        ok = (rep["state"] == "RUNNING" and comps["trainer"]["step"] and comps["trainer"]["step"]["state"] == "RUNNING"
+        step = comps["trainer"]["step"] or {}
+        # "+0." in the step id: accounting has caught up (for a few seconds after a step starts,
+        # sacct lists a het job's steps as <id>.<n>, without their component)
+        ok = (rep["state"] == "RUNNING" and step.get("state") == "RUNNING" and "+0." in step.get("id", "")
               and comps["trainer"]["ready"] == [0] and comps["inference"]["ready"] == [0])
         return rep if ok else None
 

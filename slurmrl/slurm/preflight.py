@@ -11,7 +11,6 @@ from pathlib import Path
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.slurm import jobs, tools
-from slurmrl.slurm.cancel import wait_ended
 from slurmrl.slurm.status import failed_reason
 from slurmrl.slurm.watch import Snapshot, Watch
 from slurmrl.summary import table
@@ -149,7 +148,7 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
     total = sum(len(c.instances) for c in plan.components)
     started = time.monotonic()
 
-    def progress(snap: Snapshot) -> None:
+    def progress(snap: Snapshot) -> None:  # one line per state
         where = " on " + ",".join(p.nodes for p in snap.parts if p.nodes) if snap.state == "RUNNING" else ""
         reason = "".join(f" ({p.reason})" for p in snap.parts[:1] if p.reason and snap.state == "PENDING")
         got = len(list((run_dir / "preflight").glob("*.json")))
@@ -158,7 +157,12 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
 
     watch = Watch(job_id)
     hosts = GroupHosts()
-    snap = wait_ended(watch, timeout_s, progress, each=hosts.add)
+    last_state = None
+    for snap in watch.follow(timeout_s):
+        hosts.add(snap)
+        if snap.state != last_state:
+            progress(snap)
+            last_state = snap.state
     if not snap.done:
         tools.call(["scancel", job_id], check=False)
         print(f"slurmrl: preflight job {job_id} still {snap.state} after {timeout_s:.0f}s; cancelled it")

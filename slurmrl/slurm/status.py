@@ -15,8 +15,7 @@ from slurmrl.slurm.watch import Snapshot, Watch
 from slurmrl.summary import table
 
 REFRESH_S = 2.0
-NOT_FOUND_AFTER_S = 15.0
-SETTLE_S = 10.0  # after the controller says the job ended, how long to wait for sacct's exit codes  # sacct lags a submit by ~1 s; a job unknown for this long does not exist
+NOT_FOUND_AFTER_S = 15.0  # sacct lags a submit by ~1 s; a job unknown for this long does not exist
 
 
 def resolve(target: str | None) -> tuple[Path | None, str]:
@@ -120,23 +119,20 @@ def status(target: str | None, watch: bool = False, as_json: bool = False) -> in
     run_dir, job_id = resolve(target)
     plan = jobs.load_plan(run_dir) if run_dir else None
     w = Watch(job_id)
+    if not watch:
+        rep = report(w.snapshot(), run_dir, plan)
+        print(json.dumps(rep) if as_json else text(rep), flush=True)
+        return 0
     started = time.monotonic()
-    last, ended_at = None, None
-    while True:
-        snap = w.snapshot()
+    last = None
+    for snap in w.follow(poll_s=REFRESH_S):
         rep = report(snap, run_dir, plan)
         shown = json.dumps(rep) if as_json else text(rep)
         if shown != last:
-            if watch and not as_json and sys.stdout.isatty():
+            if not as_json and sys.stdout.isatty():
                 sys.stdout.write("\033[H\033[2J")
             print(shown, flush=True)
             last = shown
-        if not watch:
-            return 0
-        if snap.done:
-            ended_at = ended_at or time.monotonic()
-            if w.settled(snap) or time.monotonic() - ended_at > SETTLE_S:
-                return 0 if snap.state == "COMPLETED" else 1
         if not snap.parts and time.monotonic() - started > NOT_FOUND_AFTER_S:
             raise UserError(None, f"job {job_id} is not known to squeue or sacct")
-        time.sleep(REFRESH_S)
+    return 0 if snap.state == "COMPLETED" else 1

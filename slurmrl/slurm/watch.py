@@ -11,6 +11,8 @@ the job is in its memory; it also gives the pending reason.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from submitit.slurm.slurm import SlurmInfoWatcher
@@ -24,6 +26,7 @@ ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "COMP
 # the state a het job shows when its components disagree: the first one present wins
 ORDER = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING", "REQUEUED", "SUSPENDED", "FAILED", "OUT_OF_MEMORY",
          "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "CANCELLED", "COMPLETED")
+SETTLE_S = 10.0  # after the controller says the job ended, how long to wait for sacct's exit codes
 _ID = re.compile(r"^(?P<job>\d+)(?:\+(?P<het>\d+))?(?:\.(?P<step>[\w-]+))?$")
 
 
@@ -225,3 +228,19 @@ class Watch:
             return False
         info = self.watcher.get_info(self.job_id, mode="cache")
         return bool(info) and info["State"] not in ACTIVE
+
+    def follow(self, timeout_s: float | None = None, poll_s: float = 1.0) -> Iterator[Snapshot]:
+        """A snapshot every ``poll_s`` until the job has ended and sacct agrees (at most ``SETTLE_S``
+        after the controller says it ended), or until ``timeout_s``. The last one yielded is final."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        ended_at = None
+        while True:
+            snap = self.snapshot()
+            yield snap
+            if snap.done:
+                ended_at = ended_at or time.monotonic()
+                if self.settled(snap) or time.monotonic() - ended_at > SETTLE_S:
+                    return
+            if deadline is not None and time.monotonic() > deadline:
+                return
+            time.sleep(poll_s)
