@@ -132,6 +132,14 @@ CASES = [
     ("colocate-orchestrator-on-inference", RL,
      ["placement.colocate=true", "inference.gpus_per_node=4", "orchestrator.placement=inference"],
      "orchestrator.placement", "colocated"),
+    # orchestrator environment
+    ("env-unknown", RL, ['orchestrator.environment="chess"'], "orchestrator.environment", "not built in"),
+    ("env-arg-unknown", RL, ['orchestrator.environment="arithmetic"', "orchestrator.environment_args={fewshot=2}"],
+     "orchestrator.environment_args.fewshot", "takes max_operand, few_shot"),
+    ("env-arg-type", RL, ['orchestrator.environment="arithmetic"', 'orchestrator.environment_args={few_shot="2"}'],
+     "orchestrator.environment_args.few_shot", "must be int"),
+    ("env-arg-value", RL, ['orchestrator.environment="arithmetic"', "orchestrator.environment_args={few_shot=-1}"],
+     "orchestrator.environment_args", "few_shot >= 0"),
     # topology
     ("tp-dp-not-dividing", INF, ["inference.tp=3"], "inference.tp", "does not divide"),
     ("tp-larger-than-node", INF, ["inference.tp=16"], "inference.tp", "wide_ep"),

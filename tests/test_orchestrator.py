@@ -31,6 +31,19 @@ def test_builtin_environments_score_answers():
     assert envs.load("slurmrl.runtime.envs.arithmetic:Arithmetic").reward(t, t["target"]) == 1.0
 
 
+def test_environment_args_reach_the_constructor():
+    ari = envs.load("arithmetic", {"few_shot": 2, "max_operand": 3})
+    task = ari.prompts(random.Random(2), 1)[0]
+    *shots, question = task["prompt"].split("\n")
+    assert len(shots) == 2 and question.endswith("=") and ari.reward(task, task["target"]) == 1.0
+    for line in shots:  # solved examples: a+b=sum with operands up to max_operand
+        lhs, rhs = line.split("=")
+        a, b = map(int, lhs.split("+"))
+        assert max(a, b) <= 3 and int(rhs) == a + b
+    with pytest.raises(SystemExit, match="unexpected keyword argument 'level'"):
+        envs.load("reverse_text", {"level": 2})
+
+
 @pytest.mark.vllm
 def test_orchestrator_writes_batches_without_running_ahead(tmp_path):
     from slurmrl.render import render

@@ -191,3 +191,14 @@ def test_warning_signal_stops_components_then_requeues(slurm_cluster, job, tmp_p
     batch = (run_dir / "logs" / f"batch-{job_id}.out").read_text()
     assert "got SIGUSR1: checkpoint and requeue" in batch and "stopping" in batch
     assert not (run_dir / "logs" / "attempt-0" / "FAILED").exists()
+
+
+def test_watch_into_a_log_reports_changes_not_clock_ticks():
+    from slurmrl.slurm.status import without_elapsed
+
+    a = {"state": "RUNNING", "parts": [{"id": "7+0", "elapsed": "00:00:01"}],
+         "components": [{"step": {"elapsed": "00:00:01", "state": "RUNNING"}}]}
+    b = {**a, "parts": [{"id": "7+0", "elapsed": "00:00:03"}],
+         "components": [{"step": {"elapsed": "00:00:03", "state": "RUNNING"}}]}
+    assert without_elapsed(a) == without_elapsed(b)
+    assert without_elapsed(a) != without_elapsed({**b, "state": "COMPLETING"})

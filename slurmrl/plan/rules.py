@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+
 from slurmrl.errors import UserError
 from slurmrl.recipe.schema import Recipe
+from slurmrl.runtime.envs import BUILTIN
 
 SECTIONS = {
     "sft": {"trainer": True, "orchestrator": False, "inference": False},
@@ -101,6 +104,15 @@ def check_trainer(r: Recipe) -> None:
             raise UserError("trainer.weight_sync", "NCCL weight broadcast supports inference mode 'replicas' only")
 
 
+def same_kind(value, default) -> bool:
+    """``value`` can stand where ``default`` does (an int is fine for a float; a bool is not an int)."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))
+
+
 def check_orchestrator(r: Recipe) -> None:
     o = r.orchestrator
     if o is None:
@@ -109,6 +121,24 @@ def check_orchestrator(r: Recipe) -> None:
         raise UserError("orchestrator.placement", "colocated RL has one node; use 'trainer' (the same node) or 'own'")
     if o.rollouts_per_prompt < 2:
         raise UserError("orchestrator.rollouts_per_prompt", "group-relative advantages need at least 2 rollouts per prompt")
+    if o.environment in BUILTIN:  # custom environments are checked when the orchestrator imports them
+        params = inspect.signature(BUILTIN[o.environment]).parameters
+        for name in o.environment_args:
+            if name not in params:
+                raise UserError(f"orchestrator.environment_args.{name}",
+                                f"{o.environment!r} takes no argument {name!r} (it takes {', '.join(params) or 'none'})")
+            default = params[name].default
+            if default is not inspect.Parameter.empty and not same_kind(o.environment_args[name], default):
+                raise UserError(f"orchestrator.environment_args.{name}",
+                                f"must be {type(default).__name__} like its default {default!r}, "
+                                f"not {o.environment_args[name]!r}")
+        try:  # built-in environments are cheap to build: check the values too
+            BUILTIN[o.environment](**o.environment_args)
+        except (TypeError, ValueError) as e:
+            raise UserError("orchestrator.environment_args", str(e)) from None
+    elif ":" not in o.environment:
+        raise UserError("orchestrator.environment",
+                        f"{o.environment!r} is not built in ({', '.join(BUILTIN)}) nor package.module:Class")
 
 
 def check(r: Recipe) -> None:

@@ -32,7 +32,8 @@ def _type_name(annotation) -> str:
     if origin is list:
         return f"list of {_type_name(typing.get_args(annotation)[0])}"
     if origin is dict:
-        return "table of strings"
+        values = _type_name(typing.get_args(annotation)[1])
+        return "table of " + ("strings" if values == "string" else values + " values")
     return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(annotation, str(annotation))
 
 

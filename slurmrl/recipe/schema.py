@@ -226,6 +226,11 @@ class Orchestrator(Section):
     environment: str = Field(
         "reverse_text", description="Built-in environment name or `package.module:Class` for a custom one."
     )
+    environment_args: dict[str, bool | int | float | str] = Field(
+        default_factory=dict,
+        description="Keyword arguments for the environment's constructor, e.g. `{ few_shot = 2 }` for "
+        "`arithmetic` (built-in environments' arguments are checked by `plan`).",
+    )
     prompts_per_step: PosInt = Field(8, description="Prompts sampled per training step.")
     rollouts_per_prompt: PosInt = Field(8, description="Completions per prompt (the GRPO group size).")
     max_tokens: PosInt = Field(128, description="Maximum new tokens per completion.")

@@ -142,7 +142,7 @@ def run(comp: rt.Component) -> int:
     from transformers import AutoTokenizer
 
     s, run_dir = comp.settings, comp.run_dir
-    env = envs.load(s["environment"])
+    env = envs.load(s["environment"], s.get("environment_args"))
     urls = [f"http://{h}:{p}" for h, p in map(rt.endpoint, s["requests"])]
     admin_urls = [f"http://{h}:{p}" for h, p in map(rt.endpoint, s["admin"])]
     tok = AutoTokenizer.from_pretrained(s["model"])

@@ -115,6 +115,15 @@ def text(rep: dict) -> str:
     return "\n".join(lines)
 
 
+def without_elapsed(value):
+    """``value`` with every ``elapsed`` entry dropped, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_elapsed(v) for k, v in value.items() if k != "elapsed"}
+    if isinstance(value, list):
+        return [without_elapsed(v) for v in value]
+    return value
+
+
 def status(target: str | None, watch: bool = False, as_json: bool = False) -> int:
     run_dir, job_id = resolve(target)
     plan = jobs.load_plan(run_dir) if run_dir else None
@@ -124,15 +133,18 @@ def status(target: str | None, watch: bool = False, as_json: bool = False) -> in
         print(json.dumps(rep) if as_json else text(rep), flush=True)
         return 0
     started = time.monotonic()
+    tty = sys.stdout.isatty() and not as_json
     last = None
     for snap in w.follow(poll_s=REFRESH_S):
         rep = report(snap, run_dir, plan)
-        shown = json.dumps(rep) if as_json else text(rep)
-        if shown != last:
-            if not as_json and sys.stdout.isatty():
+        # a terminal is redrawn as the clock ticks; a log or a pipe gets a new report only when
+        # something other than elapsed times changed
+        key = text(rep) if tty else json.dumps(without_elapsed(rep))
+        if key != last:
+            if tty:
                 sys.stdout.write("\033[H\033[2J")
-            print(shown, flush=True)
-            last = shown
+            print(json.dumps(rep) if as_json else text(rep), flush=True)
+            last = key
         if not snap.parts and time.monotonic() - started > NOT_FOUND_AFTER_S:
             raise UserError(None, f"job {job_id} is not known to squeue or sacct")
     return 0 if snap.state == "COMPLETED" else 1

@@ -6,7 +6,8 @@ An environment has two methods:
     reward(task: dict, completion: str) -> float        # higher is better
 
 Built in: ``reverse_text`` (similarity to the reversed string), ``arithmetic`` (exact match).
-Custom: ``package.module:Class`` (constructed with no arguments).
+Custom: ``package.module:Class``. Either is constructed with ``orchestrator.environment_args``
+as keyword arguments.
 """
 
 from __future__ import annotations
@@ -19,17 +20,22 @@ from slurmrl.runtime.envs.reverse_text import ReverseText
 BUILTIN = {"reverse_text": ReverseText, "arithmetic": Arithmetic}
 
 
-def load(name: str):
+def load(name: str, args: dict | None = None):
+    """The environment ``name`` (built in, or ``package.module:Class``) built with keyword ``args``."""
     if name in BUILTIN:
-        return BUILTIN[name]()
-    module, sep, attr = name.partition(":")
-    if not sep:
-        raise SystemExit(f"slurmrl: environment {name!r} is not built in ({', '.join(BUILTIN)}) nor module:Class")
+        cls = BUILTIN[name]
+    else:
+        module, sep, attr = name.partition(":")
+        if not sep:
+            raise SystemExit(f"slurmrl: environment {name!r} is not built in ({', '.join(BUILTIN)}) nor module:Class")
+        try:
+            cls = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise SystemExit(f"slurmrl: cannot load environment {name!r}: {e}") from None
     try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise SystemExit(f"slurmrl: cannot load environment {name!r}: {e}") from None
-    return cls()
+        return cls(**(args or {}))
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"slurmrl: environment {name!r} with arguments {args or {}}: {e}") from None
 
 
 def answer_line(completion: str) -> str:

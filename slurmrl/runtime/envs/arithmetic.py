@@ -1,4 +1,7 @@
-"""Add two small numbers; reward 1 for the exact answer, else 0."""
+"""Add two small numbers; reward 1 for the exact answer, else 0.
+
+``few_shot``: solved examples before each question (``3+4=7`` lines), which lets a small
+pretrained model (SmolLM2-135M answers about a third right with 2) start with some reward."""
 
 from __future__ import annotations
 
@@ -6,14 +9,20 @@ import random
 
 
 class Arithmetic:
-    def __init__(self, max_operand: int = 9):
-        self.max_operand = max_operand
+    def __init__(self, max_operand: int = 9, few_shot: int = 0):
+        if max_operand < 1 or few_shot < 0:
+            raise ValueError("arithmetic needs max_operand >= 1 and few_shot >= 0")
+        self.max_operand, self.few_shot = max_operand, few_shot
+
+    def pair(self, rng: random.Random) -> tuple[int, int]:
+        return rng.randint(0, self.max_operand), rng.randint(0, self.max_operand)
 
     def prompts(self, rng: random.Random, n: int) -> list[dict]:
         out = []
         for _ in range(n):
-            a, b = rng.randint(0, self.max_operand), rng.randint(0, self.max_operand)
-            out.append({"prompt": f"{a}+{b}=", "target": str(a + b)})
+            shots = "".join(f"{x}+{y}={x + y}\n" for x, y in (self.pair(rng) for _ in range(self.few_shot)))
+            a, b = self.pair(rng)
+            out.append({"prompt": f"{shots}{a}+{b}=", "target": str(a + b)})
         return out
 
     def reward(self, task: dict, completion: str) -> float:
