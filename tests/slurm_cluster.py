@@ -2,7 +2,9 @@
 
 Fixture ``slurm_cluster`` (session scope) runs ``cluster.sh up`` on a fixed state dir
 (``$SLURMRL_TEST_CLUSTER_DIR`` or /tmp/slurmrl-test-cluster, so reruns are fast) and yields
-a :class:`SlurmCluster`. If the cluster cannot start the fixture FAILS with the log tail;
+a :class:`SlurmCluster`. There is one local cluster per machine: when one is already up in
+another state dir (say the demo's) and ``$SLURMRL_TEST_CLUSTER_DIR`` is not set, the tests use
+that one rather than fail. If the cluster cannot start the fixture FAILS with the log tail;
 it never skips. Teardown runs ``cluster.sh down`` unless ``SLURMRL_KEEP_CLUSTER=1`` or the
 cluster was already running before this session (then it is left as it was found: the
 cluster is machine-wide, and another session may be using it).
@@ -17,9 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl.localcluster import cluster_env, script_args
+from slurmrl.localcluster import cluster_env, running_state_dir, script_args
 
-STATE_DIR = Path(os.environ.get("SLURMRL_TEST_CLUSTER_DIR", "/tmp/slurmrl-test-cluster"))
+
+def state_dir() -> Path:
+    if os.environ.get("SLURMRL_TEST_CLUSTER_DIR"):
+        return Path(os.environ["SLURMRL_TEST_CLUSTER_DIR"])
+    return running_state_dir() or Path("/tmp/slurmrl-test-cluster")
 
 
 @dataclass
@@ -46,13 +52,14 @@ class SlurmCluster:
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    was_up = subprocess.run(script_args("status", STATE_DIR), capture_output=True).returncode == 0
-    up = subprocess.run(script_args("up", STATE_DIR), capture_output=True, text=True, timeout=900)
+    where = state_dir()
+    was_up = subprocess.run(script_args("status", where), capture_output=True).returncode == 0
+    up = subprocess.run(script_args("up", where), capture_output=True, text=True, timeout=900)
     if up.returncode != 0:
         pytest.fail(
             f"local Slurm cluster did not start (rc={up.returncode}):\n{up.stdout}\n{up.stderr}",
             pytrace=False,
         )
-    yield SlurmCluster(STATE_DIR, cluster_env(STATE_DIR))
+    yield SlurmCluster(where, cluster_env(where))
     if not was_up and os.environ.get("SLURMRL_KEEP_CLUSTER") != "1":
-        subprocess.run(script_args("down", STATE_DIR), capture_output=True, timeout=300)
+        subprocess.run(script_args("down", where), capture_output=True, timeout=300)

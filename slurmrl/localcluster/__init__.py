@@ -12,6 +12,16 @@ import subprocess
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("cluster.sh")
+OWNER_FILE = Path("/run/slurmrl-localcluster.owner")  # cluster.sh's OWNER: the state dir of the cluster that is up
+
+
+def running_state_dir() -> Path | None:
+    """The state dir of the local cluster that is up on this machine (there is at most one), if any."""
+    try:
+        text = OWNER_FILE.read_text().strip()
+    except OSError:
+        return None
+    return Path(text) if text else None
 
 
 def default_state_dir() -> Path:

@@ -25,7 +25,7 @@ DBD_PORT=16819
 DB_PORT=16830
 CLUSTER=slurmrl
 PKGS=(slurm-wlm slurmdbd slurm-client munge mariadb-server libslurm-dev iproute2 gcc)
-OWNER=/run/slurmrl-localcluster.owner
+OWNER=/run/slurmrl-localcluster.owner  # also read by slurmrl/localcluster/__init__.py
 
 usage() {
   echo "usage: $0 up|down|status|env|purge [--state-dir DIR]" >&2

@@ -37,8 +37,9 @@ class Row:
 class GroupHosts:
     """Hostnames of each het group, in the order the script sees them, remembered over snapshots.
 
-    One snapshot is not enough: right after a het job ends, sacct may not have a component's
-    ``<id>+<g>`` row yet while squeue's ``%N`` for it is already empty (it shrinks as nodes finish).
+    One snapshot is not enough: right after a het job ends, sacct may list a component's
+    ``<id>+<g>`` row with ``None assigned`` (or not at all yet) while squeue's ``%N`` for it is
+    already empty (it shrinks as nodes finish); CI saw "group 1 has 0 node(s)" from that.
     So every snapshot taken while watching adds what it knows; the longest list seen per group wins
     (sacct's NodeList is the whole allocation)."""
 
