@@ -202,3 +202,15 @@ def test_watch_into_a_log_reports_changes_not_clock_ticks():
          "components": [{"step": {"elapsed": "00:00:03", "state": "RUNNING"}}]}
     assert without_elapsed(a) == without_elapsed(b)
     assert without_elapsed(a) != without_elapsed({**b, "state": "COMPLETING"})
+
+
+def test_a_ready_component_sacct_has_not_listed_reads_started():
+    from slurmrl.slurm.status import text
+
+    part = {"group": 0, "name": "trainer", "id": "7+0", "state": "RUNNING", "nodes": "n1", "elapsed": "00:00:03",
+            "exit_code": "", "reason": ""}
+    comp = {"name": "inference", "group": 0, "main": False, "instances": 1, "step": None}
+    rep = {"job_id": "7", "state": "RUNNING", "run_dir": "/r", "attempt": 0, "failed": None, "parts": [part],
+           "components": [{**comp, "ready": [0]}, {**comp, "name": "trainer", "ready": []}]}
+    rows = {ln.split()[0]: ln.split() for ln in text(rep).splitlines()[4:] if ln.strip()}
+    assert rows["inference"][3] == "started" and rows["trainer"][3:5] == ["not", "started"]

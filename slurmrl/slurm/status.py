@@ -100,7 +100,9 @@ def text(rep: dict) -> str:
             ready = f"{len(c['ready'])}/{c['instances']}"
             if 0 < len(c["ready"]) < c["instances"]:
                 ready += f" (ranks {','.join(map(str, c['ready']))})"
-            rows.append([c["name"], str(c["group"]), s.get("id", "-"), s.get("state", "not started"),
+            # no step yet but a ready file: it runs, sacct has not listed its step yet
+            state = s.get("state") or ("started" if c["ready"] else "not started")
+            rows.append([c["name"], str(c["group"]), s.get("id", "-"), state,
                          s.get("exit_code") or "-", s.get("elapsed") or "-", ready])
         lines.append("")
         lines += table(rows)
