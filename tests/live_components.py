@@ -48,6 +48,20 @@ policy = "{policy}"
 """
 
 
+def transformers_logprobs(model_dir, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+    """Log-probabilities transformers gives ``completion_ids`` after ``prompt_ids`` (float32, CPU)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    ids = torch.tensor([prompt_ids + completion_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    n = len(prompt_ids)
+    return [logp[n - 1 + i, t].item() for i, t in enumerate(completion_ids)]
+
+
 def free_port_base(span: int = 80) -> int:
     """A PORT_BASE whose first `span` ports are free on loopback right now."""
     for base in range(30000, 32000, span):

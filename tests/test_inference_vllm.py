@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from live_components import LiveComponent, free_port_base, post_json, serve_recipe
+from live_components import LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
 from slurmrl.runtime import admin
 from slurmrl.runtime.tiny_model import build as build_tiny
 
@@ -115,19 +115,6 @@ def test_round_robin_spreads_requests(servers):
         router.stop()
 
 
-def _transformers_logprobs(model_dir, prompt_ids, completion_ids):
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
-    ids = torch.tensor([prompt_ids + completion_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0].float()
-    logp = torch.log_softmax(logits, dim=-1)
-    n = len(prompt_ids)
-    return [logp[n - 1 + i, t].item() for i, t in enumerate(completion_ids)]
-
-
 def _server_logprobs(url):
     out = complete(url, "reload check", max_tokens=8, logprobs=0, return_tokens_as_token_ids=True)
     lp = out["choices"][0]["logprobs"]
@@ -144,11 +131,11 @@ def test_weight_reload_matches_the_new_checkpoint(servers, models):
     assert time.perf_counter() - t < 120 and url in took
     try:
         ids, served = _server_logprobs(url)
-        expected = _transformers_logprobs(models[1], prompt_ids, ids)
+        expected = transformers_logprobs(models[1], prompt_ids, ids)
         assert served == pytest.approx(expected, abs=2e-3)
-        old = _transformers_logprobs(models[0], prompt_ids, ids)
+        old = transformers_logprobs(models[0], prompt_ids, ids)
         assert max(abs(a - b) for a, b in zip(served, old)) > 0.05, "server still answers with the old weights"
     finally:
         admin.reload_weights([url], str(models[0]))
     ids, served = _server_logprobs(url)
-    assert served == pytest.approx(_transformers_logprobs(models[0], prompt_ids, ids), abs=2e-3)
+    assert served == pytest.approx(transformers_logprobs(models[0], prompt_ids, ids), abs=2e-3)

