@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,15 +50,22 @@ def slurmrl(cluster, *args: str, cwd: Path, env: dict | None = None, timeout: fl
                        timeout=timeout)
 
 
-def sacct_nodes(cluster, job_id: str) -> dict[int, list[str]]:
-    """Hostnames per het group, straight from sacct (independent of slurmrl's watcher)."""
-    out = cluster.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,NodeList"]).stdout
-    groups = {}
-    for line in out.splitlines():
-        jid, nodelist = line.split("|")
-        group = int(jid.split("+")[1]) if "+" in jid else 0
-        groups[group] = cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
-    return groups
+def sacct_nodes(cluster, job_id: str, groups: int, timeout: float = 30) -> dict[int, list[str]]:
+    """Hostnames per het group, straight from sacct (independent of slurmrl's watcher). Asks again
+    until every group has a row with nodes: slurmdbd can lag the end of a het job by seconds
+    (one ``<id>`` row, or ``None assigned``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = cluster.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,NodeList"]).stdout
+        found = {}
+        for line in out.splitlines():
+            jid, nodelist = line.split("|")
+            group = int(jid.split("+")[1]) if "+" in jid else 0
+            if nodelist and nodelist != "None assigned":
+                found[group] = cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+        if set(found) >= set(range(groups)) or time.monotonic() > deadline:
+            return found
+        time.sleep(1)
 
 
 @pytest.mark.cluster
@@ -74,7 +82,7 @@ def test_preflight_matches_plan(slurm_cluster, tmp_path, recipe):
     run_dir = tmp_path / "runs" / f"{build(recipe, []).recipe.name}-preflight"
     plan = Plan.model_validate_json((run_dir / "plan.json").read_text())
     job_id = str(json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"])
-    hosts = sacct_nodes(slurm_cluster, job_id)
+    hosts = sacct_nodes(slurm_cluster, job_id, len(plan.groups))
     reports = {}
     for f in (run_dir / "preflight").glob("*.json"):
         rep = json.loads(f.read_text())
