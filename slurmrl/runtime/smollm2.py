@@ -35,21 +35,21 @@ def build(out: str | Path) -> Path:
     if importlib.util.find_spec("gguf") is None:
         raise SystemExit(f"slurmrl: the gguf package is needed to read SmolLM2; {INSTALL}")
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = Path(out)
     src = gguf_file()
     tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
     loaded = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(src.parent, gguf_file=src.name)
+    config = loaded.config  # parsed from the GGUF once, above
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.tie_word_embeddings = False
     config.torch_dtype = "float32"
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    # own copies: a tied head shares the embedding's storage (and may be missing from the dict)
     state = {k: v.detach().clone() for k, v in loaded.state_dict().items()}
-    if "lm_head.weight" not in state or state["lm_head.weight"].data_ptr() == state["model.embed_tokens.weight"].data_ptr():
-        state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
+    state.setdefault("lm_head.weight", state["model.embed_tokens.weight"].clone())
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise SystemExit(f"slurmrl: SmolLM2 weights do not fit the config: missing {missing}, unexpected {unexpected}")
