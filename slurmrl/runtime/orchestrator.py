@@ -33,8 +33,13 @@ from pathlib import Path
 
 from slurmrl.runtime import admin, envs, steps
 from slurmrl.runtime import component as rt
+from slurmrl.runtime.metrics import Metrics
 
 STOP = threading.Event()
+
+
+def log(msg: str) -> None:
+    print(f"slurmrl: orchestrator: {msg}", flush=True)
 
 
 def latest_weights(run_dir: Path) -> tuple[int, Path | None]:
@@ -104,38 +109,12 @@ def trainer_metrics(run_dir: Path) -> dict:
         return {}
 
 
-class Metrics:
-    def __init__(self, run_dir: Path, config: dict):
-        self.path = run_dir / "metrics" / "orchestrator.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.wandb = None
-        try:
-            import wandb
-
-            os.environ.setdefault("WANDB_MODE", "offline")
-            self.wandb = wandb.init(project="slurmrl", name=run_dir.name, dir=str(run_dir), config=config,
-                                    resume="allow", id=f"{run_dir.name}-orchestrator")
-        except Exception as e:  # wandb is optional; the JSONL is the record
-            print(f"slurmrl: orchestrator: wandb off ({e.__class__.__name__})", flush=True)
-
-    def log(self, record: dict) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.wandb is not None:
-            self.wandb.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=record["step"])
-
-
 def wait_for(predicate, what: str) -> float:
-    """Block until predicate() (or a stop request); returns seconds waited."""
-    t, last = time.perf_counter(), 0.0
-    while not predicate():
-        if STOP.wait(0.5):
-            raise SystemExit(143)
-        waited = time.perf_counter() - t
-        if waited - last > 30:
-            print(f"slurmrl: orchestrator: still waiting for {what} ({waited:.0f}s)", flush=True)
-            last = waited
-    return time.perf_counter() - t
+    """Block until predicate() (or a stop request: exit 143); returns seconds waited."""
+    waited = steps.wait_until(predicate, STOP, log, what)
+    if waited is None:
+        raise SystemExit(143)
+    return waited
 
 
 def run(comp: rt.Component) -> int:
@@ -147,12 +126,12 @@ def run(comp: rt.Component) -> int:
     admin_urls = [f"http://{h}:{p}" for h, p in map(rt.endpoint, s["admin"])]
     tok = AutoTokenizer.from_pretrained(s["model"])
     sampler = Sampler(urls, s["served_model_name"], tok, s)
-    metrics = Metrics(run_dir, s)
+    metrics = Metrics(run_dir, "orchestrator", s, log)
     max_steps, max_off = s["max_steps"], s["max_off_policy_steps"]
     done = written_batches(run_dir)
     loaded = 0
     if done:
-        print(f"slurmrl: orchestrator: resuming after {done} written batches", flush=True)
+        log(f"resuming after {done} written batches")
     # The trainer drops weights newer than its checkpoint when it resumes: read none before it is up.
     trainer_up = run_dir / "ready" / f"attempt-{os.environ.get('SLURMRL_ATTEMPT', '0')}" / "trainer.0"
     wait_for(trainer_up.exists, "the trainer to start")
@@ -164,8 +143,7 @@ def run(comp: rt.Component) -> int:
         if newest > loaded:
             t = time.perf_counter()
             admin.reload_weights(admin_urls, str(path))
-            print(f"slurmrl: orchestrator: servers now on weights of step {newest} "
-                  f"({time.perf_counter() - t:.2f}s)", flush=True)
+            log(f"servers now on weights of step {newest} ({time.perf_counter() - t:.2f}s)")
             loaded = newest
 
     for step in range(done + 1, max_steps + 1):
@@ -194,8 +172,8 @@ def run(comp: rt.Component) -> int:
             "tokens_per_s": tokens / gen_s if gen_s else 0.0, "samples_per_s": len(samples) / gen_s if gen_s else 0.0,
             "time": time.time(), **trainer_metrics(run_dir),
         })
-        print(f"slurmrl: orchestrator: step {step}/{max_steps} reward {statistics.fmean(rewards):.3f} "
-              f"(policy {loaded}, generated in {gen_s:.1f}s, waited {waited:.1f}s)", flush=True)
+        log(f"step {step}/{max_steps} reward {statistics.fmean(rewards):.3f} "
+            f"(policy {loaded}, generated in {gen_s:.1f}s, waited {waited:.1f}s)")
     return 0
 
 

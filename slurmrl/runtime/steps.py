@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 STEP_DIR = re.compile(r"^step-(\d{6,})$")
@@ -44,3 +47,19 @@ def write_json_atomic(path: Path, data, indent: int | None = None) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=indent))
     tmp.replace(path)
+
+
+def wait_until(ready: Callable[[], bool], stop: threading.Event, log: Callable[[str], None], what: str,
+               poll: float = 0.5, every: float = 30.0) -> float | None:
+    """Poll ``ready()`` until it is true (returns the seconds waited) or ``stop`` is set (returns
+    None), saying every ``every`` seconds that it is still waiting for ``what``."""
+    t0 = time.perf_counter()
+    next_log = every
+    while not ready():
+        if stop.wait(poll):
+            return None
+        waited = time.perf_counter() - t0
+        if waited >= next_log:
+            log(f"still waiting for {what} ({waited:.0f}s)")
+            next_log += every
+    return time.perf_counter() - t0

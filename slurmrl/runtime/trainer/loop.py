@@ -24,8 +24,8 @@ import torch.distributed as dist
 
 from slurmrl.runtime import component as rt
 from slurmrl.runtime import steps
+from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.trainer import losses, rollouts, state
-from slurmrl.runtime.trainer.metrics import Metrics
 
 STOP = threading.Event()
 EXIT_STOPPED = 143
@@ -211,7 +211,8 @@ class Trainer:
                 self.log(f"no RNG state for rank {self.rank} in {ckpt.name}; continuing with a fresh one", True)
             if self.data is not None and "data" in st:
                 self.data.seek(st["data"])
-        self.metrics = Metrics(self.run_dir, dict(s), enabled=self.rank == 0, log=self.log)
+        self.metrics = Metrics(self.run_dir, "trainer", dict(s), self.log, enabled=self.rank == 0,
+                               wandb_prefix="trainer/")
         dropped = self.metrics.truncate_after(self.start)
         if dropped:
             self.log(f"metrics: dropped {dropped} line(s) of steps after {self.start} (they are redone)")
@@ -334,8 +335,9 @@ class Trainer:
             wait_s, batch = 0.0, None
             if self.kind == "rl":
                 path = steps.rollout_path(self.run_dir, n)
-                found, wait_s = rollouts.wait_for_batch(path, STOP.is_set, self.log)
-                if self.d.any(not found):
+                waited = steps.wait_until(path.exists, STOP, self.log, str(path), poll=0.2)
+                wait_s = waited or 0.0
+                if self.d.any(waited is None):
                     stopped = True
                     break
                 batch = rollouts.read_batch(path)

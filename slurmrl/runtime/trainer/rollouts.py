@@ -1,4 +1,4 @@
-"""RL batches: wait for ``rollouts/step-NNNNNN.json``, read it, split it over ranks and micro-batches.
+"""RL batches: read ``rollouts/step-NNNNNN.json``, split it over ranks and micro-batches.
 
 A sample is ``prompt_ids + completion_ids`` (cut to ``seq_len``), right-padded within its
 micro-batch; with a causal mask, padding on the right never reaches a real token, so no
@@ -11,27 +11,10 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
-
-def wait_for_batch(path: Path, stop: Callable[[], bool], log: Callable[[str], None], every: float = 30.0,
-                   poll: float = 0.2) -> tuple[bool, float]:
-    """Poll until ``path`` exists or ``stop()``; returns (found, seconds waited)."""
-    t0 = time.perf_counter()
-    next_log = every
-    while not path.exists():
-        if stop():
-            return False, time.perf_counter() - t0
-        waited = time.perf_counter() - t0
-        if waited >= next_log:
-            log(f"waiting for {path} ({waited:.0f}s)")
-            next_log += every
-        time.sleep(poll)
-    return True, time.perf_counter() - t0
 
 
 def read_batch(path: Path) -> dict:

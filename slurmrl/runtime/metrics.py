@@ -1,4 +1,5 @@
-"""Per-step metrics: one JSON line per step in ``metrics/trainer.jsonl``, and wandb if it can.
+"""Per-step metrics of a runtime (trainer, orchestrator): one JSON line per step in
+``metrics/<role>.jsonl``, and wandb if it can (run ``<run dir name>-<role>``).
 
 wandb runs offline (files under ``RUN_DIR/wandb``) unless ``WANDB_MODE`` says otherwise;
 ``WANDB_MODE=disabled`` skips it, and any failure to import or start it leaves only the JSONL.
@@ -12,9 +13,9 @@ from pathlib import Path
 
 
 class Metrics:
-    def __init__(self, run_dir: Path, config: dict, enabled: bool, log):
-        self.path = run_dir / "metrics" / "trainer.jsonl"
-        self.enabled, self.wandb = enabled, None
+    def __init__(self, run_dir: Path, role: str, config: dict, log, enabled: bool = True, wandb_prefix: str = ""):
+        self.path = run_dir / "metrics" / f"{role}.jsonl"
+        self.enabled, self.wandb, self.prefix = enabled, None, wandb_prefix
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -25,8 +26,8 @@ class Metrics:
             import wandb
 
             (run_dir / "wandb").mkdir(exist_ok=True)
-            self.wandb = wandb.init(project="slurmrl", name=f"{run_dir.name}-trainer", dir=str(run_dir),
-                                    config=config, resume="allow", id=f"{run_dir.name}-trainer")
+            self.wandb = wandb.init(project="slurmrl", name=f"{run_dir.name}-{role}", dir=str(run_dir),
+                                    config=config, resume="allow", id=f"{run_dir.name}-{role}")
         except Exception as e:  # optional: the JSONL is the record
             log(f"wandb off ({e.__class__.__name__}: {str(e)[:200]})")
 
@@ -57,7 +58,7 @@ class Metrics:
             f.write(json.dumps(record) + "\n")
         if self.wandb is not None:
             try:
-                self.wandb.log({f"trainer/{k}": v for k, v in record.items() if isinstance(v, (int, float))},
+                self.wandb.log({self.prefix + k: v for k, v in record.items() if isinstance(v, (int, float))},
                                step=record["step"])
             except Exception:  # never let metrics stop training
                 pass
