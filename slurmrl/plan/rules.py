@@ -6,6 +6,7 @@ import inspect
 
 from slurmrl.errors import UserError
 from slurmrl.recipe.schema import Recipe
+from slurmrl.runtime import envs
 from slurmrl.runtime.envs import BUILTIN
 
 SECTIONS = {
@@ -136,9 +137,8 @@ def check_orchestrator(r: Recipe) -> None:
             BUILTIN[o.environment](**o.environment_args)
         except (TypeError, ValueError) as e:
             raise UserError("orchestrator.environment_args", str(e)) from None
-    elif ":" not in o.environment:
-        raise UserError("orchestrator.environment",
-                        f"{o.environment!r} is not built in ({', '.join(BUILTIN)}) nor package.module:Class")
+    elif envs.unknown(o.environment):
+        raise UserError("orchestrator.environment", envs.unknown(o.environment))
 
 
 def check(r: Recipe) -> None:

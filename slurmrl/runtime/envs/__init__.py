@@ -20,14 +20,22 @@ from slurmrl.runtime.envs.reverse_text import ReverseText
 BUILTIN = {"reverse_text": ReverseText, "arithmetic": Arithmetic}
 
 
+def unknown(name: str) -> str | None:
+    """Why ``name`` names no environment (neither built in nor ``package.module:Class``), or None."""
+    if name in BUILTIN or ":" in name:
+        return None
+    return f"{name!r} is not built in ({', '.join(BUILTIN)}) nor package.module:Class"
+
+
 def load(name: str, args: dict | None = None):
     """The environment ``name`` (built in, or ``package.module:Class``) built with keyword ``args``."""
+    why = unknown(name)
+    if why:
+        raise SystemExit(f"slurmrl: environment {why}")
     if name in BUILTIN:
         cls = BUILTIN[name]
     else:
-        module, sep, attr = name.partition(":")
-        if not sep:
-            raise SystemExit(f"slurmrl: environment {name!r} is not built in ({', '.join(BUILTIN)}) nor module:Class")
+        module, _, attr = name.partition(":")
         try:
             cls = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
