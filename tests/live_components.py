@@ -18,6 +18,8 @@ import tomllib
 import urllib.request
 from pathlib import Path
 
+from slurmrl.runtime.supervised import http_ok
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -78,14 +80,6 @@ def free_port_base(span: int = 80) -> int:
             for s in socks:
                 s.close()
     raise RuntimeError("no free port range on loopback")
-
-
-def http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 def post_json(url: str, body: dict, headers: dict | None = None, timeout: float = 120) -> dict:
