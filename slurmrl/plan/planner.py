@@ -229,7 +229,8 @@ class _Builder:
             timeout=inf.startup_timeout,
         )
         env_ = {**inf.env, **env}
-        if inf.admin_endpoints if inf.admin_endpoints is not None else r.kind == "rl":
+        admin = inf.admin_endpoints if inf.admin_endpoints is not None else r.kind == "rl"
+        if admin:
             env_["VLLM_SERVER_DEV_MODE"] = "1"  # pause / reload_weights / resume endpoints
         if inf.max_lora_rank:
             env_["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
