@@ -95,6 +95,10 @@ def test_preflight_matches_plan(slurm_cluster, tmp_path, recipe):
             assert rep["errors"] == []
             assert rep["env"]["SLURM_JOB_ID"] == job_id
             assert rep["host"] == hosts[c.group][c.first_node + inst.node], (c.name, inst.rank)
+            # the allocation Slurm gave the step (preflight's fallback when sacct lags) is sacct's
+            allocation = {int(g): slurm_cluster.run(["scontrol", "show", "hostnames", n]).stdout.split()
+                          for g, n in rep["allocation"].items()}
+            assert allocation == hosts, (c.name, inst.rank)
             assert rep["gpu_positions"] == list(inst.gpus)
             assert len(rep["gpus"]) == len(inst.gpus)
             base = int(rep["env"]["SLURMRL_PORT_BASE"])
@@ -194,6 +198,19 @@ def test_checker_wants_container_flags_when_the_plan_has_them(tmp_path):
     assert all("container flags missing" in p[0] for p in found.values()) and len(found) == 3
     assert preflight.expected_container(("--container-image=x", "--no-container-mount-home")) == {
         "PYXIS_DOUBLE_CONTAINER_IMAGE": "x", "PYXIS_DOUBLE_NO_CONTAINER_MOUNT_HOME": "1"}
+
+
+def test_group_hosts_fill_groups_sacct_has_not_listed_from_the_probes(rl_debug, monkeypatch):
+    run_dir, _, _ = rl_debug
+    monkeypatch.setattr(preflight.tools, "hostnames", lambda nodes: nodes.split(","))  # test double: no scontrol
+    for f in (run_dir / "preflight").glob("*.json"):
+        rep = json.loads(f.read_text())
+        rep["allocation"] = {"0": "n3", "1": "n1,n2"}
+        f.write_text(json.dumps(rep))
+    hosts = preflight.GroupHosts()
+    hosts.hosts[0] = ["n4"]  # already known from sacct: kept
+    hosts.add_reports(preflight.read_reports(run_dir))
+    assert hosts.hosts == {0: ["n4"], 1: ["n1", "n2"]}
 
 
 def test_preflight_without_slurm_is_one_line(tmp_path):

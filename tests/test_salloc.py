@@ -52,7 +52,11 @@ def test_the_rendered_script_runs_inside_salloc(slurm_cluster, tmp_path, monkeyp
 
     for key, value in slurm_cluster.cluster_vars.items():
         monkeypatch.setenv(key, value)
-    hosts = preflight.GroupHosts().complete(Watch(job_id), len(out.plan.groups))
+    # where each group's nodes are: Slurm's allocation as the steps saw it, and sacct's record of it
+    from_steps = preflight.GroupHosts()
+    from_steps.add_reports(preflight.read_reports(out.run_dir))
+    hosts = from_steps.hosts
     assert sorted(hosts) == [0, 1]
+    assert preflight.GroupHosts().complete(Watch(job_id), len(out.plan.groups), wait_s=60) == hosts
     rows = preflight.check(out.run_dir, out.plan, job_id, hosts)
     assert [r.problems for r in rows] == [[] for _ in rows], preflight.report_table(rows)

@@ -214,3 +214,21 @@ def test_a_ready_component_sacct_has_not_listed_reads_started():
            "components": [{**comp, "ready": [0]}, {**comp, "name": "trainer", "ready": []}]}
     rows = {ln.split()[0]: ln.split() for ln in text(rep).splitlines()[4:] if ln.strip()}
     assert rows["inference"][3] == "started" and rows["trainer"][3:5] == ["not", "started"]
+
+
+def test_an_ended_het_job_is_asked_about_again(monkeypatch):
+    """sacct can call a het job ended before it lists every component; submitit's watcher would
+    never ask again about an ended job (CI lost group 1's nodes that way)."""
+    import subprocess
+    import time
+
+    from slurmrl.slurm.watch import HetInfoWatcher
+
+    header = "JobID|JobName|State|ExitCode|Elapsed|NodeList|Reason\n"
+    answers = iter([header + "7+0|j|COMPLETED|0:0|00:00:05|n1|None\n",
+                    header + "7+0|j|COMPLETED|0:0|00:00:05|n1|None\n7+1|j|COMPLETED|0:0|00:00:05|n[2-3]|None\n"])
+    monkeypatch.setattr(subprocess, "check_output", lambda cmd, shell=False: next(answers).encode())  # sacct double
+    watcher = HetInfoWatcher()
+    assert [c["NodeList"] for c in watcher.get_info("7", mode="force")["components"]] == ["n1"]
+    time.sleep(0.01)  # submitit ignores forced calls less than 1 ms apart
+    assert [c["NodeList"] for c in watcher.get_info("7", mode="force")["components"]] == ["n1", "n[2-3]"]

@@ -82,6 +82,15 @@ def check_peers(targets: list[tuple[str, str, int]], deadline: float) -> list[st
     return [f"cannot reach {label} at {host}:{port}" for label, host, port in pending]
 
 
+def allocation() -> dict[str, str]:
+    """Each het group's node list as Slurm gave it to the step (group "0" alone for a plain job)."""
+    prefix = "SLURM_JOB_NODELIST_HET_GROUP_"
+    groups = {k.removeprefix(prefix): v for k, v in os.environ.items() if k.startswith(prefix)}
+    if not groups and os.environ.get("SLURM_JOB_NODELIST"):
+        groups = {"0": os.environ["SLURM_JOB_NODELIST"]}
+    return dict(sorted(groups.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else -1))
+
+
 def main() -> int:
     args = rt.config_arg(__doc__.splitlines()[0])
     comp = rt.load(args.config)
@@ -106,6 +115,7 @@ def main() -> int:
         "ports": my_ports,
         "container": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("PYXIS_", "ENROOT_"))},
         "env": {k: os.environ[k] for k in REPORTED_ENV if k in os.environ},
+        "allocation": allocation(),
         "errors": errors,
     }
     out_dir = comp.run_dir / "preflight"

@@ -55,6 +55,15 @@ class GroupHosts:
             if len(names) > len(self.hosts.get(p.group, [])):
                 self.nodes[p.group], self.hosts[p.group] = p.nodes, names
 
+    def add_reports(self, reports: dict[tuple[str, int], dict]) -> None:
+        """Groups sacct has not listed: the node lists Slurm gave the probes' steps
+        (``SLURM_JOB_NODELIST_HET_GROUP_<g>``; also what a cluster without accounting leaves us)."""
+        for rep in reports.values():
+            for group, nodes in (rep.get("allocation") or {}).items():
+                if str(group).isdigit() and int(group) not in self.hosts and isinstance(nodes, str):
+                    if names := tools.hostnames(nodes):
+                        self.nodes[int(group)], self.hosts[int(group)] = nodes, names
+
     def complete(self, watch: Watch, groups: int, wait_s: float = HOSTS_WAIT_S) -> dict[int, list[str]]:
         """Snapshots until every group ``0..groups-1`` has hosts (accounting catching up) or ``wait_s``."""
         deadline = time.monotonic() + wait_s
@@ -167,6 +176,7 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
     if not snap.done:
         tools.call(["scancel", job_id], check=False)
         print(f"slurmrl: preflight job {job_id} still {snap.state} after {timeout_s:.0f}s; cancelled it")
+    hosts.add_reports(read_reports(run_dir))
     rows = check(run_dir, plan, job_id, hosts.complete(watch, len(plan.groups)))
     print(report_table(rows))
     bad = [r for r in rows if r.problems]

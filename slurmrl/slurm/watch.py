@@ -72,7 +72,10 @@ class HetInfoWatcher(SlurmInfoWatcher):
     """
 
     def _make_command(self) -> list[str] | None:
-        to_check = sorted({x.split("_")[0] for x in self._registered - self._finished})
+        # Every registered job, ended or not: submitit stops asking about a job once its state is
+        # final, but sacct can show a het job ended before it lists every component with its nodes
+        # (CI saw ``<id>+0 COMPLETED`` and no ``<id>+1``), so a forced call must ask again.
+        to_check = sorted({x.split("_")[0] for x in self._registered})
         if not to_check:
             return None
         command = ["sacct", "-o", SACCT_FIELDS, "--parsable2"]
