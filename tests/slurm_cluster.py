@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,10 @@ class SlurmCluster:
         kw.setdefault("timeout", 120)
         kw["env"] = {**self.env, **kw.get("env", {})}
         return subprocess.run(cmd, shell=isinstance(cmd, str), **kw)
+
+    def slurmrl(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        """``python -m slurmrl ARGS`` against this cluster (keywords as for ``run``)."""
+        return self.run([sys.executable, "-m", "slurmrl", *args], **kw)
 
     def log_tail(self, name: str = "slurmctld.log", lines: int = 30) -> str:
         path = self.state_dir / "log" / name

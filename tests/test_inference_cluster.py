@@ -24,10 +24,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def slurmrl(cluster, *args, cwd, timeout=120):
-    return cluster.run([sys.executable, "-m", "slurmrl", *args], cwd=cwd, timeout=timeout)
-
-
 def node_address(cluster, host: str) -> str:
     """The cluster's hosts file maps n1..n4 to addresses inside its network namespaces."""
     for line in (cluster.state_dir / "etc" / "hosts").read_text().splitlines():
@@ -38,7 +34,7 @@ def node_address(cluster, host: str) -> str:
 
 
 def status(cluster, run_dir, cwd) -> dict:
-    r = slurmrl(cluster, "status", str(run_dir), "--json", cwd=cwd)
+    r = cluster.slurmrl("status", str(run_dir), "--json", cwd=cwd)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -56,8 +52,8 @@ def ready_pids(run_dir: Path) -> dict[str, int]:
 
 def test_inference_job_serves_survives_a_dead_replica_and_cancels(slurm_cluster, tmp_path):
     model = build_tiny(tmp_path / "tiny")
-    r = slurmrl(
-        slurm_cluster, "submit", str(ROOT / "recipes" / "inference-debug.toml"),
+    r = slurm_cluster.slurmrl(
+        "submit", str(ROOT / "recipes" / "inference-debug.toml"),
         "--set", f'model.path="{model}"', "--set", f'python.executable="{sys.executable}"',
         "--set", 'inference.env.VLLM_CPU_KVCACHE_SPACE="1"', "--set", "slurm.grace_seconds=5",
         cwd=tmp_path,
@@ -90,7 +86,7 @@ def test_inference_job_serves_survives_a_dead_replica_and_cancels(slurm_cluster,
         st = status(slurm_cluster, run_dir, tmp_path)
         assert "RUNNING" in json.dumps(st)
     finally:
-        c = slurmrl(slurm_cluster, "cancel", str(run_dir), cwd=tmp_path, timeout=180)
+        c = slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
     assert c.returncode == 0, c.stdout + c.stderr
     assert "CANCELLED" in c.stdout
     time.sleep(2)

@@ -46,8 +46,7 @@ def test_the_debug_recipes_fit():
 
 
 def slurmrl(cluster, *args: str, cwd: Path, env: dict | None = None, timeout: float = 240):
-    return cluster.run([sys.executable, "-m", "slurmrl", *args], cwd=cwd, env={**PROBE_ENV, **(env or {})},
-                       timeout=timeout)
+    return cluster.slurmrl(*args, cwd=cwd, env={**PROBE_ENV, **(env or {})}, timeout=timeout)
 
 
 def sacct_nodes(cluster, job_id: str, groups: int, timeout: float = 30) -> dict[int, list[str]]:

@@ -20,10 +20,6 @@ ROOT = Path(__file__).resolve().parent.parent
 STEPS = 24
 
 
-def slurmrl(cluster, *args, cwd, timeout=120):
-    return cluster.run([sys.executable, "-m", "slurmrl", *args], cwd=cwd, timeout=timeout)
-
-
 def lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
@@ -50,8 +46,8 @@ def tiny(tmp_path_factory):
 
 
 def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, tiny):
-    r = slurmrl(
-        slurm_cluster, "submit", str(ROOT / "recipes" / "rl-debug.toml"),
+    r = slurm_cluster.slurmrl(
+        "submit", str(ROOT / "recipes" / "rl-debug.toml"),
         "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
         "--set", f"trainer.max_steps={STEPS}", "--set", "trainer.checkpoint_every=4",
         cwd=tmp_path,
@@ -67,10 +63,10 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
         wait_until(lambda: (run_dir / "logs" / "attempt-1").exists(), 300, "the second attempt", run_dir)
         wait_until(lambda: job_state(slurm_cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
                    1200, "the job to end", run_dir)
-        assert job_state(slurm_cluster, job_id) == "COMPLETED", slurmrl(
-            slurm_cluster, "logs", str(run_dir), cwd=tmp_path).stdout[-4000:]
+        logs = slurm_cluster.slurmrl("logs", str(run_dir), cwd=tmp_path).stdout[-4000:]
+        assert job_state(slurm_cluster, job_id) == "COMPLETED", logs
     finally:
-        slurmrl(slurm_cluster, "cancel", str(run_dir), cwd=tmp_path, timeout=180)
+        slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
 
     steps = [rec["step"] for rec in lines(trainer_log)]
     assert sorted(steps) == list(range(1, STEPS + 1)), f"steps lost or repeated: {steps}"
@@ -79,7 +75,7 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
     first = sum(rewards[s] for s in range(1, 6)) / 5
     last = sum(rewards[s] for s in range(STEPS - 4, STEPS + 1)) / 5
     assert last > first + 0.1, f"reward did not rise: first 5 steps {first:.3f}, last 5 {last:.3f}"
-    plot = slurmrl(slurm_cluster, "plot", str(run_dir), cwd=tmp_path)
+    plot = slurm_cluster.slurmrl("plot", str(run_dir), cwd=tmp_path)
     assert plot.returncode == 0 and (run_dir / "reward.png").exists(), plot.stderr
 
 
@@ -90,8 +86,8 @@ def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny, node
         for i in range(64):
             word = "abcab"[i % 3:] + "c"
             f.write(json.dumps({"prompt": f"say {word}:", "completion": f" {word}\n"}) + "\n")
-    r = slurmrl(
-        slurm_cluster, "submit", str(ROOT / "recipes" / "sft-debug.toml"),
+    r = slurm_cluster.slurmrl(
+        "submit", str(ROOT / "recipes" / "sft-debug.toml"),
         "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
         "--set", f'trainer.dataset="{data}"', "--set", f"trainer.nodes={nodes}",
         cwd=tmp_path,
@@ -104,7 +100,7 @@ def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny, node
                    "the SFT job to end", run_dir)
         assert job_state(slurm_cluster, job_id) == "COMPLETED"
     finally:
-        slurmrl(slurm_cluster, "cancel", str(run_dir), cwd=tmp_path, timeout=120)
+        slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=120)
     losses = [rec["loss"] for rec in lines(run_dir / "metrics" / "trainer.jsonl")]
     assert len(losses) == 30
     assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, losses

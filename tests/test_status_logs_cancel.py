@@ -36,10 +36,6 @@ exec {sys.executable} -m slurmrl.runtime.probe --config "$config"
 """
 
 
-def slurmrl(cluster, *args: str, cwd: Path, env: dict | None = None, timeout: float = 120):
-    return cluster.run([sys.executable, "-m", "slurmrl", *args], cwd=cwd, env=env or {}, timeout=timeout)
-
-
 @pytest.fixture
 def job(slurm_cluster, tmp_path):
     """submit(**env) -> run dir of a submitted rl-debug job; cancels it at teardown."""
@@ -49,9 +45,9 @@ def job(slurm_cluster, tmp_path):
     submitted = []
 
     def submit(**env) -> Path:
-        r = slurmrl(slurm_cluster, "submit", str(RL_DEBUG), "--set", f'python.executable="{fake}"',
-                    "--set", f"slurm.grace_seconds={GRACE}", cwd=tmp_path,
-                    env={"SLURMRL_PROBE_TIMEOUT": "30", **env})
+        r = slurm_cluster.slurmrl("submit", str(RL_DEBUG), "--set", f'python.executable="{fake}"',
+                                  "--set", f"slurm.grace_seconds={GRACE}", cwd=tmp_path,
+                                  env={"SLURMRL_PROBE_TIMEOUT": "30", **env})
         assert r.returncode == 0, r.stdout + r.stderr
         run_dir = tmp_path / "runs" / "rl-debug"
         submitted.append(json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"])
@@ -63,7 +59,7 @@ def job(slurm_cluster, tmp_path):
 
 
 def status_json(cluster, run_dir: Path) -> dict:
-    r = slurmrl(cluster, "status", str(run_dir), "--json", cwd=run_dir.parent)
+    r = cluster.slurmrl("status", str(run_dir), "--json", cwd=run_dir.parent)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -99,7 +95,7 @@ def test_status_logs_cancel_on_a_running_job(slurm_cluster, job, tmp_path):
     assert rep["attempt"] == 0 and rep["failed"] is None and rep["done"] is False
 
     # the text view: one line per het component, one per plan component
-    r = slurmrl(slurm_cluster, "status", str(run_dir), cwd=tmp_path)
+    r = slurm_cluster.slurmrl("status", str(run_dir), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"job {rep['job_id']}: RUNNING")
@@ -108,18 +104,18 @@ def test_status_logs_cancel_on_a_running_job(slurm_cluster, job, tmp_path):
     assert trainer[3] == "RUNNING" and trainer[-1] == "1/1"
 
     # by job id, and from inside the run dir with no argument
-    by_id = slurmrl(slurm_cluster, "status", rep["job_id"], cwd=tmp_path)
+    by_id = slurm_cluster.slurmrl("status", rep["job_id"], cwd=tmp_path)
     assert by_id.returncode == 0 and str(run_dir) in by_id.stdout and "trainer" in by_id.stdout
-    here = slurmrl(slurm_cluster, "status", cwd=run_dir)
+    here = slurm_cluster.slurmrl("status", cwd=run_dir)
     assert here.returncode == 0 and here.stdout.splitlines()[0] == lines[0]
 
     # logs: every component's log of the latest attempt, each line prefixed by its file name
-    r = slurmrl(slurm_cluster, "logs", str(run_dir), cwd=tmp_path)
+    r = slurm_cluster.slurmrl("logs", str(run_dir), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "trainer.0.log: trainer: holding" in r.stdout
     assert any(ln.startswith("inference.0.log: {") for ln in r.stdout.splitlines())
     assert any(ln.startswith(f"batch-{rep['job_id']}.out: slurmrl: started trainer") for ln in r.stdout.splitlines())
-    only = slurmrl(slurm_cluster, "logs", str(run_dir), "--component", "inference", "--attempt", "0", cwd=tmp_path)
+    only = slurm_cluster.slurmrl("logs", str(run_dir), "--component", "inference", "--attempt", "0", cwd=tmp_path)
     assert only.stdout and all(ln.startswith("inference.0.log: ") for ln in only.stdout.splitlines())
 
     # logs -f follows until the job ends; cancel ends it and says how it ended
@@ -130,7 +126,7 @@ def test_status_logs_cancel_on_a_running_job(slurm_cluster, job, tmp_path):
         assert first.split(": ", 1)[0] in {f"batch-{rep['job_id']}.out", "inference.0.log", "orchestrator.0.log",
                                            "trainer.0.log"}
         started = time.monotonic()
-        r = slurmrl(slurm_cluster, "cancel", str(run_dir), cwd=tmp_path)
+        r = slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path)
         assert r.returncode == 0, r.stdout + r.stderr
         assert r.stdout.splitlines()[-1] == f"job {rep['job_id']}: CANCELLED"
         assert time.monotonic() - started < GRACE + 20
@@ -143,7 +139,7 @@ def test_status_logs_cancel_on_a_running_job(slurm_cluster, job, tmp_path):
     rep = status_json(slurm_cluster, run_dir)
     assert rep["state"] == "CANCELLED" and rep["done"] is True
     assert "SIGTERM" in rep["failed"]
-    r = slurmrl(slurm_cluster, "cancel", str(run_dir), cwd=tmp_path)
+    r = slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path)
     assert r.returncode == 0 and "had already ended: CANCELLED" in r.stdout
 
 
@@ -151,7 +147,7 @@ def test_status_logs_cancel_on_a_running_job(slurm_cluster, job, tmp_path):
 def test_a_failing_component_ends_the_job_and_status_names_it(slurm_cluster, job, tmp_path):
     run_dir = job(SLURMRL_TEST_FAIL="trainer")
     started = time.monotonic()
-    r = slurmrl(slurm_cluster, "status", str(run_dir), "--watch", cwd=tmp_path)
+    r = slurm_cluster.slurmrl("status", str(run_dir), "--watch", cwd=tmp_path)
     took = time.monotonic() - started
     assert r.returncode == 1, r.stdout + r.stderr  # --watch: 0 only when the job completed
     assert took < GRACE + 25, took  # fail fast: TERM, GRACE seconds, KILL (plus start and sacct lag)
@@ -166,7 +162,7 @@ def test_a_failing_component_ends_the_job_and_status_names_it(slurm_cluster, job
     assert rep["failed"] == "trainer exited with code 3"
     # the other steps were stopped, none is left running
     assert all(c["step"] is None or c["step"]["state"] != "RUNNING" for c in rep["components"])
-    r = slurmrl(slurm_cluster, "logs", str(run_dir), "--component", "trainer", cwd=tmp_path)
+    r = slurm_cluster.slurmrl("logs", str(run_dir), "--component", "trainer", cwd=tmp_path)
     assert "trainer.0.log: trainer: failing on purpose" in r.stdout
 
 

@@ -22,10 +22,10 @@ PY_OVERRIDE = f'python.executable="{sys.executable}"'
 
 
 def slurmrl(*args: str, cwd: Path, env: dict | None = None, cluster=None) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "slurmrl", *args]
     if cluster is not None:
-        return cluster.run(argv, cwd=cwd, env={"SLURMRL_PROBE_TIMEOUT": "30", **(env or {})}, timeout=240)
-    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env, timeout=60)
+        return cluster.slurmrl(*args, cwd=cwd, env={"SLURMRL_PROBE_TIMEOUT": "30", **(env or {})}, timeout=240)
+    return subprocess.run([sys.executable, "-m", "slurmrl", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=60)
 
 
 def one_line_error(r: subprocess.CompletedProcess) -> str:
