@@ -49,6 +49,10 @@ def slurmrl(cluster, *args: str, cwd: Path, env: dict | None = None, timeout: fl
     return cluster.slurmrl(*args, cwd=cwd, env={**PROBE_ENV, **(env or {})}, timeout=timeout)
 
 
+def hostnames(cluster, nodelist: str) -> list[str]:
+    return cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+
+
 def sacct_nodes(cluster, job_id: str, groups: int, timeout: float = 30) -> dict[int, list[str]]:
     """Hostnames per het group, straight from sacct (independent of slurmrl's watcher). Asks again
     until every group has a row with nodes: slurmdbd can lag the end of a het job by seconds
@@ -61,7 +65,7 @@ def sacct_nodes(cluster, job_id: str, groups: int, timeout: float = 30) -> dict[
             jid, nodelist = line.split("|")
             group = int(jid.split("+")[1]) if "+" in jid else 0
             if nodelist and nodelist != "None assigned":
-                found[group] = cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+                found[group] = hostnames(cluster, nodelist)
         if set(found) >= set(range(groups)) or time.monotonic() > deadline:
             return found
         time.sleep(1)
@@ -95,9 +99,8 @@ def test_preflight_matches_plan(slurm_cluster, tmp_path, recipe):
             assert rep["env"]["SLURM_JOB_ID"] == job_id
             assert rep["host"] == hosts[c.group][c.first_node + inst.node], (c.name, inst.rank)
             # the allocation Slurm gave the step (preflight's fallback when sacct lags) is sacct's
-            allocation = {int(g): slurm_cluster.run(["scontrol", "show", "hostnames", n]).stdout.split()
-                          for g, n in rep["allocation"].items()}
-            assert allocation == hosts, (c.name, inst.rank)
+            assert {int(g): hostnames(slurm_cluster, n) for g, n in rep["allocation"].items()} == hosts, (
+                c.name, inst.rank)
             assert rep["gpu_positions"] == list(inst.gpus)
             assert len(rep["gpus"]) == len(inst.gpus)
             base = int(rep["env"]["SLURMRL_PORT_BASE"])

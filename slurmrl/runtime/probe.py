@@ -85,10 +85,10 @@ def check_peers(targets: list[tuple[str, str, int]], deadline: float) -> list[st
 def allocation() -> dict[str, str]:
     """Each het group's node list as Slurm gave it to the step (group "0" alone for a plain job)."""
     prefix = "SLURM_JOB_NODELIST_HET_GROUP_"
-    groups = {k.removeprefix(prefix): v for k, v in os.environ.items() if k.startswith(prefix)}
+    groups = {k.removeprefix(prefix): v for k, v in sorted(os.environ.items()) if k.startswith(prefix)}
     if not groups and os.environ.get("SLURM_JOB_NODELIST"):
         groups = {"0": os.environ["SLURM_JOB_NODELIST"]}
-    return dict(sorted(groups.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else -1))
+    return groups
 
 
 def main() -> int:

@@ -41,7 +41,8 @@ class GroupHosts:
     ``<id>+<g>`` row with ``None assigned`` (or not at all yet) while squeue's ``%N`` for it is
     already empty (it shrinks as nodes finish); CI saw "group 1 has 0 node(s)" from that.
     So every snapshot taken while watching adds what it knows; the longest list seen per group wins
-    (sacct's NodeList is the whole allocation)."""
+    (sacct's NodeList is the whole allocation). A group still missing at the end takes the node
+    list the probes' steps were given (``add_reports``), else ``complete`` asks sacct again."""
 
     def __init__(self) -> None:
         self.nodes: dict[int, str] = {}

@@ -141,11 +141,12 @@ def status(target: str | None, watch: bool = False, as_json: bool = False) -> in
         rep = report(snap, run_dir, plan)
         # a terminal is redrawn as the clock ticks; a log or a pipe gets a new report only when
         # something other than elapsed times changed
-        key = text(rep) if tty else json.dumps(without_elapsed(rep))
+        shown = json.dumps(rep) if as_json else text(rep)
+        key = shown if tty else json.dumps(without_elapsed(rep))
         if key != last:
             if tty:
                 sys.stdout.write("\033[H\033[2J")
-            print(json.dumps(rep) if as_json else text(rep), flush=True)
+            print(shown, flush=True)
             last = key
         if not snap.parts and time.monotonic() - started > NOT_FOUND_AFTER_S:
             raise UserError(None, f"job {job_id} is not known to squeue or sacct")
