@@ -1,0 +1,130 @@
+"""The run dir's layout: every path under a run dir is named here, and only here.
+
+A leaf module (standard library only): the planner, the renderer, the runtimes inside job
+steps and the login-node commands (submit, status, logs, preflight) all go through it.
+
+    RUN_DIR/
+      job.sbatch                     the script (the truth)
+      plan.json  recipe.toml         what was planned, from what
+      components/<name>.toml         typed settings of our own programs (trainer, orchestrator)
+      jobs.json                      every job submitted from this run dir
+      logs/batch-<jobid>.out         the batch shell's log
+      logs/attempt-N/<comp>.<task>.log
+      logs/attempt-N/FAILED          why the job failed (one line)
+      logs/attempt-N/PREEMPTED       the warning signal came
+      logs/job-<jobid>/              an earlier job's logs, set aside by submit
+      ready/attempt-N/<comp>.<task>  a task passed its readiness check (its URL, its step's task count)
+      preflight/<comp>.<task>.json   probe reports
+      rollouts/ weights/ checkpoints/ metrics*.jsonl   RL and SFT outputs
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SCRIPT = "job.sbatch"
+PLAN = "plan.json"
+RECIPE = "recipe.toml"
+JOBS = "jobs.json"
+COMPONENTS = "components"
+LOGS = "logs"
+READY = "ready"
+PREFLIGHT = "preflight"
+FAILED = "FAILED"
+PREEMPTED = "PREEMPTED"
+JOB_OUTPUTS = (READY, PREFLIGHT)  # written by a job; stale once another job runs in the run dir
+
+
+def component_config(run_dir: Path, name: str) -> Path:
+    return Path(run_dir) / COMPONENTS / f"{name}.toml"
+
+
+def attempt_dir(run_dir: Path, kind: str, attempt: int | str) -> Path:
+    """``logs/attempt-N`` or ``ready/attempt-N``."""
+    return Path(run_dir) / kind / f"attempt-{attempt}"
+
+
+def log_dir(run_dir: Path, attempt: int | str) -> Path:
+    return attempt_dir(run_dir, LOGS, attempt)
+
+
+def ready_dir(run_dir: Path, attempt: int | str) -> Path:
+    return attempt_dir(run_dir, READY, attempt)
+
+
+def ready_file(run_dir: Path, attempt: int | str, component: str, task: int) -> Path:
+    return ready_dir(run_dir, attempt) / f"{component}.{task}"
+
+
+def failed_file(run_dir: Path, attempt: int | str) -> Path:
+    return log_dir(run_dir, attempt) / FAILED
+
+
+def batch_log(run_dir: Path, job_id: str) -> Path:
+    return Path(run_dir) / LOGS / f"batch-{job_id}.out"
+
+
+def set_aside_dir(run_dir: Path, job_id: str) -> Path:
+    return Path(run_dir) / LOGS / f"job-{job_id}"
+
+
+def preflight_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / PREFLIGHT
+
+
+def attempts(run_dir: Path) -> list[int]:
+    """Attempt numbers that have a log or ready folder, in order."""
+    found = set()
+    for kind in (LOGS, READY):
+        for d in (Path(run_dir) / kind).glob("attempt-*"):
+            suffix = d.name.removeprefix("attempt-")
+            if suffix.isdigit():
+                found.add(int(suffix))
+    return sorted(found)
+
+
+# ---- inside a job step -------------------------------------------------------------------
+def run_dir_from_env(env=None) -> Path:
+    """The run dir of the job this step belongs to (the script exports SLURMRL_RUN_DIR)."""
+    env = os.environ if env is None else env
+    value = env.get("SLURMRL_RUN_DIR")
+    if not value:
+        raise SystemExit("slurmrl: SLURMRL_RUN_DIR is not set; run this inside the job script")
+    return Path(value)
+
+
+def attempt_from_env(env=None) -> str:
+    env = os.environ if env is None else env
+    return env.get("SLURMRL_ATTEMPT", "0")
+
+
+# ---- ready files ---------------------------------------------------------------------------
+# One per task, written once the task's own readiness check passed. Two lines, so the batch
+# shell reads them with plain `read`: the URL others reach the task at ("-" when it serves
+# nothing) and the number of tasks in its step (so the script knows how many to wait for even
+# after a hand edit of --ntasks-per-node).
+def write_ready(path: Path, url: str | None, ntasks: int) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(f"{url or '-'}\n{ntasks}\n")
+    tmp.replace(path)
+
+
+def read_ready(path: Path) -> tuple[str | None, int]:
+    """(url or None, the step's task count) from a ready file."""
+    lines = Path(path).read_text().splitlines() + ["-", "0"]
+    url = lines[0].strip()
+    count = lines[1].strip()
+    return (None if url in ("", "-") else url), (int(count) if count.isdigit() else 0)
+
+
+def ready_tasks(run_dir: Path, attempt: int | str, component: str) -> dict[int, Path]:
+    """task -> ready file, for every task of ``component`` that is ready in ``attempt``."""
+    out = {}
+    for f in ready_dir(run_dir, attempt).glob(f"{component}.*"):
+        task = f.name.rsplit(".", 1)[-1]
+        if task.isdigit():
+            out[int(task)] = f
+    return dict(sorted(out.items()))
