@@ -186,7 +186,7 @@ def main() -> None:
 
     from slurmrl.runtime.trainer.loop import Dist
 
-    d = Dist({"dtype": args.dtype})
+    d = Dist(args.dtype)
     if args.steps is None:
         args.steps = 10 if d.cuda else 3
     if d.rank == 0:

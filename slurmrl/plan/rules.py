@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.schema import Recipe, global_batch
 from slurmrl.runtime import envs
 from slurmrl.runtime.envs import BUILTIN
 
@@ -91,8 +91,14 @@ def check_trainer(r: Recipe) -> None:
         return
     if r.kind == "sft" and not t.dataset:
         raise UserError("trainer.dataset", "kind 'sft' needs a JSONL dataset path")
-    if t.micro_batch_size > t.batch_size:
-        raise UserError("trainer.micro_batch_size", f"{t.micro_batch_size} is larger than batch_size {t.batch_size}")
+    batch = global_batch(r)
+    if r.kind == "rl" and t.batch_size is not None and t.batch_size != batch:
+        raise UserError(
+            "trainer.batch_size",
+            f"RL batches are prompts_per_step x rollouts_per_prompt = {batch}; remove batch_size or make it {batch}",
+        )
+    if t.micro_batch_size > batch:
+        raise UserError("trainer.micro_batch_size", f"{t.micro_batch_size} is larger than the batch of {batch}")
     if t.weight_sync == "nccl":
         if r.kind != "rl":
             raise UserError("trainer.weight_sync", "NCCL weight broadcast only applies to kind 'rl'")
@@ -103,6 +109,10 @@ def check_trainer(r: Recipe) -> None:
             )
         if r.inference.mode != "replicas":
             raise UserError("trainer.weight_sync", "NCCL weight broadcast supports inference mode 'replicas' only")
+        raise UserError(
+            "trainer.weight_sync",
+            "'nccl' is not implemented yet (the trainer publishes weights to the run dir); use 'filesystem'",
+        )
 
 
 def same_kind(value, default) -> bool:

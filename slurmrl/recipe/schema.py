@@ -4,6 +4,9 @@ Unknown keys are errors (``extra="forbid"``). Every field carries a description;
 ``docs/recipe-reference.md`` is generated from them (``python -m slurmrl.recipe.reference``)
 and a test fails when a field is missing there. Cross-field topology rules live in the
 planner, not here: this module only checks what one field can check on its own.
+
+The fields the trainer and orchestrator programs read (``TrainerKnobs``, ``OrchestratorKnobs``)
+are also the base of their typed settings (``slurmrl.settings``): each default is written once.
 """
 
 from __future__ import annotations
@@ -189,15 +192,20 @@ class Model(Section):
     max_model_len: PosInt | None = Field(None, description="Context length for inference.")
     trust_remote_code: bool = Field(False, description="Allow model code from the checkpoint.")
 
+    @property
+    def served_model_name(self) -> str:
+        """The name the OpenAI API serves (``served_name``, else ``path``)."""
+        return self.served_name or self.path
 
-class Trainer(Section):
-    nodes: PosInt = Field(1, description="Trainer nodes.")
-    gpus_per_node: NonNegInt | None = Field(
-        None, description="GPUs per node for the trainer; defaults to all (or what inference leaves when colocated)."
-    )
+
+class TrainerKnobs(Section):
+    """The trainer fields its program reads. ``slurmrl.settings.trainer.TrainerSettings`` extends
+    this with what the planner derives, so a default lives here and nowhere else."""
+
     dataset: str | None = Field(None, description="SFT: JSONL file (prompt/completion or chat messages).")
     lr: float = Field(1e-5, gt=0, description="Learning rate.")
-    batch_size: PosInt = Field(32, description="Sequences per optimizer step (global).")
+    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Clip the global gradient norm to this before each step.")
     micro_batch_size: PosInt = Field(4, description="Sequences per forward/backward per GPU.")
     seq_len: PosInt = Field(2048, description="Maximum tokens per sequence (packing length for SFT).")
     max_steps: PosInt = Field(100, description="Optimizer steps to run.")
@@ -207,22 +215,34 @@ class Trainer(Section):
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Training dtype (fp32 where no bf16).")
     clip_eps: float = Field(0.2, gt=0, description="RL: importance-ratio clip range.")
     kl_coef: float = Field(0.0, ge=0, description="RL: KL penalty to the reference model (0 = off).")
+    seed: int = Field(0, description="Random seed.")
+
+
+SFT_BATCH_SIZE = 32  # trainer.batch_size of kind sft when the recipe leaves it out; see global_batch()
+
+
+class Trainer(TrainerKnobs):
+    nodes: PosInt = Field(1, description="Trainer nodes.")
+    gpus_per_node: NonNegInt | None = Field(
+        None, description="GPUs per node for the trainer; defaults to all (or what inference leaves when colocated)."
+    )
+    batch_size: PosInt | None = Field(
+        None,
+        description=f"Sequences per optimizer step (global). Kind `sft`: {SFT_BATCH_SIZE} when left out. "
+        "Kind `rl`: always orchestrator.prompts_per_step x rollouts_per_prompt; leave it out or give that number.",
+    )
     weight_sync: Literal["filesystem", "nccl"] = Field(
         "filesystem",
-        description="RL: how new weights reach inference: safetensors on disk, or NCCL broadcast "
-        "(checked by the planner; the trainer still publishes through the filesystem and `plan` warns).",
+        description="RL: how new weights reach inference: safetensors in the run dir. `nccl` (broadcast) "
+        "is refused by `plan` until the trainer implements it.",
     )
-    seed: int = Field(0, description="Random seed.")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the trainer step.")
 
 
-class Orchestrator(Section):
-    placement: Literal["trainer", "inference", "own"] = Field(
-        "trainer",
-        description="Where the one orchestrator runs: the trainer's head node, the first inference node, "
-        "or its own CPU-only het group.",
-    )
-    cpus: PosInt = Field(2, description="CPUs for the orchestrator.")
+class OrchestratorKnobs(Section):
+    """The orchestrator fields its program reads. ``slurmrl.settings.orchestrator.OrchestratorSettings``
+    extends this with what the planner derives, so a default lives here and nowhere else."""
+
     environment: str = Field(
         "reverse_text", description="Built-in environment name or `package.module:Class` for a custom one."
     )
@@ -239,6 +259,15 @@ class Orchestrator(Section):
         1, description="How many steps generation may run ahead of training (0 = synchronous)."
     )
     seed: int = Field(0, description="Random seed.")
+
+
+class Orchestrator(OrchestratorKnobs):
+    placement: Literal["trainer", "inference", "own"] = Field(
+        "trainer",
+        description="Where the one orchestrator runs: the trainer's head node, the first inference node, "
+        "or its own CPU-only het group.",
+    )
+    cpus: PosInt = Field(2, description="CPUs for the orchestrator.")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the orchestrator step.")
 
 
@@ -352,3 +381,13 @@ class Recipe(Section):
     trainer: Trainer | None = Field(None, description="Trainer (kinds `sft`, `rl`).")
     orchestrator: Orchestrator | None = Field(None, description="Orchestrator (kind `rl`).")
     inference: Inference | None = Field(None, description="Inference servers (kinds `rl`, `inference`).")
+
+
+def global_batch(r: Recipe) -> int:
+    """Sequences per optimizer step, the one place ``trainer.batch_size`` is resolved: kind ``rl``
+    samples prompts_per_step x rollouts_per_prompt (a recipe's batch_size must agree, see
+    ``slurmrl.plan.rules``); kind ``sft`` takes batch_size, or ``SFT_BATCH_SIZE``."""
+    if r.kind == "rl":
+        o = r.orchestrator or Orchestrator()
+        return o.prompts_per_step * o.rollouts_per_prompt
+    return r.trainer.batch_size or SFT_BATCH_SIZE

@@ -14,13 +14,17 @@ before the next batch. ``max_off_policy_steps = 0`` is synchronous RL.
 Resumes after a requeue: batches already written are kept, the servers (restarted with the base
 model) reload the newest published weights, and generation goes on from the next step.
 
-    python -m slurmrl.runtime.orchestrator --config RUN_DIR/components/orchestrator.toml
+    python -m slurmrl.runtime.orchestrator --config RUN_DIR/components/orchestrator.toml \
+        --requests-url URL [URL ...] --admin-urls URL [URL ...]
+
+``--requests-url``: where completions are asked for (the router; without one, every server, taken
+in turn). ``--admin-urls``: every server, each reloads new weights. The job script passes both.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import os
 import random
 import signal
 import statistics
@@ -31,9 +35,10 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from slurmrl import layout
 from slurmrl.runtime import admin, envs, steps
-from slurmrl.runtime import component as rt
 from slurmrl.runtime.metrics import Metrics
+from slurmrl.settings.orchestrator import OrchestratorSettings, load
 
 STOP = threading.Event()
 
@@ -58,17 +63,17 @@ def written_batches(run_dir: Path) -> int:
 class Sampler:
     """Completions with token ids and inference logprobs, over the OpenAI-compatible API."""
 
-    def __init__(self, urls: list[str], model: str, tokenizer, settings: dict):
-        self.urls, self.model, self.tok, self.s = urls, model, tokenizer, settings
-        self.pool = ThreadPoolExecutor(max_workers=max(4, settings["prompts_per_step"]))
+    def __init__(self, urls: list[str], tokenizer, s: OrchestratorSettings):
+        self.urls, self.tok, self.s = urls, tokenizer, s
+        self.pool = ThreadPoolExecutor(max_workers=max(4, s.prompts_per_step))
 
     def _one(self, index: int, task: dict, step: int) -> list[dict]:
         prompt_ids = self.tok(task["prompt"], add_special_tokens=False)["input_ids"]
         body = {
-            "model": self.model, "prompt": prompt_ids, "n": self.s["rollouts_per_prompt"],
-            "max_tokens": self.s["max_tokens"], "temperature": self.s["temperature"],
+            "model": self.s.served_model_name, "prompt": prompt_ids, "n": self.s.rollouts_per_prompt,
+            "max_tokens": self.s.max_tokens, "temperature": self.s.temperature,
             "logprobs": 0, "return_tokens_as_token_ids": True,
-            "seed": self.s["seed"] * 1_000_003 + step * 1_009 + index,  # reproducible sampling
+            "seed": self.s.seed * 1_000_003 + step * 1_009 + index,  # reproducible sampling
         }
         url = self.urls[index % len(self.urls)]
         req = urllib.request.Request(
@@ -117,25 +122,23 @@ def wait_for(predicate, what: str) -> float:
     return waited
 
 
-def run(comp: rt.Component) -> int:
+def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str]) -> int:
     from transformers import AutoTokenizer
 
-    s, run_dir = comp.settings, comp.run_dir
-    env = envs.load(s["environment"], s.get("environment_args"))
-    urls = [f"http://{h}:{p}" for h, p in map(rt.endpoint, s["requests"])]
-    admin_urls = [f"http://{h}:{p}" for h, p in map(rt.endpoint, s["admin"])]
-    tok = AutoTokenizer.from_pretrained(s["model"])
-    sampler = Sampler(urls, s["served_model_name"], tok, s)
-    metrics = Metrics(run_dir, "orchestrator", s, log)
-    max_steps, max_off = s["max_steps"], s["max_off_policy_steps"]
+    run_dir = s.root
+    env = envs.load(s.environment, s.environment_args)
+    tok = AutoTokenizer.from_pretrained(s.model)
+    sampler = Sampler(urls, tok, s)
+    metrics = Metrics(run_dir, "orchestrator", s.model_dump(mode="json"), log)
+    max_steps, max_off = s.max_steps, s.max_off_policy_steps
     done = written_batches(run_dir)
     loaded = 0
     if done:
         log(f"resuming after {done} written batches")
     # The trainer drops weights newer than its checkpoint when it resumes: read none before it is up.
-    trainer_up = run_dir / "ready" / f"attempt-{os.environ.get('SLURMRL_ATTEMPT', '0')}" / "trainer.0"
-    wait_for(trainer_up.exists, "the trainer to start")
-    rt.mark_ready(comp, "orchestrator")
+    attempt = layout.attempt_from_env()
+    wait_for(layout.ready_file(run_dir, attempt, "trainer", 0).exists, "the trainer to start")
+    layout.write_ready(layout.ready_file(run_dir, attempt, "orchestrator", 0), None, 1)
 
     def refresh_weights() -> None:
         nonlocal loaded
@@ -149,8 +152,8 @@ def run(comp: rt.Component) -> int:
     for step in range(done + 1, max_steps + 1):
         waited = wait_for(lambda: latest_weights(run_dir)[0] >= step - 1 - max_off, f"trainer step {step - 1 - max_off}")
         refresh_weights()
-        rng = random.Random(s["seed"] * 1_000_003 + step)
-        tasks = env.prompts(rng, s["prompts_per_step"])
+        rng = random.Random(s.seed * 1_000_003 + step)
+        tasks = env.prompts(rng, s.prompts_per_step)
         t = time.perf_counter()
         groups = sampler.sample(tasks, step)
         gen_s = time.perf_counter() - t
@@ -177,13 +180,26 @@ def run(comp: rt.Component) -> int:
     return 0
 
 
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="RUN_DIR/components/orchestrator.toml")
+    ap.add_argument("--requests-url", "--requests-urls", dest="requests_url", nargs="+", required=True,
+                    metavar="URL", help="where to ask for completions: the router, else every server")
+    ap.add_argument("--admin-urls", nargs="+", required=True, metavar="URL",
+                    help="every inference server (each reloads new weights)")
+    args = ap.parse_args(argv)
+    args.requests_url = [u.rstrip("/") for u in args.requests_url]
+    args.admin_urls = [u.rstrip("/") for u in args.admin_urls]
+    return args
+
+
 def main() -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: STOP.set())
-    args = rt.config_arg(__doc__.splitlines()[0])
-    comp = rt.load(args.config)
+    args = arguments()
+    s = load(args.config)
     try:
-        return run(comp)
+        return run(s, args.requests_url, args.admin_urls)
     except SystemExit as e:
         return int(e.code) if isinstance(e.code, int) else 1
     except admin.AdminError as e:

@@ -22,10 +22,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from slurmrl.runtime import component as rt
 from slurmrl.runtime import steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.trainer import losses, rollouts, state
+from slurmrl.runtime.trainer.ready import mark_ready
+from slurmrl.settings.trainer import TrainerSettings
 
 STOP = threading.Event()
 EXIT_STOPPED = 143
@@ -47,7 +48,7 @@ def resolve(path: str, run_dir: Path) -> tuple[str, Path | None]:
 
 
 class Dist:
-    def __init__(self, s: dict):
+    def __init__(self, dtype: str):
         # SLURMRL_TRAINER_DEVICE=cpu keeps a run (the tests, a debug run on a GPU node) off the GPUs
         self.cuda = os.environ.get("SLURMRL_TRAINER_DEVICE", "") != "cpu" and torch.cuda.is_available()
         self.rank = int(os.environ.get("RANK", 0))
@@ -62,7 +63,7 @@ class Dist:
             dist.init_process_group(backend, timeout=timeout, device_id=self.device if self.cuda else None)
         else:  # started without torchrun: a group of one
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
-        self.bf16 = s.get("dtype", "bfloat16") == "bfloat16" and self.cuda and torch.cuda.is_bf16_supported()
+        self.bf16 = dtype == "bfloat16" and self.cuda and torch.cuda.is_bf16_supported()
 
     def any(self, flag: bool) -> bool:
         t = torch.tensor([1.0 if flag else 0.0], device=self.device)
@@ -126,27 +127,20 @@ def grad_norm_and_clip(model, max_norm: float) -> float:
 
 
 class Trainer:
-    def __init__(self, comp: rt.Component):
-        self.comp, self.s, self.run_dir = comp, comp.settings, comp.run_dir
-        s = self.s
-        self.kind = s["kind"]
-        if self.kind not in ("sft", "rl"):
-            raise SystemExit(f"slurmrl: trainer: kind must be sft or rl, got {self.kind!r}")
-        self.d = Dist(s)
+    def __init__(self, s: TrainerSettings):
+        self.s, self.run_dir = s, s.root
+        self.kind = s.kind
+        self.d = Dist(s.dtype)
         self.rank, self.world = self.d.rank, self.d.world
-        self.seed = int(s.get("seed", 0))
-        self.max_steps = int(s["max_steps"])
-        self.micro = int(s.get("micro_batch_size", 1))
-        self.seq_len = int(s.get("seq_len", 2048))
-        self.every = int(s.get("checkpoint_every", 10))
-        self.keep = int(s.get("keep_checkpoints", 3))
+        self.seed, self.max_steps, self.micro, self.seq_len = s.seed, s.max_steps, s.micro_batch_size, s.seq_len
+        self.every, self.keep = s.checkpoint_every, s.keep_checkpoints
         self.ckpt_root = self.run_dir / "checkpoints"
         self.weights_root = self.run_dir / "weights"
-        if s.get("dtype", "bfloat16") == "bfloat16" and not self.d.bf16:
+        if s.dtype == "bfloat16" and not self.d.bf16:
             self.log(f"dtype bfloat16 asked but {self.d.device.type} has no bf16 here: training in float32")
-        self.publish_dtype = torch.bfloat16 if s.get("dtype", "bfloat16") == "bfloat16" else torch.float32
-        if int(s.get("world_size", self.world)) != self.world:
-            self.log(f"note: the plan says world size {s['world_size']}, torchrun started {self.world}")
+        self.publish_dtype = torch.bfloat16 if s.dtype == "bfloat16" else torch.float32
+        if s.world_size != self.world:
+            self.log(f"note: the plan says world size {s.world_size}, torchrun started {self.world}")
 
     # ---- helpers ---------------------------------------------------------------------
     def log(self, msg: str, all_ranks: bool = False) -> None:
@@ -168,7 +162,7 @@ class Trainer:
 
         s = self.s
         torch.manual_seed(self.seed)
-        self.model_id, self.model_dir = resolve(s["model"], self.run_dir)
+        self.model_id, self.model_dir = resolve(s.model, self.run_dir)
         self.start, ckpt = state.latest_checkpoint(self.ckpt_root)
         self.ckpt = ckpt
         source = str(ckpt / "model") if ckpt else self.model_id
@@ -179,29 +173,29 @@ class Trainer:
         t = time.perf_counter()
         self.tok = AutoTokenizer.from_pretrained(self.model_id)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else (self.tok.eos_token_id or 0)
-        self.model = load_model(source, self.d, bool(s.get("gradient_checkpointing", False)))
+        self.model = load_model(source, self.d, s.gradient_checkpointing)
         self.config = self.model.config
         try:
             self.gen_config = GenerationConfig.from_pretrained(self.model_id)
         except Exception:
             self.gen_config = None
         self.ref = None
-        self.kl_coef = float(s.get("kl_coef", 0.0))
+        self.kl_coef = s.kl_coef
         if self.kind == "rl" and self.kl_coef > 0:
             self.ref = load_model(self.model_id, self.d, False, trainable=False)
         self.optim = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad], lr=float(s["lr"]), betas=(0.9, 0.999),
-            weight_decay=float(s.get("weight_decay", 0.0)),
+            [p for p in self.model.parameters() if p.requires_grad], lr=s.lr, betas=(0.9, 0.999),
+            weight_decay=s.weight_decay,
         )
         self.data = None
         if self.kind == "sft":
             from slurmrl.runtime.trainer.data import SFTData, load_jsonl
 
-            if not s.get("dataset"):
+            if not s.dataset:
                 raise SystemExit("slurmrl: trainer: SFT needs trainer.dataset (a JSONL file)")
-            path, local = resolve(s["dataset"], self.run_dir)
+            path, local = resolve(s.dataset, self.run_dir)
             if local is None:
-                raise SystemExit(f"slurmrl: trainer: dataset {s['dataset']} not found")
+                raise SystemExit(f"slurmrl: trainer: dataset {s.dataset} not found")
             self.data = SFTData(load_jsonl(local, self.tok), self.seq_len, self.pad_id, self.seed)
             self.log(f"dataset {local}: {len(self.data.examples)} examples")
         if ckpt:
@@ -211,7 +205,7 @@ class Trainer:
                 self.log(f"no RNG state for rank {self.rank} in {ckpt.name}; continuing with a fresh one", True)
             if self.data is not None and "data" in st:
                 self.data.seek(st["data"])
-        self.metrics = Metrics(self.run_dir, "trainer", dict(s), self.log, enabled=self.rank == 0,
+        self.metrics = Metrics(self.run_dir, "trainer", s.model_dump(mode="json"), self.log, enabled=self.rank == 0,
                                wandb_prefix="trainer/")
         dropped = self.metrics.truncate_after(self.start)
         if dropped:
@@ -224,11 +218,11 @@ class Trainer:
         dist.barrier()
         n_params = sum(p.numel() for p in self.model.parameters())
         self.log(f"model loaded in {time.perf_counter() - t:.1f}s ({n_params / 1e6:.1f}M parameters)")
-        rt.mark_ready(self.comp, f"trainer rank {self.rank}")
+        mark_ready(self.run_dir)
 
     # ---- steps -----------------------------------------------------------------------
     def sft_step(self) -> dict:
-        global_batch = int(self.s.get("global_batch", self.s.get("batch_size", 1)))
+        global_batch = self.s.global_batch
         if global_batch % (self.world * self.micro):
             raise SystemExit(f"slurmrl: trainer: batch {global_batch} does not split into micro_batch_size "
                              f"{self.micro} x {self.world} ranks")
@@ -274,7 +268,7 @@ class Trainer:
                     ref_logp = losses.token_logprobs(ref_logits[sel], nxt[sel])
                     del ref_logits
             terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool),
-                                          float(self.s.get("clip_eps", 0.2)), ref_logp, self.kl_coef)
+                                          self.s.clip_eps, ref_logp, self.kl_coef)
             (terms["loss"] * self.world / n_tgt).backward()
             with torch.no_grad():
                 d = torch.where(torch.isnan(old), logp, old) - logp
@@ -295,7 +289,7 @@ class Trainer:
         }
 
     def optimizer_step(self) -> float:
-        norm = grad_norm_and_clip(self.model, float(self.s.get("max_grad_norm", 1.0)))
+        norm = grad_norm_and_clip(self.model, self.s.max_grad_norm)
         if math.isfinite(norm):
             self.optim.step()
         else:
@@ -329,7 +323,7 @@ class Trainer:
         saved = self.start
         step = self.start
         stopped = self.d.any(STOP.is_set())  # asked to stop while loading: nothing new to save
-        lr = float(self.s["lr"])
+        lr = self.s.lr
         while step < self.max_steps and not stopped:
             n = step + 1
             wait_s, batch = 0.0, None
@@ -379,10 +373,10 @@ class Trainer:
         return 0
 
 
-def run(comp: rt.Component) -> int:
+def run(s: TrainerSettings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_signal)
-    trainer = Trainer(comp)
+    trainer = Trainer(s)
     try:
         return trainer.run()
     finally:

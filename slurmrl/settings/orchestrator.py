@@ -1,0 +1,38 @@
+"""The orchestrator's settings: ``RUN_DIR/components/orchestrator.toml``, read by
+``slurmrl.runtime.orchestrator``. Where requests and weight reloads go is not here: the job
+script passes those URLs on the command line (``--requests-url``, ``--admin-urls``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from slurmrl.recipe.schema import OrchestratorKnobs, PosInt, Recipe
+from slurmrl.settings.read import read
+
+
+class OrchestratorSettings(OrchestratorKnobs):
+    """The recipe's orchestrator fields the program reads (defaults there), plus what the planner derives."""
+
+    run_dir: str = Field(description="The run dir (absolute).")
+    model: str = Field(description="Where the tokenizer comes from: recipe model.path (hub id or folder).")
+    served_model_name: str = Field(description="The model name the inference servers answer to.")
+    max_steps: PosInt = Field(description="Batches to produce: trainer.max_steps.")
+
+    @property
+    def root(self) -> Path:
+        return Path(self.run_dir)
+
+
+def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
+    """What the planner writes for ``recipe``'s orchestrator (``recipe.orchestrator`` must be set)."""
+    return OrchestratorSettings(
+        **recipe.orchestrator.model_dump(include=set(OrchestratorKnobs.model_fields)),
+        run_dir=run_dir, model=recipe.model.path, served_model_name=recipe.model.served_model_name,
+        max_steps=recipe.trainer.max_steps,
+    )
+
+
+def load(path: str | Path) -> OrchestratorSettings:
+    return read(OrchestratorSettings, path)
