@@ -100,24 +100,23 @@ def attempt_from_env(env=None) -> str:
 
 
 # ---- ready files ---------------------------------------------------------------------------
-# One per task, written once the task's own readiness check passed. Two lines, so the batch
-# shell reads them with plain `read`: the URL others reach the task at ("-" when it serves
-# nothing) and the number of tasks in its step (so the script knows how many to wait for even
-# after a hand edit of --ntasks-per-node).
-def write_ready(path: Path, url: str | None, ntasks: int) -> None:
+# One per task, written once the task's own readiness check passed. Plain lines, so the batch
+# shell reads them with `read`: the URL others reach the task at ("-" when it serves nothing),
+# the number of tasks in its step (so the script knows how many to wait for, even after a hand
+# edit of --ntasks-per-node), and the pid of the command the task runs ("-" when unknown).
+def write_ready(path: Path, url: str | None, ntasks: int, pid: int | None = None) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(f"{url or '-'}\n{ntasks}\n")
+    tmp.write_text(f"{url or '-'}\n{ntasks}\n{pid or '-'}\n")
     tmp.replace(path)
 
 
-def read_ready(path: Path) -> tuple[str | None, int]:
-    """(url or None, the step's task count) from a ready file."""
-    lines = Path(path).read_text().splitlines() + ["-", "0"]
-    url = lines[0].strip()
-    count = lines[1].strip()
-    return (None if url in ("", "-") else url), (int(count) if count.isdigit() else 0)
+def read_ready(path: Path) -> tuple[str | None, int, int | None]:
+    """(url or None, the step's task count, the command's pid or None) from a ready file."""
+    url, count, pid = (Path(path).read_text().splitlines() + ["-", "0", "-"])[:3]
+    url, count, pid = url.strip(), count.strip(), pid.strip()
+    return (None if url in ("", "-") else url), (int(count) if count.isdigit() else 0), (int(pid) if pid.isdigit() else None)
 
 
 def ready_tasks(run_dir: Path, attempt: int | str, component: str) -> dict[int, Path]:

@@ -57,8 +57,6 @@ def _ready(c: Component) -> str:
     if h is None:
         return "-"
     where = "first node" if h.first_node_only or c.nodes == 1 else f"each of {c.nodes} nodes"
-    if h.kind == "file":
-        return "ready file from each task"
     names = ",".join(h.ports)
     return f"{h.kind.upper()} {h.path + ' ' if h.kind == 'http' else ''}on {names} ({where})"
 

@@ -21,7 +21,14 @@ class Sh(Frozen):
     sh: str
 
 
-Arg = str | Sh
+class Cat(Frozen):
+    """One shell word glued from pieces: user text (single-quoted) and planner expressions
+    (double-quoted), e.g. a JSON argument holding a per-task port."""
+
+    parts: tuple[str | Sh, ...]
+
+
+Arg = str | Sh | Cat
 
 
 class Directive(Frozen):
@@ -48,18 +55,34 @@ class Instance(Frozen):
     local: int  # task index on that node
     gpus: tuple[int, ...]  # GPU positions on the node (index into what Slurm gave the step)
     ports: dict[str, str]  # purpose -> port-table name, e.g. {"http": "server_0"}
-    args: tuple[str, ...] = ()  # role arguments; {host:G:N} and {port:NAME} are filled in at run time
-    env: dict[str, str] = {}
 
 
 class Health(Frozen):
-    """How the script decides a component is ready before the next stage starts."""
+    """How a component's tasks show they are ready before the next stage starts.
 
-    kind: Literal["http", "tcp", "file"]
-    ports: tuple[str, ...] = ()  # port-table names checked on each checked node
+    Each task's supervisor runs the check itself (``--ready URL``) and then writes its ready file
+    (its URL and its step's task count); the batch shell waits for every task's file and checks
+    each URL again from the batch host."""
+
+    kind: Literal["http", "tcp"]
+    ports: tuple[str, ...] = ()  # port-table names the tasks are checked on (for the summary)
     path: str = "/health"
-    first_node_only: bool = False
+    first_node_only: bool = False  # only the first node serves (wide-EP: the rest are headless)
     timeout: int = 600
+    urls_var: str | None = None  # the batch shell exports the ready URLs in this variable
+
+
+class Task(Frozen):
+    """What each task of a component runs: the body of ``task_<name>()`` in job.sbatch.
+
+    ``prelude`` lines are shell the planner wrote from its own constants (never user text):
+    per-task values from ``SLURM_NODEID``/``SLURM_LOCALID`` and the port table. ``env`` is
+    exported, then ``exec supervisor -- command``: the engine's real command line."""
+
+    prelude: tuple[str, ...] = ()
+    env: tuple[tuple[str, Arg], ...] = ()
+    supervisor: tuple[Arg, ...] = ()
+    command: tuple[Arg, ...]
 
 
 class Component(Frozen):
@@ -74,13 +97,16 @@ class Component(Frozen):
     overlap: bool  # shares its node's GPUs with another step
     stage: int
     main: bool  # the job succeeds when every main component exits 0
-    checkpoints: bool  # gets the warning signal and may checkpoint
     srun: tuple[Arg, ...]  # srun options, before the container flags
-    argv: tuple[Arg, ...]  # the command srun runs
-    env: dict[str, str]
+    task: Task
     health: Health | None
-    instances: tuple[Instance, ...]
-    settings: dict  # role settings written to components/<name>.toml
+    instances: tuple[Instance, ...]  # where each task lands (summary, status, preflight)
+    settings: dict | None = None  # typed settings of our own programs, written to components/<name>.toml
+
+    @property
+    def function(self) -> str:
+        """The task function's name in job.sbatch."""
+        return "task_" + self.name.replace("-", "_")
 
 
 class Stage(Frozen):
@@ -92,6 +118,7 @@ class Stage(Frozen):
 class Plan(Frozen):
     name: str
     kind: str
+    preflight: bool = False  # every component runs slurmrl.runtime.probe
     job_name: str
     groups: tuple[HetGroup, ...]
     components: tuple[Component, ...]

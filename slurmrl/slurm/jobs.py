@@ -8,6 +8,8 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
+from slurmrl import layout
+
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.render.rundir import SUBMITTED
@@ -79,14 +81,8 @@ def load_plan(run_dir: Path) -> Plan | None:
 
 def is_preflight(plan: Plan) -> bool:
     """A preflight run dir: every component runs the probe."""
-    return any("slurmrl.runtime.probe" in c.argv for c in plan.components)
+    return plan.preflight
 
 
 def attempts(run_dir: Path) -> list[int]:
-    found = set()
-    for base in ("logs", "ready"):
-        for d in (run_dir / base).glob("attempt-*"):
-            suffix = d.name.removeprefix("attempt-")
-            if suffix.isdigit():
-                found.add(int(suffix))
-    return sorted(found)
+    return layout.attempts(run_dir)

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.slurm import jobs, tools
@@ -41,17 +42,12 @@ def find_run_dir(job_id: str) -> Path | None:
 
 
 def ready_ranks(run_dir: Path, attempt: int, name: str) -> list[int]:
-    ranks = []
-    for f in (run_dir / "ready" / f"attempt-{attempt}").glob(f"{name}.*"):
-        suffix = f.name[len(name) + 1:]
-        if suffix.isdigit():
-            ranks.append(int(suffix))
-    return sorted(ranks)
+    return list(layout.ready_tasks(run_dir, attempt, name))
 
 
 def failed_reason(run_dir: Path, attempt: int) -> str | None:
     try:
-        return (run_dir / "logs" / f"attempt-{attempt}" / "FAILED").read_text().strip() or "(no reason given)"
+        return layout.failed_file(run_dir, attempt).read_text().strip() or "(no reason given)"
     except FileNotFoundError:
         return None
 

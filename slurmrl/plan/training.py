@@ -1,0 +1,97 @@
+"""The trainer (torchrun over the trainer nodes) and the RL orchestrator."""
+
+from __future__ import annotations
+
+from slurmrl.errors import UserError
+from slurmrl.plan import shell
+from slurmrl.plan.model import Instance, Sh
+from slurmrl.plan.servers import server_names
+
+
+def config(name: str) -> Sh:
+    return Sh(sh=f"${{RUN_DIR}}/components/{name}.toml")
+
+
+def rl_batch(b) -> int:
+    o, t = b.r.orchestrator, b.r.trainer
+    batch = o.prompts_per_step * o.rollouts_per_prompt
+    if "batch_size" in t.model_fields_set and t.batch_size != batch:
+        raise UserError(
+            "trainer.batch_size",
+            f"RL batches are prompts_per_step x rollouts_per_prompt = {batch}; remove batch_size or make it {batch}",
+        )
+    return batch
+
+
+def trainer(b) -> None:
+    r, t = b.r, b.r.trainer
+    slot = b.slots["trainer"]
+    world = slot.nodes * len(slot.gpus)
+    batch = rl_batch(b) if r.kind == "rl" else t.batch_size
+    where = "orchestrator.prompts_per_step" if r.kind == "rl" else "trainer.batch_size"
+    if batch % (t.micro_batch_size * world):
+        raise UserError(
+            where,
+            f"a batch of {batch} sequences does not split into micro_batch_size {t.micro_batch_size} "
+            f"x {world} trainer GPUs",
+        )
+    head = shell.head(slot.group).sh
+    command = (
+        *shell.tool(b.py, "torchrun"),
+        f"--nnodes={slot.nodes}", f"--nproc-per-node={len(slot.gpus)}", "--rdzv-backend=c10d",
+        Sh(sh=f"--rdzv-endpoint={head}:{shell.var('torch_rdzv').sh}"), Sh(sh="--rdzv-id=${SLURM_JOB_ID}"),
+        f"--shutdown-timeout={r.slurm.grace_seconds}",  # time workers get after TERM to checkpoint
+        "-m", "slurmrl.runtime.trainer", "--config", config("trainer"),
+    )
+    settings = {
+        "kind": r.kind, "model": r.model.path, "world_size": world, "global_batch": batch,
+        **t.model_dump(exclude={"env", "nodes", "gpus_per_node"}, exclude_none=True),
+    }
+    b.add(
+        name="trainer", role="trainer", group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
+        tasks_per_node=1, gpus_per_node=len(slot.gpus), stage=4, main=True, health=None,
+        instances=tuple(
+            Instance(rank=n, node=n, local=0, gpus=slot.gpus, ports={"rdzv": "torch_rdzv"} if n == 0 else {})
+            for n in range(slot.nodes)
+        ),
+        task=b.task(
+            "trainer", env=sorted(t.env.items()),
+            supervisor=b.supervise("trainer", gpus=shell.gpu_slice(slot.gpus[0], len(slot.gpus), 1)),
+            command=command,
+        ),
+        settings=settings,
+    )
+
+
+def orchestrator(b) -> None:
+    r, o = b.r, b.r.orchestrator
+    if o.placement == "own":
+        g = b.group("orchestrator", 1, 0)
+    elif o.placement == "trainer":
+        g = b.groups[b.slots["trainer"].group]
+    else:
+        g = b.groups[b.comp(server_names(b)[0])["group"]]
+    b.reserve(g, 0, o.cpus, "the orchestrator")
+    servers = server_names(b)
+    prelude = [*shell.declare(arrays=("servers", "more")), "servers=()"] + [f'read -ra more <<<"${{URLS_{n.upper()}}}"; servers+=("${{more[@]}}")' for n in servers]
+    requests = Sh(sh="${URLS_ROUTER}") if b.has("router") else Sh(sh="${servers[@]}")
+    settings = {
+        **o.model_dump(exclude={"env", "placement", "cpus"}),
+        "served_model_name": r.model.served_name or r.model.path,
+        "model": r.model.path,
+        "max_steps": r.trainer.max_steps,
+    }
+    b.add(
+        name="orchestrator", role="orchestrator", group=g.index, first_node=0, nodes=1, tasks_per_node=1,
+        cpus_per_task=o.cpus, gpus_per_node=0, stage=4, main=True, health=None,
+        instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={}),),
+        task=b.task(
+            "orchestrator", prelude=prelude, env=sorted(o.env.items()),
+            supervisor=b.supervise("orchestrator"),
+            command=(
+                *b.py, "-m", "slurmrl.runtime.orchestrator", "--config", config("orchestrator"),
+                "--requests-urls", requests, "--admin-urls", Sh(sh="${servers[@]}"),
+            ),
+        ),
+        settings=settings,
+    )

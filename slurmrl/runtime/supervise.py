@@ -1,0 +1,206 @@
+"""A thin supervisor around the command a task function in job.sbatch runs.
+
+    python -m slurmrl.runtime.supervise NAME [--gpus FIRST:COUNT] [--ready URL] -- COMMAND...
+
+It prints the exact argv it runs, keeps only this task's GPU slice visible, starts COMMAND,
+forwards signals to it, writes the task's ready file once ``URL`` answers (``http://H:P``: GET
+/health is 200; ``tcp://H:P``: the port accepts; ``started``: at once, the task serves nothing),
+and exits with COMMAND's exit code (128+N when a signal N ended it). When COMMAND ends, or the
+supervisor is told to stop, every process COMMAND left behind is ended too (TERM, then KILL):
+the supervisor is the subreaper of its tree, so orphans (vLLM's EngineCore, torchrun's workers,
+multiprocessing trackers) come back to it instead of living on with a GPU.
+
+The standard library and psutil only: this starts before any engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import psutil
+
+from slurmrl import layout
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
+TREE_GRACE_S = 10.0  # after COMMAND exits: time its leftovers get between TERM and KILL
+
+
+def log(name: str, msg: str) -> None:
+    print(f"slurmrl: {name}.{os.environ.get('SLURM_PROCID', '0')} on {socket.gethostname()}: {msg}", flush=True)
+
+
+# ---- readiness ---------------------------------------------------------------------------
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status == 200
+    except (OSError, ValueError, urllib.error.HTTPError):
+        return False
+
+
+def tcp_ok(host: str, port: int, timeout: float = 2.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def ready_check(url: str):
+    """A callable that is true once ``url`` answers; the URL others reach the task at, or None."""
+    if url == "started":
+        return (lambda: True), None
+    scheme, _, rest = url.partition("://")
+    hostport = rest.split("/")[0]
+    host, _, port = hostport.rpartition(":")
+    if scheme not in ("http", "tcp") or not host or not port.isdigit():
+        raise SystemExit(f"slurmrl: --ready {url!r}: give http://HOST:PORT, tcp://HOST:PORT or started")
+    if scheme == "http":
+        return (lambda: http_ok(f"http://{hostport}/health")), f"http://{hostport}"
+    return (lambda: tcp_ok(host, int(port))), f"tcp://{hostport}"
+
+
+# ---- GPUs --------------------------------------------------------------------------------
+def narrow_gpus(spec: str, env: dict) -> list[str]:
+    """Keep GPU positions FIRST..FIRST+COUNT-1 of what Slurm gave the step; returns the ids kept."""
+    first, _, count = spec.partition(":")
+    if not (first.isdigit() and count.isdigit() and int(count) > 0):
+        raise SystemExit(f"slurmrl: --gpus {spec!r}: give FIRST:COUNT, e.g. 0:2")
+    visible = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+    lo, hi = int(first), int(first) + int(count)
+    if hi > len(visible):
+        raise SystemExit(
+            f"slurmrl: this task wants GPU positions {lo}..{hi - 1} but the step sees "
+            f"{','.join(visible) or 'no GPUs'} (CUDA_VISIBLE_DEVICES); check the srun GPU flags"
+        )
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[lo:hi])
+    return visible[lo:hi]
+
+
+# ---- the process tree ---------------------------------------------------------------------
+def become_subreaper() -> bool:
+    """Orphans of our tree are re-parented to us (Linux), so we can find and end them."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def end_tree(grace: float = TREE_GRACE_S) -> list[int]:
+    """TERM every descendant, wait up to ``grace`` seconds, KILL what is left, reap. Returns the
+    pids that were still alive."""
+    me = psutil.Process()
+    procs = me.children(recursive=True)
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive + me.children(recursive=True):
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    reap()
+    return [p.pid for p in procs]
+
+
+def reap() -> None:
+    """Collect exit statuses of re-parented orphans (we are their subreaper)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+# ---- main ----------------------------------------------------------------------------------
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.supervise", description=__doc__.split("\n\n")[0])
+    ap.add_argument("name", help="the component (names the ready file and the log lines)")
+    ap.add_argument("--gpus", metavar="FIRST:COUNT", help="GPU positions of this task among the step's GPUs")
+    ap.add_argument("--ready", metavar="URL", help="http://HOST:PORT, tcp://HOST:PORT or started")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
+    args = ap.parse_args(argv)
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    if not args.command:
+        ap.error("give the command after --")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    env = dict(os.environ)
+    if args.gpus:
+        log(args.name, f"GPUs {','.join(narrow_gpus(args.gpus, env))} (positions {args.gpus})")
+    check, url = ready_check(args.ready) if args.ready else (None, None)
+    become_subreaper()
+    log(args.name, f"exec: {shlex.join(args.command)}")
+    try:
+        child = subprocess.Popen(args.command, env=env, preexec_fn=_die_with_parent)
+    except OSError as e:
+        log(args.name, f"cannot start {args.command[0]}: {e.strerror}")
+        return 127
+    stopping = threading.Event()
+
+    def forward(signum, _frame):
+        stopping.set()
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+
+    if check is not None:
+        threading.Thread(target=mark_ready, args=(args.name, check, url, child), daemon=True).start()
+    code = child.wait()
+    left = end_tree()
+    if left:
+        log(args.name, f"ended {len(left)} process(es) the command left behind: {' '.join(map(str, left))}")
+    code = code if code >= 0 else 128 - code
+    log(args.name, f"{args.command[0]} exited with code {code}")
+    return code
+
+
+def mark_ready(name: str, check, url: str | None, child: subprocess.Popen) -> None:
+    """Poll ``check`` while the command runs; once true, write this task's ready file."""
+    while child.poll() is None:
+        if check():
+            run_dir = layout.run_dir_from_env()
+            task = int(os.environ.get("SLURM_PROCID", "0"))
+            ntasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
+            layout.write_ready(layout.ready_file(run_dir, layout.attempt_from_env(), name, task), url, ntasks, child.pid)
+            log(name, f"ready{' at ' + url if url else ''}")
+            return
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    sys.stdout.flush()
+    sys.exit(main())
