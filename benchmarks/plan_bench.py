@@ -1,11 +1,14 @@
 """How fast is planning? Prints figures; asserts nothing.
 
-1. `slurmrl plan` as a whole process (interpreter start + imports + plan + summary) on the
-   largest recipe in recipes/, median of several runs.
-2. plan + render (script, plan.json, component configs, in memory) of a generated
-   1024-node P/D recipe: 512 prefill nodes (4 servers of tp=2 each) + 512 decode nodes (tp=8).
+1. `slurmrl plan` as a whole process (interpreter start + imports + load + plan + summary), paired
+   with `python -c pass` in the same loop (runs interleaved, so load on the machine hits both
+   alike): the median of each, and their ratio. Two recipes: the largest in recipes/ (most nodes,
+   then most components) and a generated 1024-node P/D recipe: 512 prefill nodes (4 servers of
+   tp=2 each) + 512 decode nodes (tp=8).
+2. In one process, the 1024-node recipe: load, plan, summary, and load+plan+render (script,
+   plan.json, component configs, in memory).
 
-    .venv/bin/python benchmarks/plan_bench.py
+    .venv/bin/python benchmarks/plan_bench.py [RUNS]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+RUNS = 15
 
 BIG_PD = """
 name = "pd-1024"
@@ -42,48 +46,67 @@ nodes = 512
 
 
 def largest_recipe() -> Path:
-    from slurmrl.render import build
+    from slurmrl.render import planned
 
-    sizes = {p: len(build(p, run_dir=f"/bench/{p.stem}").files) for p in sorted((ROOT / "recipes").glob("*.toml"))}
-    return max(sizes, key=lambda p: (sum(g.nodes for g in build(p, run_dir="/b").plan.groups), sizes[p]))
+    def size(path: Path) -> tuple[int, int]:
+        p = planned(path, run_dir=f"/bench/{path.stem}")[1]
+        return sum(g.nodes for g in p.groups), len(p.components)
+
+    return max(sorted((ROOT / "recipes").glob("*.toml")), key=size)
 
 
-def plan_process(recipe: Path, runs: int = 7) -> list[float]:
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "slurmrl", "plan", str(recipe)], check=True, capture_output=True)
-        times.append(time.perf_counter() - t)
+def paired(commands: dict[str, list[str]], runs: int) -> dict[str, list[float]]:
+    """Each command once per round, in a rotating order; seconds per run."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    names = list(commands)
+    for i in range(runs):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            t = time.perf_counter()
+            subprocess.run(commands[name], check=True, capture_output=True, cwd=ROOT)
+            times[name].append(time.perf_counter() - t)
     return times
 
 
-def big_pd() -> tuple[float, float, float, int, int]:
+def in_process(path: Path) -> tuple[dict[str, float], float]:
+    """Seconds per step, and megabytes of run-dir text."""
     from slurmrl.plan import plan
     from slurmrl.recipe.load import load_recipe
     from slurmrl.render import build
+    from slurmrl.summary import summary
 
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "pd-1024.toml"
-        path.write_text(BIG_PD)
-        t0 = time.perf_counter()
-        recipe = load_recipe(path)
-        t1 = time.perf_counter()
-        p = plan(recipe, "/bench/pd-1024")
-        t2 = time.perf_counter()
-        out = build(path, run_dir="/bench/pd-1024")  # load + plan + render everything
-        t3 = time.perf_counter()
-    size = sum(len(v) for v in out.files.values())
-    return t1 - t0, t2 - t1, t3 - t2, size, len(p.components[0].instances) + len(p.components[1].instances)
+    t0 = time.perf_counter()
+    recipe = load_recipe(path)
+    t1 = time.perf_counter()
+    p = plan(recipe, "/bench/pd-1024")
+    t2 = time.perf_counter()
+    summary(p, Path("/bench/pd-1024"))
+    t3 = time.perf_counter()
+    out = build(path, run_dir="/bench/pd-1024")  # load + plan + render everything
+    t4 = time.perf_counter()
+    steps = {"load": t1 - t0, "plan": t2 - t1, "summary": t3 - t2, "load+plan+render": t4 - t3}
+    return steps, sum(len(v) for v in out.files.values()) / 1e6
 
 
 def main() -> None:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else RUNS
     recipe = largest_recipe()
-    times = plan_process(recipe)
-    print(f"slurmrl plan {recipe.relative_to(ROOT)} (whole process, {len(times)} runs): "
-          f"median {statistics.median(times) * 1000:.0f} ms, min {min(times) * 1000:.0f} ms")
-    load_s, plan_s, build_s, size, servers = big_pd()
-    print(f"1024-node P/D ({servers} vLLM servers): load {load_s * 1000:.0f} ms, plan {plan_s * 1000:.0f} ms, "
-          f"load+plan+render {build_s * 1000:.0f} ms, {size / 1e6:.1f} MB of run-dir text")
+    with tempfile.TemporaryDirectory() as d:
+        big = Path(d) / "pd-1024.toml"
+        big.write_text(BIG_PD)
+        py = [sys.executable]
+        times = paired({
+            "python -c pass": py + ["-c", "pass"],
+            f"slurmrl plan {recipe.relative_to(ROOT)}": py + ["-m", "slurmrl", "plan", str(recipe)],
+            "slurmrl plan pd-1024.toml (1024 nodes)": py + ["-m", "slurmrl", "plan", str(big)],
+        }, runs)
+        base = statistics.median(times["python -c pass"])
+        print(f"whole process, {runs} paired runs (median, min; ratio of medians to `python -c pass`):")
+        for name, ts in times.items():
+            med = statistics.median(ts)
+            print(f"  {name:45s} {med * 1000:5.0f} ms  (min {min(ts) * 1000:4.0f} ms)  x{med / base:.1f}")
+        steps, mb = in_process(big)
+    print("1024-node P/D in one process: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in steps.items())
+          + f"; {mb:.1f} MB of run-dir text")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""slurmrl command line. Light imports only: plan/render/submit/status never load torch or vllm."""
+"""slurmrl command line. Light imports only: plan/render/submit/status never load torch or vllm,
+and each command imports what it uses when it runs (`plan` renders nothing: no jinja2)."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -104,16 +104,15 @@ def cmd_validate(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from slurmrl.render import build
+    from slurmrl.render import plan_json, planned
+
+    _, p, run_dir = planned(args.recipe, args.overrides, args.run_dir)
+    if args.json:
+        print(plan_json(p), end="")
+        return 0
     from slurmrl.summary import salloc_line, summary
 
-    out = build(args.recipe, args.overrides, args.run_dir)
-    if args.json:
-        print(out.files["plan.json"], end="")
-    elif args.salloc:
-        print(salloc_line(out.plan))
-    else:
-        print(summary(out.plan, out.run_dir, args.job_id))
+    print(salloc_line(p) if args.salloc else summary(p, run_dir, args.job_id))
     return 0
 
 
@@ -129,6 +128,8 @@ def cmd_render(args) -> int:
 
 
 def cmd_templates(args) -> int:
+    import shutil
+
     from slurmrl.render.script import PACKAGE_TEMPLATES
 
     dest = Path(args.dir)

@@ -24,19 +24,18 @@ def gpu_map(plan: Plan) -> list[str]:
     for g in plan.groups:
         if not g.gpus_per_node:
             continue
-        rows: list[tuple[str, ...]] = []
-        for node in range(g.nodes):
-            cells = []
-            for gpu in range(g.gpus_per_node):
-                owners = [
-                    f"{c.name}.{i.local}" if c.tasks_per_node > 1 else c.name
-                    for c in plan.components
-                    if c.group == g.index
-                    for i in c.instances
-                    if c.first_node + i.node == node and gpu in i.gpus
-                ]
-                cells.append("+".join(owners) or "-")
-            rows.append(tuple(cells))
+        owners: dict[tuple[int, int], list[str]] = {}  # (node, GPU) -> owners, in component order
+        for c in plan.components:
+            if c.group != g.index:
+                continue
+            for i in c.instances:
+                owner = f"{c.name}.{i.local}" if c.tasks_per_node > 1 else c.name
+                for gpu in i.gpus:
+                    owners.setdefault((c.first_node + i.node, gpu), []).append(owner)
+        rows = [
+            tuple("+".join(owners.get((node, gpu), ())) or "-" for gpu in range(g.gpus_per_node))
+            for node in range(g.nodes)
+        ]
         start = 0
         for node in range(1, g.nodes + 1):
             if node == g.nodes or rows[node] != rows[start]:

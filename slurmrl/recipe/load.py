@@ -1,15 +1,16 @@
-"""Load a recipe file, apply ``--set`` overrides, and turn validation errors into one line."""
+"""Load a recipe file, apply ``--set`` overrides, and turn validation errors into one line.
+
+Parsing uses the standard library's ``tomllib``; ``tomlkit`` is imported only when a file does
+not parse, for the same error message as ever (and in case it accepts what tomllib refuses)."""
 
 from __future__ import annotations
 
 import datetime
-import difflib
+import tomllib
 from pathlib import Path
 from typing import Any
 
-import tomlkit
 from pydantic import BaseModel, ValidationError
-from tomlkit.exceptions import ParseError
 
 from slurmrl.errors import UserError
 from slurmrl.recipe.schema import Recipe
@@ -22,9 +23,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not sep or not all(path):
         raise UserError("--set", f"{text!r} is not KEY.PATH=VALUE")
     try:
-        value = tomlkit.parse(f"v = {raw}")["v"]
-        value = value.unwrap() if hasattr(value, "unwrap") else value
-    except ParseError:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
         value = raw  # bare words are strings: --set slurm.partition=gpu
     if isinstance(value, (datetime.date, datetime.time)):
         value = raw  # --set slurm.time=02:00:00 means the text, not a TOML time
@@ -60,6 +60,8 @@ def _model_at(loc: tuple, model: type[BaseModel] = Recipe) -> type[BaseModel] | 
 
 
 def format_validation_error(err: ValidationError) -> UserError:
+    import difflib
+
     e = err.errors()[0]
     loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     field = ".".join(str(p) for p in loc) or "recipe"
@@ -96,6 +98,17 @@ def read_toml(path: Path) -> dict:
         raise UserError(str(path), "no such recipe file") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
         raise UserError(str(path), f"cannot read recipe: {e.__class__.__name__}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return _parse_with_tomlkit(path, text)
+
+
+def _parse_with_tomlkit(path: Path, text: str) -> dict:
+    """What tomllib refused: tomlkit's verdict, and its error message (the one users have seen)."""
+    import tomlkit
+    from tomlkit.exceptions import ParseError
+
     try:
         return tomlkit.parse(text).unwrap()
     except ParseError as e:

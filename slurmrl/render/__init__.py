@@ -11,7 +11,6 @@ from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.schema import Recipe
 from slurmrl.render import tomlw
 from slurmrl.render.rundir import write_run_dir
-from slurmrl.render.script import render_script
 
 
 @dataclass(frozen=True)
@@ -63,6 +62,26 @@ def resolved_recipe(recipe: Recipe, recipe_path: Path) -> dict:
     return data
 
 
+def plan_json(p: Plan) -> str:
+    return p.model_dump_json(indent=1) + "\n"
+
+
+def planned(
+    recipe_path: str | Path,
+    overrides: list[str] = (),
+    run_dir: str | Path | None = None,
+    preflight: bool = False,
+) -> tuple[Recipe, Plan, Path]:
+    """Load, check and plan, rendering nothing (`slurmrl plan`). Raises UserError on bad input."""
+    recipe_path = Path(recipe_path)
+    recipe = load_recipe(recipe_path, overrides)
+    run_dir = Path(run_dir).resolve() if run_dir else resolve_run_dir(recipe, preflight)
+    check_run_dir(recipe, run_dir)
+    p = plan(recipe, str(run_dir), preflight=preflight)
+    templates_dir(recipe, recipe_path)  # a missing templates_dir is bad input for `plan` too
+    return recipe, p, run_dir
+
+
 def build(
     recipe_path: str | Path,
     overrides: list[str] = (),
@@ -74,14 +93,13 @@ def build(
 
     ``source_name``: the recipe file named in the script's header (default: ``recipe_path``'s name;
     `slurmrl diff` re-renders a run dir's recipe.toml under the name it was first rendered from)."""
+    from slurmrl.render.script import render_script  # jinja2: only when rendering
+
     recipe_path = Path(recipe_path)
-    recipe = load_recipe(recipe_path, overrides)
-    run_dir = Path(run_dir).resolve() if run_dir else resolve_run_dir(recipe, preflight)
-    check_run_dir(recipe, run_dir)
-    p = plan(recipe, str(run_dir), preflight=preflight)
+    recipe, p, run_dir = planned(recipe_path, overrides, run_dir, preflight)
     files = {
         "job.sbatch": render_script(p, str(run_dir), source_name or recipe_path.name, templates_dir(recipe, recipe_path)),
-        "plan.json": p.model_dump_json(indent=1) + "\n",
+        "plan.json": plan_json(p),
         "recipe.toml": "# The recipe as resolved (overrides applied, defaults filled in).\n"
         + tomlw.dumps(resolved_recipe(recipe, recipe_path)),
     }
