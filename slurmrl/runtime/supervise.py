@@ -141,14 +141,19 @@ def reap() -> None:
 
 # ---- main ----------------------------------------------------------------------------------
 def parse(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.supervise", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m slurmrl.runtime.supervise", usage="%(prog)s NAME [--gpus FIRST:COUNT] [--ready URL] -- COMMAND...",
+        description=__doc__.split("\n\n")[0],
+    )
     ap.add_argument("name", help="the component (names the ready file and the log lines)")
     ap.add_argument("--gpus", metavar="FIRST:COUNT", help="GPU positions of this task among the step's GPUs")
     ap.add_argument("--ready", metavar="URL", help="http://HOST:PORT, tcp://HOST:PORT or started")
-    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
-    args = ap.parse_args(argv)
-    if args.command[:1] == ["--"]:
-        args.command = args.command[1:]
+    if "--" not in argv:
+        ap.parse_args(argv)  # --help, or a usage error
+        ap.error("give the command after --")
+    cut = argv.index("--")
+    args = ap.parse_args(argv[:cut])
+    args.command = argv[cut + 1:]
     if not args.command:
         ap.error("give the command after --")
     return args
