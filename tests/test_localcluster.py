@@ -137,18 +137,31 @@ def test_tcp_between_nodes_by_hostname(slurm_cluster):
             proc.stdout.close()
 
 
-def test_pyxis_double_records_container_flags(slurm_cluster, tmp_path):
+def test_pyxis_double_applies_container_flags_like_pyxis(slurm_cluster, tmp_path):
+    """The Pyxis test double (tests/pyxis_double) applies what Pyxis + enroot make observable, as far
+    as it can without an image: mounts in the task's own mount namespace (read-only with :ro), the
+    workdir as cwd (else /), / read-only with --container-readonly (/tmp stays writable), no LANG;
+    its marker stands in for enroot's /.lock. It applies nothing to steps without the flags."""
     image = f"img-{uuid.uuid4().hex[:8]}"
-    out = ok(slurm_cluster.run(
-        f"srun -w n3 --container-image={image}:srun --container-writable "
-        "printenv PYXIS_DOUBLE_CONTAINER_IMAGE PYXIS_DOUBLE_CONTAINER_WRITABLE"
-    ))
-    assert out.split() == [f"{image}:srun", "1"]
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    (src / "f").write_text("from src")
+    step = (f"srun -w n3 --container-image={image}:srun --container-readonly --container-mounts={src}:{dst}:ro "
+            f"--container-workdir={dst} sh -c 'echo $SLURMRL_PYXIS_TEST_DOUBLE; pwd; cat f; "
+            f"findmnt -n -o OPTIONS {dst} | cut -d, -f1; findmnt -n -o OPTIONS / | cut -d, -f1; "
+            f"echo LANG=${{LANG-unset}}; touch {tmp_path}/written && echo tmp writable'")
+    out = ok(slurm_cluster.run(step, env={"LANG": "C.UTF-8"})).splitlines()
+    assert out == ["tests/pyxis_double: Pyxis options applied without an image", str(dst), "from src", "ro", "ro",
+                   "LANG=unset", "tmp writable"]
+    plain = ok(slurm_cluster.run(f"srun -w n3 sh -c 'echo ${{SLURMRL_PYXIS_TEST_DOUBLE-none}}; "
+                                 f"findmnt {dst} >/dev/null || echo not mounted'"))
+    assert plain.split() == ["none", "not", "mounted"]
     ok(slurm_cluster.run(
         f"sbatch -W -o {tmp_path}/out.txt --container-image={image}:sbatch "
-        "--wrap 'printenv PYXIS_DOUBLE_CONTAINER_IMAGE'"
+        "--wrap 'echo ${SLURMRL_PYXIS_TEST_DOUBLE:+marker}; pwd'"
     ))
-    assert (tmp_path / "out.txt").read_text().strip() == f"{image}:sbatch"
+    assert (tmp_path / "out.txt").read_text().split() == ["marker", "/"]
     log = (slurm_cluster.state_dir / "log" / "pyxis_double.log").read_text()
     assert "ctx=remote host=n3" in log and f"--container-image={image}:srun" in log
     assert f"--container-image={image}:sbatch" in log

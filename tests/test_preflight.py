@@ -105,12 +105,15 @@ def test_preflight_matches_plan(slurm_cluster, tmp_path, recipe):
             assert len(rep["gpus"]) == len(inst.gpus)
             base = int(rep["env"]["SLURMRL_PORT_BASE"])
             assert rep["ports"] == {purpose: base + plan.ports[name] for purpose, name in inst.ports.items()}
-            if with_container:
-                assert rep["container"]["PYXIS_DOUBLE_CONTAINER_IMAGE"] == IMAGE
-                assert rep["container"]["PYXIS_DOUBLE_CONTAINER_MOUNTS"] == f"{run_dir}:{run_dir}"
-    # the table names every probe
+            seen = rep["container"]  # slurmrl.runtime.container.observe() in the step
+            if with_container:  # the Pyxis test double: its marker, the run dir mounted, cwd / (no workdir)
+                assert seen["test_double"] and seen["mounts"].get(str(run_dir)) == "rw" and seen["cwd"] == "/", seen
+            else:
+                assert not seen["test_double"] and not seen["enroot_lock"], seen
+    # the table names every probe, and what it saw of the container
     for c in plan.components:
         assert c.name in r.stdout
+    assert ("test double /:rw mounts 1/1" in r.stdout) == with_container
 
 
 @pytest.mark.cluster
@@ -198,8 +201,14 @@ def test_checker_wants_container_flags_when_the_plan_has_them(tmp_path):
     _reports(out.run_dir, out.plan, hosts)
     found = problems(preflight.check(out.run_dir, out.plan, "7", hosts))
     assert all("container flags missing" in p[0] for p in found.values()) and len(found) == 3
-    assert preflight.expected_container(("--container-image=x", "--no-container-mount-home")) == {
-        "PYXIS_DOUBLE_CONTAINER_IMAGE": "x", "PYXIS_DOUBLE_NO_CONTAINER_MOUNT_HOME": "1"}
+    # what a step under the Pyxis test double observes passes (more cases: tests/test_container_check.py)
+    for f in (out.run_dir / "preflight").glob("*.json"):
+        rep = json.loads(f.read_text())
+        rep["container"] = {"enroot_lock": False, "test_double": "tests/pyxis_double", "readonly_root": False,
+                            "mounts": {"/": "rw", str(out.run_dir): "rw"}, "cwd": "/", "uid": 0}
+        f.write_text(json.dumps(rep))
+    rows = preflight.check(out.run_dir, out.plan, "7", hosts)
+    assert problems(rows) == {} and {r.container for r in rows} == {"test double /:rw mounts 1/1"}
 
 
 def test_group_hosts_fill_groups_sacct_has_not_listed_from_the_probes(rl_debug, monkeypatch):

@@ -194,16 +194,22 @@ StorageLoc=slurm_acct_db
 EOF
   chmod 600 "$STATE/etc/slurmdbd.conf"
 
-  # Pyxis TEST DOUBLE (tests/pyxis_double): built when its source, gcc and spank.h exist.
+  # Pyxis TEST DOUBLE (tests/pyxis_double): built when its source, gcc and spank.h exist, and
+  # rebuilt whenever the source differs from the copy kept beside the .so. Renamed into place:
+  # slurmd keeps the old file mapped; srun, sbatch and each new slurmstepd load the new one.
   local src=${SLURMRL_PYXIS_DOUBLE_SRC:-$HERE/../../tests/pyxis_double/pyxis_double.c}
   local so=$STATE/lib/pyxis_double.so
   if [[ -f $src && -f /usr/include/slurm/spank.h ]] && command -v gcc >/dev/null; then
-    if [[ ! -f $so || $src -nt $so ]]; then
-      gcc -O2 -Wall -shared -fPIC -o "$so" "$src" || die "building $src failed"
+    if [[ ! -f $so ]] || ! cmp -s "$src" "$so.c"; then
+      gcc -O2 -Wall -shared -fPIC -o "$so.new" "$src" || die "building $src failed"
+      mv -f "$so.new" "$so"
+      cp "$src" "$so.c"
+      log "built the pyxis test double from $src"
     fi
   fi
   if [[ -f $so ]]; then
-    echo "optional $so log=$STATE/log/pyxis_double.log" | write_file "$STATE/etc/plugstack.conf"
+    # `required` like Pyxis's own install (its Makefile): a task whose container setup fails, fails
+    echo "required $so log=$STATE/log/pyxis_double.log" | write_file "$STATE/etc/plugstack.conf"
   else
     echo "# pyxis test double not built" | write_file "$STATE/etc/plugstack.conf"
   fi

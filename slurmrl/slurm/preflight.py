@@ -4,6 +4,8 @@ each probe's report (RUN_DIR/preflight/<component>.<rank>.json) against plan.jso
 from __future__ import annotations
 
 import json
+import posixpath
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,13 +77,100 @@ class GroupHosts:
         return self.hosts
 
 
-def expected_container(flags: tuple[str, ...]) -> dict[str, str]:
-    """Pyxis flags -> what the Pyxis test double exports in the step (PYXIS_DOUBLE_<OPTION>)."""
-    out = {}
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str  # as seen inside the container (Pyxis: relative targets are under the rootfs)
+    flags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    """What the plan's Pyxis flags ask for, parsed the way Pyxis parses them (its args.c)."""
+
+    image: str | None = None
+    mounts: tuple[Mount, ...] = ()
+    workdir: str | None = None
+    name: str | None = None
+    writable: bool | None = None  # None: the site's enroot.conf decides (ENROOT_ROOTFS_WRITABLE)
+    remap_root: bool | None = None
+    mount_home: bool | None = None
+
+
+def _inside(path: str) -> str:
+    """A path as the container sees it: relative ones are under its / (enroot-mount --root)."""
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+def container_plan(flags: tuple[str, ...]) -> ContainerPlan:
+    values: dict = {}
+    mounts: list[Mount] = []
     for flag in flags:
-        opt, eq, value = flag.removeprefix("--").partition("=")
-        out["PYXIS_DOUBLE_" + opt.replace("-", "_").upper()] = value if eq else "1"
-    return out
+        opt, _, value = flag.removeprefix("--").partition("=")
+        if opt == "container-mounts":  # SRC[:DST[:FLAGS]],... ; FLAGS joined by "+"
+            for entry in value.split(","):
+                src, _, rest = entry.partition(":")
+                dst, _, mflags = rest.partition(":")
+                mounts.append(Mount(src, _inside(dst or src),
+                                    tuple(f for f in mflags.split("+") if f)))
+        elif opt in ("container-image", "container-workdir"):
+            values[opt.removeprefix("container-")] = value
+        elif opt == "container-name":
+            values["name"] = value.partition(":")[0]  # NAME[:auto|create|exec|no_exec]
+        for yes, no, key in (("container-writable", "container-readonly", "writable"),
+                             ("container-remap-root", "no-container-remap-root", "remap_root"),
+                             ("container-mount-home", "no-container-mount-home", "mount_home")):
+            if opt in (yes, no):
+                values[key] = opt == yes
+    return ContainerPlan(mounts=tuple(mounts), **values)
+
+
+def check_container(flags: tuple[str, ...], obs: dict | None) -> tuple[str, list[str]]:
+    """The probe's container observation (slurmrl.runtime.container.observe) against the plan's
+    Pyxis flags -> (the report's "container" cell, problems). Only what a real Pyxis + enroot step
+    shows is required: enroot's /.lock, a mount at each planned destination, the workdir as cwd,
+    a read-only or writable / when the plan says which, uid 0 with --container-remap-root and the
+    job's uid without it, the home directory mounted with --container-mount-home, and the
+    container directory pyxis_[<jobid>_]<name> with --container-name. The Pyxis test double
+    (tests/pyxis_double) runs no image: there its marker replaces /.lock and the name is not checked."""
+    want = container_plan(flags)
+    obs = obs or {}
+    double = bool(obs.get("test_double"))
+    inside = bool(obs.get("enroot_lock")) or double
+    if want.image is None:
+        if inside:
+            return "container", ["runs in a container the plan does not have (PYXIS_CONTAINER_* in the environment?)"]
+        return "-", []
+    if not inside:
+        return "none", ["container flags missing: the step is not in an enroot container (no /.lock)"]
+    problems = []
+    mounts = obs.get("mounts") or {}
+    planned = [m for m in want.mounts if m.source != "umount"]  # "umount" detaches DST instead
+    for m in planned:
+        if m.target not in mounts:
+            problems.append(f"nothing mounted at {m.target} (--container-mounts {m.source}:{m.target})")
+        elif "ro" in m.flags and mounts[m.target] != "ro":
+            problems.append(f"{m.target} is mounted {mounts[m.target]}, the plan mounts it ro")
+    if want.workdir and want.workdir.startswith("/") and obs.get("cwd") != _inside(want.workdir):
+        problems.append(f"working directory is {obs.get('cwd')}, plan has --container-workdir={want.workdir}")
+    if want.writable is not None and obs.get("readonly_root") is want.writable:
+        problems.append(f"/ is {'read-only' if want.writable else 'writable'}, plan has "
+                        f"{'--container-writable' if want.writable else '--container-readonly'}")
+    if want.remap_root and obs.get("uid") != 0:
+        problems.append(f"uid is {obs.get('uid')}, --container-remap-root makes it 0")
+    elif want.remap_root is False and str(obs.get("job_uid", "")).isdigit() and obs.get("uid") != int(obs["job_uid"]):
+        problems.append(f"uid is {obs.get('uid')}, not the job's {obs['job_uid']} (--no-container-remap-root)")
+    if want.mount_home:
+        home = "/root" if want.remap_root else obs.get("home")
+        if home and _inside(home) not in mounts:
+            problems.append(f"home {home} is not mounted (--container-mount-home)")
+    rootfs = obs.get("rootfs") or "/"
+    if want.name and not double and rootfs != "/" and not re.fullmatch(
+            rf"pyxis_(\d+_)?{re.escape(want.name)}", posixpath.basename(rootfs)):
+        problems.append(f"container directory is {posixpath.basename(rootfs)}, not pyxis_{want.name} (--container-name)")
+    found = sum(m.target in mounts for m in planned)
+    root = {True: "ro", False: "rw"}.get(obs.get("readonly_root"), "?")
+    return f"{'test double' if double else 'enroot'} /:{root} mounts {found}/{len(planned)}", problems
 
 
 def read_reports(run_dir: Path) -> dict[tuple[str, int], dict]:
@@ -98,7 +187,6 @@ def read_reports(run_dir: Path) -> dict[tuple[str, int], dict]:
 def check(run_dir: Path, plan: Plan, job_id: str, hosts: dict[int, list[str]]) -> list[Row]:
     reports = read_reports(run_dir)
     rows = []
-    want_container = expected_container(plan.container_flags)
     for c in plan.components:
         for inst in c.instances:
             row = Row(c.name, inst.rank)
@@ -134,15 +222,9 @@ def check(run_dir: Path, plan: Plan, job_id: str, hosts: dict[int, list[str]]) -
                 want = {purpose: int(base) + plan.ports[name] for purpose, name in inst.ports.items()}
                 if want != ports:
                     row.problems.append(f"ports {ports}, plan {want}")
-            # container flags reach the step
-            seen = {k: v for k, v in rep.get("container", {}).items() if k.startswith("PYXIS_DOUBLE_")}
-            row.container = ",".join(k.removeprefix("PYXIS_DOUBLE_CONTAINER_").lower() for k in sorted(seen)) or "-"
-            if want_container and not rep.get("container"):
-                row.problems.append("container flags missing: no PYXIS_*/ENROOT_* in the step environment")
-            elif seen and seen != want_container:
-                missing = sorted(set(want_container.items()) - set(seen.items()))
-                extra = sorted(set(seen.items()) - set(want_container.items()))
-                row.problems.append(f"container flags differ: missing {dict(missing)}, unexpected {dict(extra)}")
+            # the container the flags ask for is the one the step sees
+            row.container, found = check_container(plan.container_flags, rep.get("container"))
+            row.problems += found
     return rows
 
 
