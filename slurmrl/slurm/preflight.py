@@ -164,10 +164,9 @@ def check_container(flags: tuple[str, ...], obs: dict | None) -> tuple[str, list
         home = "/root" if want.remap_root else obs.get("home")
         if home and _inside(home) not in mounts:
             problems.append(f"home {home} is not mounted (--container-mount-home)")
-    rootfs = obs.get("rootfs") or "/"
-    if want.name and not double and rootfs != "/" and not re.fullmatch(
-            rf"pyxis_(\d+_)?{re.escape(want.name)}", posixpath.basename(rootfs)):
-        problems.append(f"container directory is {posixpath.basename(rootfs)}, not pyxis_{want.name} (--container-name)")
+    rootfs = posixpath.basename(obs.get("rootfs") or "/")  # "": the rootfs is a filesystem's root
+    if want.name and not double and rootfs and not re.fullmatch(rf"pyxis_(\d+_)?{re.escape(want.name)}", rootfs):
+        problems.append(f"container directory is {rootfs}, not pyxis_{want.name} (--container-name)")
     found = sum(m.target in mounts for m in planned)
     root = {True: "ro", False: "rw"}.get(obs.get("readonly_root"), "?")
     return f"{'test double' if double else 'enroot'} /:{root} mounts {found}/{len(planned)}", problems
