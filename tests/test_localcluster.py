@@ -146,7 +146,7 @@ def test_pyxis_double_applies_container_flags_like_pyxis(slurm_cluster, tmp_path
     src, dst = tmp_path / "src", tmp_path / "dst"
     src.mkdir()
     dst.mkdir()
-    (src / "f").write_text("from src")
+    (src / "f").write_text("from src\n")
     step = (f"srun -w n3 --container-image={image}:srun --container-readonly --container-mounts={src}:{dst}:ro "
             f"--container-workdir={dst} sh -c 'echo $SLURMRL_PYXIS_TEST_DOUBLE; pwd; cat f; "
             f"findmnt -n -o OPTIONS {dst} | cut -d, -f1; findmnt -n -o OPTIONS / | cut -d, -f1; "
