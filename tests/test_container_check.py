@@ -79,6 +79,9 @@ def test_every_flag_a_real_container_shows():
 def test_no_plan_no_container_is_quiet():
     assert check_container((), real(enroot_lock=False, rootfs="/")) == ("-", [])
     assert check_container((), {}) == ("-", [])
+    # a named container without an image is a container too (Pyxis reuses pyxis_<name>)
+    named = real(rootfs="/enroot/pyxis_cache")
+    assert check_container(("--container-name=cache",), named) == ("enroot /:ro mounts 0/0", [])
 
 
 # ---- each mismatch, named -------------------------------------------------------------------------
