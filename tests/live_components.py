@@ -1,8 +1,9 @@
-"""Run real slurmrl runtime components (vLLM servers, vllm-router) on loopback, outside Slurm.
+"""Run real components (vLLM servers, vllm-router, Mooncake) on loopback, outside Slurm.
 
-The component configs come from a real render; the environment the job script would export
-(``SLURMRL_PORT_BASE``, ``SLURMRL_NODES_G0``, ``SLURM_NODEID``/``SLURM_LOCALID``) is set here,
-with every node of the plan mapped to 127.0.0.1. Processes are stopped by pid.
+Each runs its task function from a really rendered job.sbatch (``bash -c task_NAME``, the same
+command line srun runs); the environment the batch shell and srun would give it (the port
+table, ``HEAD_G<n>``, ``URLS_*``, ``SLURM_NODEID``/``SLURM_LOCALID``/``SLURM_PROCID``) is set
+here, with every node mapped to 127.0.0.1. Processes are stopped by pid.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import socket
 import subprocess
 import sys
 import time
-import tomllib
+import re
 import urllib.request
 from pathlib import Path
 
-from slurmrl.runtime.supervised import http_ok
+from slurmrl.runtime.supervise import http_ok
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,29 +91,47 @@ def post_json(url: str, body: dict, headers: dict | None = None, timeout: float 
         return json.loads(r.read())
 
 
+def task_functions(script: str) -> str:
+    """Every ``task_NAME() { ... }`` with its ``export -f`` line, from a rendered job.sbatch."""
+    found = re.findall(r"^(task_\w+\(\) \{\n.*?^\}\nexport -f task_\w+\n)", script, re.M | re.S)
+    assert found, "no task functions in the script"
+    return "".join(found)
+
+
+def port_table(run_dir: Path, port_base: int) -> dict[str, str]:
+    """PORT_<NAME> for every port in plan.json, as the script's port table exports them."""
+    plan = json.loads((run_dir / "plan.json").read_text())
+    return {f"PORT_{k.upper()}": str(port_base + off) for k, off in plan["ports"].items()}
+
+
 class LiveComponent:
-    def __init__(self, config: Path, run_dir: Path, port_base: int, node: int = 0, local: int = 0, groups: int = 1,
-                 extra_env: dict | None = None):
-        settings = tomllib.loads(config.read_text())
-        role = settings["role"]
+    def __init__(self, run_dir: Path, name: str, port_base: int, node: int = 0, local: int = 0, groups: int = 1,
+                 extra_env: dict | None = None, tasks: int = 1):
         env = {
             **os.environ,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # as if the venv were activated
+            **port_table(run_dir, port_base),
+            "RUN_DIR": str(run_dir),
             "SLURMRL_PORT_BASE": str(port_base),
             "SLURMRL_RUN_DIR": str(run_dir),
             "SLURMRL_ATTEMPT": "0",
+            "SLURM_JOB_ID": "1",
             "SLURM_NODEID": str(node),
             "SLURM_LOCALID": str(local),
+            "SLURM_PROCID": str(local),
+            "SLURM_STEP_NUM_TASKS": str(tasks),
             "CUDA_VISIBLE_DEVICES": "0,1,2,3",
-            "VLLM_CPU_KVCACHE_SPACE": "1",
             **{f"SLURMRL_NODES_G{g}": "127.0.0.1" for g in range(groups)},
-            **settings.get("env", {}),  # the script's `env K=V` before the command
+            **{f"HEAD_G{g}": "127.0.0.1" for g in range(groups)},
             **(extra_env or {}),
         }
-        self.log_path = run_dir / "logs" / f"{config.stem}.{local}.log"
+        self.log_path = run_dir / "logs" / f"{name}.{local}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(self.log_path, "wb")
+        functions = task_functions((run_dir / "job.sbatch").read_text())
+        fn = "task_" + name.replace("-", "_")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", f"slurmrl.runtime.{role}", "--config", str(config)],
+            ["bash", "-c", f"set -euo pipefail\n{functions}\n{fn}"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=run_dir,
         )
 

@@ -35,8 +35,7 @@ class Servers:
         self.tmp, self.model = tmp, model
         self.out = _render(tmp, model, "consistent_hash")
         self.base = free_port_base()
-        cfg = self.out.run_dir / "components" / "inference.toml"
-        self.procs = [LiveComponent(cfg, self.out.run_dir, self.base, local=i) for i in range(2)]
+        self.procs = [LiveComponent(self.out.run_dir, "inference", self.base, local=i, tasks=2) for i in range(2)]
         self.urls = [f"http://127.0.0.1:{self.base + 16 + i}" for i in range(2)]
         for proc, url in zip(self.procs, self.urls):
             proc.wait_http(f"{url}/health", timeout=600)
@@ -50,7 +49,8 @@ class Servers:
 
     def router(self, policy: str) -> LiveComponent:
         out = self.out if policy == "consistent_hash" else _render(self.tmp, self.model, policy)
-        proc = LiveComponent(out.run_dir / "components" / "router.toml", out.run_dir, self.base)
+        # the batch shell exports the servers' URLs (from their ready files) before it starts the router
+        proc = LiveComponent(out.run_dir, "router", self.base, extra_env={"URLS_INFERENCE": " ".join(self.urls)})
         proc.wait_http(f"http://127.0.0.1:{self.base}/health", timeout=120)
         return proc
 

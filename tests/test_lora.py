@@ -66,7 +66,7 @@ def setup(tmp_path_factory):
     recipe.write_text(serve_recipe(model, name="lora", servers=1, max_lora_rank=8))
     out = render(recipe, run_dir=tmp / "run")
     base = free_port_base()
-    server = LiveComponent(out.run_dir / "components" / "inference.toml", out.run_dir, base)
+    server = LiveComponent(out.run_dir, "inference", base)
     url = f"http://127.0.0.1:{base + 16}"
     try:
         server.wait_http(f"{url}/health", timeout=600)

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from live_components import LiveComponent, free_port_base
-from slurmrl.runtime.supervised import tcp_ok
+from slurmrl.runtime.supervise import tcp_ok
 
 pytestmark = pytest.mark.vllm  # needs the runtime extras (mooncake-transfer-engine)
 
@@ -48,7 +48,7 @@ def _tcp(port: int) -> bool:
 
 def test_master_serves_rpc_and_metadata_and_stops_on_term(run):
     out, base = run
-    master = LiveComponent(out.run_dir / "components" / "mooncake-master.toml", out.run_dir, base)
+    master = LiveComponent(out.run_dir, "mooncake-master", base)
     try:
         deadline = time.monotonic() + 60
         while not _tcp(base + 2) and time.monotonic() < deadline:
@@ -71,7 +71,7 @@ def test_master_serves_rpc_and_metadata_and_stops_on_term(run):
 
 def test_client_needs_a_gpu_driver_and_says_so(run):
     out, base = run
-    client = LiveComponent(out.run_dir / "components" / "mooncake-client.toml", out.run_dir, base)
+    client = LiveComponent(out.run_dir, "mooncake-client", base)
     if ctypes.util.find_library("cuda"):
         pytest.skip("this machine has a CUDA driver; the real client path is covered on GPU nodes")
     assert client.proc.wait(timeout=60) != 0

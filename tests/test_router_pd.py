@@ -52,13 +52,9 @@ def test_router_in_pd_mode_uses_both_pools(tmp_path):
     out = render(recipe, run_dir=tmp_path / "run")
     base = free_port_base()
     urls = [f"http://127.0.0.1:{base + 16}", f"http://127.0.0.1:{base + 17}"]  # prefill, decode
-    # decode's plan port is server_0 of its own group; on one host the stand-ins need two ports,
-    # so the router config is pointed at server_1 for decode (the only change to what render wrote)
-    router_cfg = out.run_dir / "components" / "router.toml"
-    router_cfg.write_text(router_cfg.read_text().replace(
-        '[[settings.decode]]\ngroup = 1\nnode = 0\nport = "server_0"',
-        '[[settings.decode]]\ngroup = 1\nnode = 0\nport = "server_1"'))
-    assert 'port = "server_1"' in router_cfg.read_text()
+    # the batch shell hands the router its pools from the servers' ready files (URLS_PREFILL,
+    # URLS_DECODE); here two stand-in servers on one host play them
+    pools = {"URLS_PREFILL": urls[0], "URLS_DECODE": urls[1]}
     logs = []
     servers = []
     try:
@@ -71,7 +67,7 @@ def test_router_in_pd_mode_uses_both_pools(tmp_path):
                  "--max-model-len", "256", "--enforce-eager"],
                 env={**__import__("os").environ, "VLLM_CPU_KVCACHE_SPACE": "1"}, stdout=log, stderr=subprocess.STDOUT,
             ))
-        probe = LiveComponent(router_cfg, out.run_dir, base, groups=2)
+        probe = LiveComponent(out.run_dir, "router", base, groups=2, extra_env=pools)
         try:
             probe.wait_http(f"http://127.0.0.1:{base}/health", timeout=600)
             before = [served(u) for u in urls]

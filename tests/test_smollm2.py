@@ -60,7 +60,7 @@ def test_vllm_serves_it_with_transformers_logprobs(model_dir, tmp_path):
     recipe.write_text(serve_recipe(model_dir, name="smollm2", servers=1))
     out = render(recipe, run_dir=tmp_path / "run")
     base = free_port_base()
-    server = LiveComponent(out.run_dir / "components" / "inference.toml", out.run_dir, base)
+    server = LiveComponent(out.run_dir, "inference", base)
     try:
         url = f"http://127.0.0.1:{base + 16}"
         server.wait_http(f"{url}/health", timeout=600)

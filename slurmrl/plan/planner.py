@@ -82,13 +82,16 @@ class _Builder:
         return any(c["name"] == name for c in self.comps)
 
     # ---- what each task runs ------------------------------------------------------------
-    def supervise(self, name: str, gpus: str | Sh | None = None, ready: Sh | None = None) -> tuple[Arg, ...]:
+    def supervise(self, name: str, gpus: str | Sh | None = None, ready: Sh | None = None,
+                  cuda_runtime: bool = False) -> tuple[Arg, ...]:
         """``python -m slurmrl.runtime.supervise NAME [--gpus FIRST:COUNT] [--ready URL] --``"""
         argv: list[Arg] = [*self.py, "-m", "slurmrl.runtime.supervise", name]
         if gpus is not None:
             argv += ["--gpus", gpus]
         if ready is not None:
             argv += ["--ready", ready]
+        if cuda_runtime:
+            argv.append("--cuda-runtime")
         return (*argv, "--")
 
     def task(self, name: str, command: tuple, supervisor: tuple = (), prelude=(), env=()) -> Task:

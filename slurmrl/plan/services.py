@@ -113,7 +113,7 @@ def mooncake(b) -> None:
         ),
         task=b.task(
             "mooncake-client", prelude=[*shell.declare("host"), shell.HOST_LINE], env=env,
-            supervisor=b.supervise("mooncake-client", ready=shell.url("tcp", client)),
+            supervisor=b.supervise("mooncake-client", ready=shell.url("tcp", client), cuda_runtime=True),
             command=tuple(command),
         ),
     )

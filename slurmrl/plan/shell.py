@@ -58,16 +58,19 @@ def url(scheme: str, port: Sh) -> Sh:
 def json_word(obj) -> Cat:
     """A JSON document as one shell word; ``Sh`` leaves are spliced in as JSON strings."""
     pieces: list[Sh] = []
+    tag = "@sh"
+    while tag in json.dumps(obj, default=lambda o: ""):  # a marker no user text holds
+        tag = "@" + tag
 
     def default(o):
         if isinstance(o, Sh):
             pieces.append(o)
-            return f"\x00{len(pieces) - 1}\x00"
+            return f"{tag}{len(pieces) - 1}{tag}"
         raise TypeError(type(o).__name__)
 
     text = json.dumps(obj, separators=(",", ":"), default=default)
     parts: list[str | Sh] = []
-    for i, chunk in enumerate(re.split(r'"\x00(\d+)\x00"', text)):
+    for i, chunk in enumerate(re.split(f'"{re.escape(tag)}(\\d+){re.escape(tag)}"', text)):
         if i % 2:
             parts += ['"', pieces[int(chunk)], '"']
         elif chunk:

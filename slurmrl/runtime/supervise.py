@@ -27,6 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import psutil
 
@@ -90,6 +91,16 @@ def narrow_gpus(spec: str, env: dict) -> list[str]:
     return visible[lo:hi]
 
 
+def add_cuda_runtime(env: dict) -> None:
+    """Binaries such as mooncake_client link libcudart; outside a CUDA image it comes from a wheel."""
+    try:
+        import nvidia.cuda_runtime as cr
+    except ImportError:
+        return
+    libs = [str(Path(p) / "lib") for p in cr.__path__]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, *filter(None, [env.get("LD_LIBRARY_PATH")])])
+
+
 # ---- the process tree ---------------------------------------------------------------------
 def become_subreaper() -> bool:
     """Orphans of our tree are re-parented to us (Linux), so we can find and end them."""
@@ -148,6 +159,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("name", help="the component (names the ready file and the log lines)")
     ap.add_argument("--gpus", metavar="FIRST:COUNT", help="GPU positions of this task among the step's GPUs")
     ap.add_argument("--ready", metavar="URL", help="http://HOST:PORT, tcp://HOST:PORT or started")
+    ap.add_argument(
+        "--cuda-runtime", action="store_true",
+        help="put the CUDA runtime of the nvidia-cuda-runtime wheel (when installed) on LD_LIBRARY_PATH",
+    )
     if "--" not in argv:
         ap.parse_args(argv)  # --help, or a usage error
         ap.error("give the command after --")
@@ -164,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     if args.gpus:
         log(args.name, f"GPUs {','.join(narrow_gpus(args.gpus, env))} (positions {args.gpus})")
+    if args.cuda_runtime:
+        add_cuda_runtime(env)
     check, url = ready_check(args.ready) if args.ready else (None, None)
     become_subreaper()
     log(args.name, f"exec: {shlex.join(args.command)}")
