@@ -1,18 +1,36 @@
-"""The orchestrator against a real vLLM server: batches, rewards, advantages, bounded staleness."""
+"""The orchestrator against a real vLLM server: batches, rewards, advantages, bounded staleness.
+
+``components/orchestrator.toml`` is what the planner writes (OrchestratorSettings, through
+``slurmrl.settings.orchestrator.orchestrator_settings``); the URLs come on the command line, as the
+job script passes them."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
-from live_components import LiveComponent, free_port_base
+from slurmrl import layout
 from slurmrl.runtime import envs
-from slurmrl.runtime.orchestrator import advantages
+from slurmrl.runtime.orchestrator import advantages, arguments
 from slurmrl.runtime.tiny_model import build as build_tiny
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_group_relative_advantages():
@@ -44,30 +62,82 @@ def test_environment_args_reach_the_constructor():
         envs.load("reverse_text", {"level": 2})
 
 
+def test_command_line_names_where_requests_and_reloads_go():
+    args = arguments(["--config", "c.toml", "--requests-url", "http://r:1/", "--admin-urls", "http://a:2", "http://b:3"])
+    assert args.requests_url == ["http://r:1"] and args.admin_urls == ["http://a:2", "http://b:3"]
+    with pytest.raises(SystemExit):
+        arguments(["--config", "c.toml", "--admin-urls", "http://a:2"])  # no --requests-url
+
+
+def serve(model: Path, port: int, log: Path) -> subprocess.Popen:
+    """One real vLLM server on loopback, the way the job script's inference task runs it."""
+    # the OpenAI server module, as the planner writes it (`vllm serve` needs the `vllm` distribution)
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--served-model-name", str(model),
+            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "256",
+            "--enforce-eager"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"}
+    return subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_health(url: str, proc: subprocess.Popen, log: Path, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-4000:]
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"{url} not healthy after {timeout}s:\n{log.read_text()[-4000:]}")
+
+
 @pytest.mark.vllm
 def test_orchestrator_writes_batches_without_running_ahead(tmp_path):
-    from slurmrl.render import render
+    from slurmrl.recipe.load import load_recipe
+    from slurmrl.render.tomlw import dumps
+    from slurmrl.settings.orchestrator import orchestrator_settings
 
     model = build_tiny(tmp_path / "tiny")
-    out = render(ROOT / "recipes" / "rl-debug.toml", [
+    recipe = load_recipe(ROOT / "recipes" / "rl-debug.toml", [
         f'model.path="{model}"', "trainer.max_steps=3", "orchestrator.max_off_policy_steps=1",
-        "inference.admin_endpoints=true", 'inference.env.VLLM_CPU_KVCACHE_SPACE="1"',
-    ], run_dir=tmp_path / "run")
-    base = free_port_base()
-    server = LiveComponent(out.run_dir / "components" / "inference.toml", out.run_dir, base, groups=2)
+    ])
+    run_dir = tmp_path / "run"
+    config = layout.component_config(run_dir, "orchestrator")
+    config.parent.mkdir(parents=True)
+    config.write_text(dumps(orchestrator_settings(recipe, str(run_dir)).model_dump(mode="json")))
+    (run_dir / "logs").mkdir()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = serve(model, port, run_dir / "logs" / "inference.0.log")
     orch = None
     try:
-        server.wait_http(f"http://127.0.0.1:{base + 16}/health", timeout=600)
-        ready = out.run_dir / "ready" / "attempt-0"
-        ready.mkdir(parents=True, exist_ok=True)
-        (ready / "trainer.0").write_text("stand-in: no trainer in this test\n")  # the orchestrator waits for it
-        orch = LiveComponent(out.run_dir / "components" / "orchestrator.toml", out.run_dir, base, groups=2)
-        rollouts = out.run_dir / "rollouts"
-        import time
-
+        wait_health(url, server, run_dir / "logs" / "inference.0.log")
+        # the orchestrator waits for the trainer's ready file (stand-in: no trainer in this test)
+        layout.write_ready(layout.ready_file(run_dir, 0, "trainer", 0), None, 1)
+        log = run_dir / "logs" / "orchestrator.0.log"
+        orch = subprocess.Popen(
+            [sys.executable, "-m", "slurmrl.runtime.orchestrator", "--config", str(config),
+             "--requests-url", url, "--admin-urls", url],
+            env={**os.environ, "SLURMRL_ATTEMPT": "0", "WANDB_MODE": "disabled", "PYTHONPATH": str(ROOT)},
+            stdout=log.open("wb"), stderr=subprocess.STDOUT, cwd=run_dir,
+        )
+        rollouts = run_dir / "rollouts"
         deadline = time.monotonic() + 180
         while len(list(rollouts.glob("step-*.json"))) < 2 and time.monotonic() < deadline:
-            assert orch.proc.poll() is None, orch.tail()
+            assert orch.poll() is None, log.read_text()[-4000:]
             time.sleep(1)
         time.sleep(3)
         # no trainer published weights: step 3 would be 2 steps off-policy, so it must not exist yet
@@ -76,11 +146,11 @@ def test_orchestrator_writes_batches_without_running_ahead(tmp_path):
         assert batch["policy_step"] == 0 and len(batch["samples"]) == 4 * 8
         s = batch["samples"][0]
         assert len(s["completion_ids"]) == len(s["logprobs"]) > 0 and s["prompt_ids"]
-        lines = (out.run_dir / "metrics" / "orchestrator.jsonl").read_text().splitlines()
+        lines = (run_dir / "metrics" / "orchestrator.jsonl").read_text().splitlines()
         rec = [json.loads(x) for x in lines]
         assert [r["step"] for r in rec] == [1, 2] and [r["off_policy_lag"] for r in rec] == [0, 1]
         assert 0 <= rec[0]["reward_mean"] <= 1
+        assert layout.read_ready(layout.ready_file(run_dir, 0, "orchestrator", 0))[:2] == (None, 1)
     finally:
-        if orch:
-            orch.stop()
-        server.stop()
+        stop(orch)
+        stop(server)

@@ -1,9 +1,10 @@
 """The trainer runtime with real torch on CPU: SFT (one rank; two ranks with FSDP2 over gloo),
 RL from rollout files, published weights, checkpoint on TERM and resume.
 
-Component configs come from a real render of a recipe; the trainer runs as the job script would
-start it (``python -m slurmrl.runtime.trainer``, or under torchrun), with the environment the
-script exports. Processes are stopped by pid.
+``components/trainer.toml`` is what the planner writes for a real recipe (its TrainerSettings,
+through ``slurmrl.settings.trainer.trainer_settings``); the trainer runs as the job script would
+start it (``python -m slurmrl.runtime.trainer --config ...``, or under torchrun), with the
+environment the script exports. Processes are stopped by pid.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from live_components import ROOT, free_port_base
+from slurmrl import layout
+
+ROOT = Path(__file__).resolve().parent.parent
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -37,10 +40,8 @@ FAVOURED = "a"  # RL: completions holding this character get a positive advantag
 def env_for(run_dir: Path) -> dict:
     return {
         **os.environ,
-        "SLURM_NODEID": "0", "SLURM_LOCALID": "0", "SLURMRL_PORT_BASE": str(free_port_base()),
-        "SLURMRL_RUN_DIR": str(run_dir), "SLURMRL_ATTEMPT": "0", "SLURMRL_NODES_G0": "127.0.0.1",
-        "CUDA_VISIBLE_DEVICES": "0,1", "SLURMRL_TRAINER_DEVICE": "cpu", "OMP_NUM_THREADS": "1",
-        "WANDB_MODE": "disabled",
+        "SLURM_NODEID": "0", "SLURM_LOCALID": "0", "SLURMRL_RUN_DIR": str(run_dir), "SLURMRL_ATTEMPT": "0",
+        "SLURMRL_TRAINER_DEVICE": "cpu", "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled",
         "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false",
     }
 
@@ -150,10 +151,23 @@ def metrics(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def render_run(tmp: Path, recipe: str, name: str, overrides: list[str]) -> Path:
-    from slurmrl.render import render
+def run_dir_for(tmp: Path, recipe: str, name: str, overrides: list[str], world_size: int = 1) -> Path:
+    """A run dir with the ``components/trainer.toml`` the planner writes for ``recipe`` (render's
+    format: TrainerSettings' JSON dump as TOML)."""
+    from slurmrl.plan import rules
+    from slurmrl.recipe.load import load_recipe
+    from slurmrl.recipe.schema import global_batch
+    from slurmrl.render.tomlw import dumps
+    from slurmrl.settings.trainer import trainer_settings
 
-    return render(ROOT / "recipes" / recipe, overrides=overrides, run_dir=tmp / name).run_dir
+    recipe = load_recipe(ROOT / "recipes" / recipe, overrides)
+    rules.check(recipe)
+    run_dir = tmp / name
+    s = trainer_settings(recipe, str(run_dir), world_size, global_batch(recipe))
+    path = layout.component_config(run_dir, "trainer")
+    path.parent.mkdir(parents=True)
+    path.write_text(dumps(s.model_dump(mode="json")))
+    return run_dir
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +210,7 @@ def sft_overrides(tiny: Path, data: Path, gpus: int) -> list[str]:
 @pytest.fixture(scope="module")
 def sft_single(tmp_path_factory, tiny, sft_data) -> dict:
     """One rank; TERM mid-run (exit 143 after a checkpoint), then a second start finishes."""
-    run_dir = render_run(tmp_path_factory.mktemp("sft1"), "sft-1node.toml", "run", sft_overrides(tiny, sft_data, 1))
+    run_dir = run_dir_for(tmp_path_factory.mktemp("sft1"), "sft-1node.toml", "run", sft_overrides(tiny, sft_data, 1))
     first = Trainer(run_dir, tag="a")
     first.until(lambda: len(metrics(run_dir)) >= 12, "12 steps")
     first.proc.send_signal(signal.SIGTERM)
@@ -229,7 +243,7 @@ def test_sft_loss_falls_and_resumes_after_term(sft_single):
     assert st["step"] == SFT_STEPS and set(st["data"]) == {"epoch", "index"}
     # the final weights are published like RL weights, and the component marked itself ready
     assert (run_dir / "weights" / f"step-{SFT_STEPS:06d}" / "READY").exists()
-    assert (run_dir / "ready" / "attempt-0" / "trainer.0").exists()
+    assert layout.read_ready(layout.ready_file(run_dir, 0, "trainer", 0))[:2] == (None, 1)
     # a third start has nothing left to do
     third = Trainer(run_dir, tag="c")
     assert third.wait() == 0 and "nothing to do" in third.tail()
@@ -239,10 +253,11 @@ def test_sft_loss_falls_and_resumes_after_term(sft_single):
 def test_sft_two_ranks_fsdp2_matches_one_rank(tmp_path, tiny, sft_data, sft_single):
     """torchrun, two ranks, gloo, FSDP2: runs, loss falls, and the losses are those of one rank
     (same data order, token-mean loss over the global batch), also across its TERM + resume."""
-    run_dir = render_run(tmp_path, "sft-1node.toml", "run",
-                         [*sft_overrides(tiny, sft_data, 2), f"trainer.max_steps={FSDP_STEPS}"])
-    plan = json.loads((run_dir / "plan.json").read_text())
-    assert [c for c in plan["components"] if c["name"] == "trainer"][0]["settings"]["world_size"] == 2
+    from slurmrl.settings.trainer import load
+
+    run_dir = run_dir_for(tmp_path, "sft-1node.toml", "run",
+                         [*sft_overrides(tiny, sft_data, 2), f"trainer.max_steps={FSDP_STEPS}"], world_size=2)
+    assert load(layout.component_config(run_dir, "trainer")).world_size == 2
     t = Trainer(run_dir, ranks=2)
     code = t.wait(timeout=150)
     assert code == 0, t.tail()
@@ -297,7 +312,7 @@ def first_token_logprob(model_dir: Path, tokenizer, char: str) -> float:
 
 
 def test_rl_learns_publishes_untied_weights_and_resumes(tmp_path, tiny, tokenizer):
-    run_dir = render_run(tmp_path, "rl-debug.toml", "run", [
+    run_dir = run_dir_for(tmp_path, "rl-debug.toml", "run", [
         f"model.path={tiny}", "orchestrator.prompts_per_step=2", "orchestrator.rollouts_per_prompt=4",
         "trainer.micro_batch_size=4", "trainer.lr=3e-3", f"trainer.max_steps={RL_STEPS}", "trainer.checkpoint_every=2",
         "trainer.keep_checkpoints=2", "trainer.kl_coef=0.01", "trainer.seq_len=64",
