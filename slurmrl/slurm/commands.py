@@ -26,7 +26,7 @@ def add_parsers(sub, recipe_args) -> None:
         if action.dest == "recipe":
             action.metavar, action.help = "TARGET", "recipe TOML, run dir, or RUN_DIR/job.sbatch"
 
-    p = sub.add_parser("diff", help="show hand edits: job.sbatch against a fresh render of its recipe.toml")
+    p = sub.add_parser("diff", help="show hand edits: every file the job reads against a fresh render of its recipe.toml")
     p.add_argument("run_dir")
 
     p = sub.add_parser("status", help="job state per het group, step and readiness per component")
