@@ -6,28 +6,20 @@ from slurmrl.errors import UserError
 from slurmrl.plan import shell
 from slurmrl.plan.model import Instance, Sh
 from slurmrl.plan.servers import server_names
+from slurmrl.recipe.schema import global_batch
+from slurmrl.settings.orchestrator import orchestrator_settings
+from slurmrl.settings.trainer import trainer_settings
 
 
 def config(name: str) -> Sh:
     return Sh(sh=f"${{RUN_DIR}}/components/{name}.toml")
 
 
-def rl_batch(b) -> int:
-    o, t = b.r.orchestrator, b.r.trainer
-    batch = o.prompts_per_step * o.rollouts_per_prompt
-    if "batch_size" in t.model_fields_set and t.batch_size != batch:
-        raise UserError(
-            "trainer.batch_size",
-            f"RL batches are prompts_per_step x rollouts_per_prompt = {batch}; remove batch_size or make it {batch}",
-        )
-    return batch
-
-
 def trainer(b) -> None:
     r, t = b.r, b.r.trainer
     slot = b.slots["trainer"]
     world = slot.nodes * len(slot.gpus)
-    batch = rl_batch(b) if r.kind == "rl" else t.batch_size
+    batch = global_batch(r)
     where = "orchestrator.prompts_per_step" if r.kind == "rl" else "trainer.batch_size"
     if batch % (t.micro_batch_size * world):
         raise UserError(
@@ -43,10 +35,7 @@ def trainer(b) -> None:
         f"--shutdown-timeout={r.slurm.grace_seconds}",  # time workers get after TERM to checkpoint
         "-m", "slurmrl.runtime.trainer", "--config", config("trainer"),
     )
-    settings = {
-        "kind": r.kind, "model": r.model.path, "world_size": world, "global_batch": batch,
-        **t.model_dump(exclude={"env", "nodes", "gpus_per_node"}, exclude_none=True),
-    }
+    settings = trainer_settings(r, b.run_dir, world, batch).model_dump(mode="json", exclude_none=True)
     b.add(
         name="trainer", role="trainer", group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
         tasks_per_node=1, gpus_per_node=len(slot.gpus), stage=4, main=True, health=None,
@@ -75,12 +64,7 @@ def orchestrator(b) -> None:
     servers = server_names(b)
     prelude = [*shell.declare(arrays=("servers", "more")), "servers=()"] + [f'read -ra more <<<"${{URLS_{n.upper()}}}"; servers+=("${{more[@]}}")' for n in servers]
     requests = Sh(sh="${URLS_ROUTER}") if b.has("router") else Sh(sh="${servers[@]}")
-    settings = {
-        **o.model_dump(exclude={"env", "placement", "cpus"}),
-        "served_model_name": r.model.served_name or r.model.path,
-        "model": r.model.path,
-        "max_steps": r.trainer.max_steps,
-    }
+    settings = orchestrator_settings(r, b.run_dir).model_dump(mode="json", exclude_none=True)
     b.add(
         name="orchestrator", role="orchestrator", group=g.index, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=o.cpus, gpus_per_node=0, stage=4, main=True, health=None,

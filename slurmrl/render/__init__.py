@@ -49,9 +49,8 @@ def templates_dir(recipe: Recipe, recipe_path: Path) -> Path | None:
 
 
 def component_config(c, run_dir: Path) -> str:
-    data = c.model_dump(exclude={"srun", "argv"}, exclude_none=True)
-    data["run_dir"] = str(run_dir)
-    return tomlw.dumps(data)
+    """components/<name>.toml: the typed settings of one of our own programs (trainer, orchestrator)."""
+    return tomlw.dumps(c.settings)
 
 
 def resolved_recipe(recipe: Recipe, recipe_path: Path) -> dict:
@@ -104,7 +103,8 @@ def build(
         + tomlw.dumps(resolved_recipe(recipe, recipe_path)),
     }
     for c in p.components:
-        files[f"components/{c.name}.toml"] = component_config(c, run_dir)
+        if c.settings is not None:
+            files[f"components/{c.name}.toml"] = component_config(c, run_dir)
     return Rendered(recipe, p, run_dir, files)
 
 
