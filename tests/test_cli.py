@@ -137,7 +137,7 @@ def test_plan_summary_for_rl_multinode(capsys):
     assert "group 1 inference node 0-1: 0:inference.0 1:inference.0 2:inference.1" in out
     assert "Ports (PORT_BASE" in out
     base = ports.base_for_job(1234)
-    for name in ("router", "torch_rdzv", "orchestrator", "server_0", "server_3"):
+    for name in ("router", "torch_rdzv", "server_0", "server_3"):
         assert any(l.split()[:1] == [name] and l.split()[-1] == str(base + ports.offset(name))
                    for l in out.splitlines()), name
     assert "Head-node services: router (group 1, node 0)" in out

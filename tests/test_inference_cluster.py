@@ -1,8 +1,9 @@
 """An inference-only recipe on the local Slurm cluster with real vLLM and vllm-router.
 
-recipes/inference-debug.toml: two vLLM servers (n1, n2) and vllm-router on n1. The job must
-become ready, answer through the router, keep serving when one replica is killed, and cancel
-cleanly.
+recipes/inference-debug.toml: two vLLM servers (n1, n2) and vllm-router on n1. A vLLM flag is
+edited by hand in the rendered job.sbatch first: `diff` must show it, `submit RUN_DIR` must
+record it, and both servers must run with it. The job must become ready, answer through the
+router, keep serving when one replica is killed, and cancel cleanly.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from live_components import post_json
+from slurmrl import layout
 from slurmrl.plan.ports import base_for_job
 from slurmrl.runtime.tiny_model import build as build_tiny
 
@@ -40,27 +43,40 @@ def status(cluster, run_dir, cwd) -> dict:
 
 
 def ready_pids(run_dir: Path) -> dict[str, int]:
-    """component.rank -> pid of the server process it started (from its ready file)."""
+    """component.task -> pid of the command its supervisor started (from its ready file)."""
     out = {}
     for f in (run_dir / "ready" / "attempt-0").iterdir():
-        words = f.read_text().split()
-        pid = [w for w in words if w.startswith("pid=")]
+        _, _, pid = layout.read_ready(f)
         if pid:
-            out[f.name] = int(pid[0][4:])
+            out[f.name] = pid
     return out
 
 
-def test_inference_job_serves_survives_a_dead_replica_and_cancels(slurm_cluster, tmp_path):
+def test_inference_job_runs_a_hand_edit_serves_survives_a_dead_replica_and_cancels(slurm_cluster, tmp_path):
     model = build_tiny(tmp_path / "tiny")
     r = slurm_cluster.slurmrl(
-        "submit", str(ROOT / "recipes" / "inference-debug.toml"),
+        "render", str(ROOT / "recipes" / "inference-debug.toml"),
         "--set", f'model.path="{model}"', "--set", f'python.executable="{sys.executable}"',
         "--set", 'inference.env.VLLM_CPU_KVCACHE_SPACE="1"', "--set", "slurm.grace_seconds=5",
+        "--set", "model.max_model_len=128",
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     run_dir = tmp_path / "runs" / "inference-debug"
-    job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
+    # the user edits one vLLM flag, once, in the script: every server of the component gets it
+    script = run_dir / "job.sbatch"
+    text = script.read_text()
+    assert text.count("--max-model-len 128") == 1
+    script.write_text(text.replace("--max-model-len 128", "--max-model-len 96"))
+    d = slurm_cluster.slurmrl("diff", str(run_dir), cwd=tmp_path)
+    assert d.returncode == 1, d.stdout + d.stderr
+    assert "-        --max-model-len 128" in d.stdout and "+        --max-model-len 96" in d.stdout
+    r = slurm_cluster.slurmrl("submit", str(run_dir), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "edited by hand" in r.stdout
+    record = json.loads((run_dir / "jobs.json").read_text())[-1]
+    assert record["edited"] is True
+    job_id = record["job_id"]
     try:
         deadline = time.monotonic() + 600
         ready = set()
@@ -72,6 +88,17 @@ def test_inference_job_serves_survives_a_dead_replica_and_cancels(slurm_cluster,
                 (run_dir / "logs" / "attempt-0" / "FAILED").read_text())
             time.sleep(3)
         assert {"inference.0", "inference.1", "router.0"} <= ready, f"not ready: {ready}"
+
+        # the edited flag reached both servers: in their argv, and in what vLLM reports
+        for task in ("inference.0", "inference.1"):
+            url, ntasks, pid = layout.read_ready(run_dir / "ready" / "attempt-0" / task)
+            assert ntasks == 2
+            host, port = url.removeprefix("http://").split(":")
+            models = json.loads(urllib.request.urlopen(
+                f"http://{node_address(slurm_cluster, host)}:{port}/v1/models", timeout=30).read())
+            assert models["data"][0]["max_model_len"] == 96
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert argv[argv.index(b"--max-model-len") + 1] == b"96"
 
         router = f"http://{node_address(slurm_cluster, 'n1')}:{base_for_job(int(job_id))}"
         body = {"model": str(model), "prompt": "hello", "max_tokens": 4, "ignore_eos": True}

@@ -22,7 +22,6 @@ _FIXED = {
     "torch_rdzv": 6,
     "weight_broadcast": 7,
     "dp_rpc": 8,
-    "orchestrator": 9,
 }
 
 # Per-node blocks: one HTTP port, one KV port and one data-parallel RPC port per local

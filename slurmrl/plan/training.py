@@ -74,7 +74,7 @@ def orchestrator(b) -> None:
             supervisor=b.supervise("orchestrator"),
             command=(
                 *b.py, "-m", "slurmrl.runtime.orchestrator", "--config", config("orchestrator"),
-                "--requests-urls", requests, "--admin-urls", Sh(sh="${servers[@]}"),
+                "--requests-url", requests, "--admin-urls", Sh(sh="${servers[@]}"),
             ),
         ),
         settings=settings,

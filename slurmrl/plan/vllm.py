@@ -16,7 +16,7 @@ ENTRY = ("-m", "vllm.entrypoints.openai.api_server")  # `vllm serve` needs the `
 
 
 def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
-    args: list[Arg] = ["--model", model.path, "--served-model-name", model.served_name or model.path]
+    args: list[Arg] = ["--model", model.path, "--served-model-name", model.served_model_name]
     args += ["--host", "0.0.0.0", "--port", PORT, "--tensor-parallel-size", str(tp)]
     if model.dtype != "auto":
         args += ["--dtype", model.dtype]

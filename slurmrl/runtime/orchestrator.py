@@ -183,7 +183,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str]) -> int:
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="RUN_DIR/components/orchestrator.toml")
-    ap.add_argument("--requests-url", "--requests-urls", dest="requests_url", nargs="+", required=True,
+    ap.add_argument("--requests-url", dest="requests_url", nargs="+", required=True,
                     metavar="URL", help="where to ask for completions: the router, else every server")
     ap.add_argument("--admin-urls", nargs="+", required=True, metavar="URL",
                     help="every inference server (each reloads new weights)")
