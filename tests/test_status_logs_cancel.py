@@ -2,8 +2,8 @@
 
 The jobs are rl-debug rendered normally (het job: trainer + orchestrator in group 0, inference in
 group 1, the real stages and readiness waits), with ``python.executable`` pointing at a stand-in
-"python" that runs the preflight probe for every component (it serves the ports the readiness
-checks poll and marks itself ready). Two switches, passed through the job's environment, make
+"python" that runs the preflight probe in place of each component's supervisor (it serves the
+ports the readiness checks poll and writes the ready file). Two switches, passed through the job's environment, make
 one component misbehave: SLURMRL_TEST_HOLD=<component> keeps running after its probe (a job that
 stays up), SLURMRL_TEST_FAIL=<component> exits 3 at once.
 """
@@ -23,16 +23,17 @@ RL_DEBUG = ROOT / "recipes" / "rl-debug.toml"
 GRACE = 5
 
 FAKE_PYTHON = f"""#!/bin/bash
-# stand-in for python in job steps: the last argument is the component's config
-config=${{*: -1}}
-name=$(basename "$config" .toml)
+# stand-in for python in job steps: every task function execs
+# `python -m slurmrl.runtime.supervise NAME ... -- COMMAND`; run the probe for NAME instead
+[[ $1 == -m && $2 == slurmrl.runtime.supervise ]] || {{ echo "unexpected: $*"; exit 9; }}
+name=$3
 if [[ $name == "${{SLURMRL_TEST_FAIL:-}}" ]]; then echo "$name: failing on purpose"; exit 3; fi
 if [[ $name == "${{SLURMRL_TEST_HOLD:-}}" ]]; then
-    {sys.executable} -m slurmrl.runtime.probe --config "$config" || exit $?
+    {sys.executable} -m slurmrl.runtime.probe "$name" || exit $?
     echo "$name: holding"
     exec sleep 600
 fi
-exec {sys.executable} -m slurmrl.runtime.probe --config "$config"
+exec {sys.executable} -m slurmrl.runtime.probe "$name"
 """
 
 
