@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurmrl.plan import ports
+from slurmrl import ports
 from slurmrl.plan.model import Component, Plan
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from slurmrl import cli
-from slurmrl.plan import ports
+from slurmrl import ports
 from slurmrl.recipe.load import load_recipe
 from slurmrl.render import build
 

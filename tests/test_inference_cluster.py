@@ -20,7 +20,7 @@ import pytest
 
 from live_components import post_json
 from slurmrl import layout
-from slurmrl.plan.ports import base_for_job
+from slurmrl.ports import base_for_job
 from slurmrl.runtime.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from slurmrl import layout
-from slurmrl.runtime import envs
+from slurmrl import envs
 from slurmrl.runtime.orchestrator import advantages, arguments
 from slurmrl.runtime.tiny_model import build as build_tiny
 
@@ -46,7 +46,7 @@ def test_builtin_environments_score_answers():
     assert rev.reward(task, "zzzz") < 0.5
     t = ari.prompts(random.Random(1), 1)[0]
     assert ari.reward(t, t["target"]) == 1.0 and ari.reward(t, "x") == 0.0
-    assert envs.load("slurmrl.runtime.envs.arithmetic:Arithmetic").reward(t, t["target"]) == 1.0
+    assert envs.load("slurmrl.envs.arithmetic:Arithmetic").reward(t, t["target"]) == 1.0
 
 
 def test_environment_args_reach_the_constructor():

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from slurmrl.plan import plan, ports
+from slurmrl import ports
+from slurmrl.plan import plan
 from slurmrl.plan.model import Plan, Sh
 from slurmrl.recipe.load import read_toml, validate
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from slurmrl.errors import UserError
-from slurmrl.plan import placement, ports, rules, servers, services, shell, training
+from slurmrl import ports
+from slurmrl.plan import placement, rules, servers, services, shell, training
 from slurmrl.plan.directives import group_directives
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, Task
 from slurmrl.recipe.schema import Recipe

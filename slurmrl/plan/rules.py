@@ -6,8 +6,8 @@ import inspect
 
 from slurmrl.errors import UserError
 from slurmrl.recipe.schema import Recipe, global_batch
-from slurmrl.runtime import envs
-from slurmrl.runtime.envs import BUILTIN
+from slurmrl import envs
+from slurmrl.envs import BUILTIN
 
 SECTIONS = {
     "sft": {"trainer": True, "orchestrator": False, "inference": False},

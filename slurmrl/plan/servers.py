@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from slurmrl.errors import UserError
-from slurmrl.plan import ports, shell, vllm
+from slurmrl import ports
+from slurmrl.plan import shell, vllm
 from slurmrl.plan.model import Health, Instance, Sh
 from slurmrl.plan.placement import Slot
 

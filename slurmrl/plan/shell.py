@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import PurePosixPath
 
-from slurmrl.plan import ports
+from slurmrl import ports
 from slurmrl.plan.model import Cat, Sh
 
 HOST = Sh(sh="${host}")  # the task's own hostname (prelude: host=$(hostname))

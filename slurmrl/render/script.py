@@ -6,7 +6,7 @@ from pathlib import Path
 
 import jinja2
 
-from slurmrl.plan import ports
+from slurmrl import ports
 from slurmrl.plan.model import Plan
 from slurmrl.render.quoting import sbatch_value, shjoin, shlines, shq
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl import layout
-from slurmrl.plan import ports
+from slurmrl import ports
 
 
 @dataclass(frozen=True)

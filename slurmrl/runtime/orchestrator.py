@@ -36,7 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slurmrl import layout
-from slurmrl.runtime import admin, envs, steps
+from slurmrl import envs
+from slurmrl.runtime import admin, steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
 

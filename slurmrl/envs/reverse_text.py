@@ -22,6 +22,6 @@ class ReverseText:
         return out
 
     def reward(self, task: dict, completion: str) -> float:
-        from slurmrl.runtime.envs import answer_line
+        from slurmrl.envs import answer_line
 
         return difflib.SequenceMatcher(None, answer_line(completion), task["target"]).ratio()

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib
 
-from slurmrl.runtime.envs.arithmetic import Arithmetic
-from slurmrl.runtime.envs.reverse_text import ReverseText
+from slurmrl.envs.arithmetic import Arithmetic
+from slurmrl.envs.reverse_text import ReverseText
 
 BUILTIN = {"reverse_text": ReverseText, "arithmetic": Arithmetic}
 

@@ -26,6 +26,6 @@ class Arithmetic:
         return out
 
     def reward(self, task: dict, completion: str) -> float:
-        from slurmrl.runtime.envs import answer_line
+        from slurmrl.envs import answer_line
 
         return 1.0 if answer_line(completion) == task["target"] else 0.0
