@@ -34,7 +34,8 @@ def router(b) -> None:
     ]
     if inf.mode == "pd":
         prelude = [
-            *shell.declare("url", arrays=("prefill", "decode", "pools")),
+            *shell.declare("host", "url", arrays=("prefill", "decode", "pools")),
+            shell.HOST_LINE,
             "pools=()",
             'read -ra prefill <<<"${URLS_PREFILL}"',
             'read -ra decode <<<"${URLS_DECODE}"',
@@ -46,7 +47,7 @@ def router(b) -> None:
         if inf.kv_connector in KV_CONNECTOR_FLAG:
             args += ["--kv-connector", KV_CONNECTOR_FLAG[inf.kv_connector]]
     else:
-        prelude = [*shell.declare(arrays=("workers",)), 'read -ra workers <<<"${URLS_INFERENCE}"']
+        prelude = [*shell.declare("host", arrays=("workers",)), shell.HOST_LINE, 'read -ra workers <<<"${URLS_INFERENCE}"']
         args += ["--policy", inf.router.policy, "--worker-urls", Sh(sh="${workers[@]}")]
     args += list(inf.router.extra_args)
     b.add(
@@ -55,7 +56,7 @@ def router(b) -> None:
         health=Health(kind="http", ports=("router",), first_node_only=True, timeout=300, urls_var="URLS_ROUTER"),
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={"http": "router", "metrics": "router_metrics"}),),
         task=b.task(
-            "router", prelude=[*shell.declare("host"), shell.HOST_LINE, *prelude],
+            "router", prelude=prelude,
             supervisor=b.supervise("router", ready=shell.url("http", port)),
             command=(*shell.tool(b.py, "vllm-router"), *args),
         ),

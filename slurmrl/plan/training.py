@@ -62,7 +62,8 @@ def orchestrator(b) -> None:
         g = b.groups[b.comp(server_names(b)[0])["group"]]
     b.reserve(g, 0, o.cpus, "the orchestrator")
     servers = server_names(b)
-    prelude = [*shell.declare(arrays=("servers", "more")), "servers=()"] + [f'read -ra more <<<"${{URLS_{n.upper()}}}"; servers+=("${{more[@]}}")' for n in servers]
+    urls = " ".join(f"${{URLS_{n.upper()}}}" for n in servers)
+    prelude = [*shell.declare(arrays=("servers",)), f'read -ra servers <<<"{urls}"']
     requests = Sh(sh="${URLS_ROUTER}") if b.has("router") else Sh(sh="${servers[@]}")
     settings = orchestrator_settings(r, b.run_dir).model_dump(mode="json", exclude_none=True)
     b.add(

@@ -33,17 +33,19 @@ def shjoin(values) -> str:
 
 
 def _is_option(value) -> bool:
-    text = value.sh if isinstance(value, Sh) else value
-    return isinstance(text, str) and text.startswith("--") and len(text) > 2
+    """An ``--option``, or a planner array of options (``"${pools[@]}"``)."""
+    if isinstance(value, Sh):
+        return value.sh.startswith("--") or (value.sh.startswith("${") and value.sh.endswith("[@]}"))
+    return isinstance(value, str) and value.startswith("--") and len(value) > 2
 
 
 def shlines(values, indent: str) -> str:
-    """``shjoin``, with a line break before each ``--option``: one flag (and its value) per line,
-    so a person edits a command line one flag at a time."""
+    """``shjoin``, with a line break before each ``--option`` (and a ``-m MODULE`` after the
+    program): one flag and its value per line, so a person edits a command line a flag at a time."""
     words = [shq(v) for v in values]
     out = ""
     for i, (value, word) in enumerate(zip(values, words)):
-        if i and _is_option(value):
+        if i and (_is_option(value) or (value == "-m" and i > 1)):
             out += " \\\n" + indent
         elif i:
             out += " "
