@@ -107,7 +107,7 @@ def servers(b, name: str, slot: Slot, tp: int, dp: int, extra: list[str], role_e
         fail_fast=r.kind != "inference", health=health, instances=tuple(instances),
         task=b.task(
             name, prelude=[*shell.declare(*names), *prelude], env=env,
-            supervisor=b.supervise(name, gpus=shell.gpu_slice(slot.gpus[0], sg, per_node), ready=ready),
+            supervisor=b.supervise(name, gpus=shell.gpu_slice(slot.gpus[0], sg, inf.mode != "wide_ep"), ready=ready),
             command=(*b.py, *vllm.ENTRY, *args),
         ),
     )

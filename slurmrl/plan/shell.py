@@ -43,9 +43,10 @@ def per_task(block: str, first: int = 0, step: int = 1) -> str:
     return f"$(({base} + {offset}SLURM_LOCALID{times}))"
 
 
-def gpu_slice(first: int, count: int, tasks_per_node: int) -> str | Sh:
-    """``FIRST:COUNT`` GPU positions for the supervisor; per task when a node runs several."""
-    if tasks_per_node == 1:
+def gpu_slice(first: int, count: int, per_task: bool) -> str | Sh:
+    """``FIRST:COUNT`` GPU positions for the supervisor; ``per_task``: task k of a node takes the
+    k-th slice (so editing ``--ntasks-per-node`` moves the slices along)."""
+    if not per_task:
         return f"{first}:{count}"
     offset = f"{first} + " if first else ""
     return Sh(sh=f"$(({offset}SLURM_LOCALID * {count})):{count}")

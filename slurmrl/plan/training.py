@@ -45,7 +45,7 @@ def trainer(b) -> None:
         ),
         task=b.task(
             "trainer", env=sorted(t.env.items()),
-            supervisor=b.supervise("trainer", gpus=shell.gpu_slice(slot.gpus[0], len(slot.gpus), 1)),
+            supervisor=b.supervise("trainer", gpus=shell.gpu_slice(slot.gpus[0], len(slot.gpus), False)),
             command=command,
         ),
         settings=settings,

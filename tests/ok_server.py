@@ -1,0 +1,25 @@
+"""Test double for a vLLM server: answers 200 with its own port on every GET (``/health`` too).
+Used where a test checks the script's mechanics (tasks, ports, readiness), not the engine.
+
+    python tests/ok_server.py PORT
+"""
+
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Ok(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+        body = f'{{"port": {self.server.server_port}}}'.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+if __name__ == "__main__":
+    ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), Ok).serve_forever()
