@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmrl import ports
 from slurmrl.plan.model import Plan
 
 PROGRAMS = ("python3", "torchrun", "vllm-router", "mooncake_master", "mooncake_client")
@@ -22,7 +24,7 @@ RECORDER = """#!/bin/bash
 printf '%s\\0' "$0" "$@" >"$EXPAND_OUT/argv"
 env -0 >"$EXPAND_OUT/env"
 """
-PORT_BASE = 20000
+JOB_ID = 7  # the job id the faked batch environment has
 
 
 @dataclass
@@ -49,13 +51,31 @@ def task_functions(script: str) -> str:
     return "".join(found)
 
 
-def port_env(plan: Plan, base: int = PORT_BASE) -> dict[str, str]:
+def port_env(plan: Plan) -> dict[str, str]:
+    """PORT_<NAME> as the script's port table computes them for job JOB_ID."""
+    base = plan.port_base or ports.base_for_job(JOB_ID)
     return {f"PORT_{k.upper()}": str(base + off) for k, off in plan.ports.items()}
+
+
+STUBS = """
+mkdir() { :; }                     # the prologue's run-dir folders: not created here
+rm() { :; }
+scontrol() { tr ',' '\\n' <<<"$3"; }  # scontrol show hostnames A,B -> one host per line
+"""
+
+
+def prologue(script: str) -> str:
+    """The batch shell's part of the script before the first stage starts."""
+    return script[: script.index("\n# ---- stage ")]
 
 
 def expand(script: str, plan: Plan, name: str, node: int = 0, local: int = 0, env: dict | None = None,
            hosts: dict[int, list[str]] | None = None) -> Expanded:
-    """The argv and environment task (node, local) of component ``name`` would exec."""
+    """The argv and environment task (node, local) of component ``name`` would exec.
+
+    The script's own prologue runs first (with Slurm's batch environment faked: job id, node
+    lists), so the task sees exactly what the batch shell exports; then the step's variables
+    (SLURM_NODEID, SLURM_LOCALID, SLURM_PROCID) and ``env`` (e.g. URLS_* a stage exports)."""
     comp = plan.component(name)
     hosts = hosts or {g.index: [f"g{g.index}n{i}" for i in range(g.nodes)] for g in plan.groups}
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,22 +85,25 @@ def expand(script: str, plan: Plan, name: str, node: int = 0, local: int = 0, en
         for prog in PROGRAMS:
             (bin_dir / prog).write_text(RECORDER)
             (bin_dir / prog).chmod(0o755)
-        full_env = {
+        batch_env = {
             "PATH": f"{bin_dir}:{os.environ['PATH']}",
             "EXPAND_OUT": str(tmp),
-            "RUN_DIR": "/run-dir",
-            "SLURM_JOB_ID": "7",
+            "SLURM_JOB_ID": str(JOB_ID),
+            "SLURM_JOB_NODELIST": ",".join(hosts[0]),
+            **({"SLURM_HET_SIZE": str(len(hosts))} if len(hosts) > 1 else {}),
+            **{f"SLURM_JOB_NODELIST_HET_GROUP_{g}": ",".join(n) for g, n in hosts.items()},
+        }
+        step = {
             "SLURM_NODEID": str(node),
             "SLURM_LOCALID": str(local),
             "SLURM_PROCID": str(node * comp.tasks_per_node + local),
-            **port_env(plan),
-            **{f"SLURMRL_NODES_G{g}": " ".join(n) for g, n in hosts.items()},
-            **{f"HEAD_G{g}": n[0] for g, n in hosts.items()},
             **(env or {}),
         }
         fake_host = hosts[comp.group][comp.first_node + node]
-        body = f"hostname() {{ echo {fake_host}; }}\nset -euo pipefail\n{task_functions(script)}\n{comp.function}\n"
-        r = subprocess.run(["bash", "-c", body], env=full_env, capture_output=True, text=True, timeout=30)
+        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in step.items())
+        body = (f"{STUBS}\n{prologue(script)}\n{exports}"
+                f"hostname() {{ echo {fake_host}; }}\n{comp.function} >/dev/null\n")
+        r = subprocess.run(["bash", "-c", body], env=batch_env, capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stdout + r.stderr
         argv = (tmp / "argv").read_bytes().decode().split("\0")[:-1]
         raw = (tmp / "env").read_bytes().decode().split("\0")[:-1]
@@ -89,7 +112,7 @@ def expand(script: str, plan: Plan, name: str, node: int = 0, local: int = 0, en
     noise = ("PWD", "SHLVL", "_", "OLDPWD")
     return Expanded(argv=argv, env={
         k: v for k, v in exported.items()
-        if full_env.get(k) != v and k not in noise and not k.startswith("BASH_FUNC_")
+        if k not in noise and not k.startswith("BASH_FUNC_")
     })
 
 
