@@ -8,7 +8,8 @@ forwards signals to it, writes the task's ready file once ``URL`` answers (``htt
 and exits with COMMAND's exit code (128+N when a signal N ended it). When COMMAND ends, or the
 supervisor is told to stop, every process COMMAND left behind is ended too (TERM, then KILL):
 the supervisor is the subreaper of its tree, so orphans (vLLM's EngineCore, torchrun's workers,
-multiprocessing trackers) come back to it instead of living on with a GPU.
+multiprocessing trackers) come back to it instead of living on with a GPU. COMMAND runs under
+``slurmrl.runtime.guard``, which ends the tree if the supervisor itself is killed.
 
 The standard library and psutil only: this starts before any engine.
 """
@@ -16,7 +17,6 @@ The standard library and psutil only: this starts before any engine.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import shlex
 import signal
@@ -32,11 +32,9 @@ from pathlib import Path
 import psutil
 
 from slurmrl import layout
+from slurmrl.runtime import tree
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
-PR_SET_CHILD_SUBREAPER = 36
-PR_SET_PDEATHSIG = 1
-TREE_GRACE_S = 10.0  # after COMMAND exits: time its leftovers get between TERM and KILL
 
 
 def log(name: str, msg: str) -> None:
@@ -101,55 +99,6 @@ def add_cuda_runtime(env: dict) -> None:
     env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, *filter(None, [env.get("LD_LIBRARY_PATH")])])
 
 
-# ---- the process tree ---------------------------------------------------------------------
-def become_subreaper() -> bool:
-    """Orphans of our tree are re-parented to us (Linux), so we can find and end them."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
-
-def end_tree(grace: float = TREE_GRACE_S) -> list[int]:
-    """TERM every descendant, wait up to ``grace`` seconds, KILL what is left, reap. Returns the
-    pids that were still alive."""
-    me = psutil.Process()
-    procs = me.children(recursive=True)
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for p in alive + me.children(recursive=True):
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=5)
-    reap()
-    return [p.pid for p in procs]
-
-
-def reap() -> None:
-    """Collect exit statuses of re-parented orphans (we are their subreaper)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
 # ---- main ----------------------------------------------------------------------------------
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
@@ -182,17 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cuda_runtime:
         add_cuda_runtime(env)
     check, url = ready_check(args.ready) if args.ready else (None, None)
-    become_subreaper()
+    tree.become_subreaper()
     log(args.name, f"exec: {shlex.join(args.command)}")
-    try:
-        child = subprocess.Popen(args.command, env=env, preexec_fn=_die_with_parent)
-    except OSError as e:
-        log(args.name, f"cannot start {args.command[0]}: {e.strerror}")
-        return 127
-    stopping = threading.Event()
+    child = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.guard", "--", *args.command], env=env)
 
     def forward(signum, _frame):
-        stopping.set()
         if child.poll() is None:
             child.send_signal(signum)
 
@@ -202,12 +145,21 @@ def main(argv: list[str] | None = None) -> int:
     if check is not None:
         threading.Thread(target=mark_ready, args=(args.name, check, url, child), daemon=True).start()
     code = child.wait()
-    left = end_tree()
+    left = tree.end()
     if left:
         log(args.name, f"ended {len(left)} process(es) the command left behind: {' '.join(map(str, left))}")
     code = code if code >= 0 else 128 - code
     log(args.name, f"{args.command[0]} exited with code {code}")
     return code
+
+
+def command_pid(guard: subprocess.Popen) -> int | None:
+    """The command's pid: the guard's child."""
+    try:
+        kids = psutil.Process(guard.pid).children()
+    except psutil.NoSuchProcess:
+        return None
+    return kids[0].pid if kids else None
 
 
 def mark_ready(name: str, check, url: str | None, child: subprocess.Popen) -> None:
@@ -217,7 +169,8 @@ def mark_ready(name: str, check, url: str | None, child: subprocess.Popen) -> No
             run_dir = layout.run_dir_from_env()
             task = int(os.environ.get("SLURM_PROCID", "0"))
             ntasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
-            layout.write_ready(layout.ready_file(run_dir, layout.attempt_from_env(), name, task), url, ntasks, child.pid)
+            layout.write_ready(layout.ready_file(run_dir, layout.attempt_from_env(), name, task), url, ntasks,
+                               command_pid(child))
             log(name, f"ready{' at ' + url if url else ''}")
             return
         time.sleep(1)

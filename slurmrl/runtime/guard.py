@@ -1,0 +1,60 @@
+"""The inner half of a task's supervision: run COMMAND, die with the supervisor, end COMMAND's tree.
+
+    python -m slurmrl.runtime.guard -- COMMAND...      (started by slurmrl.runtime.supervise)
+
+Two processes watch each command, so that no single ``kill -9`` leaves an orphan holding a GPU:
+- the supervisor (outer) is the subreaper of everything below it and ends what is left when
+  the guard exits;
+- the guard (inner) is the subreaper of the command's tree, gets SIGTERM when the supervisor
+  dies (``PR_SET_PDEATHSIG``) and then ends the tree itself; the command gets SIGKILL when the
+  guard dies, and its children fall back to the supervisor.
+Signals are forwarded to the command; the guard exits with the command's code (128+N for signal N).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from slurmrl.runtime import tree
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] != ["--"] or len(argv) < 2:
+        print("usage: python -m slurmrl.runtime.guard -- COMMAND...", file=sys.stderr)
+        return 2
+    command = argv[1:]
+    parent = os.getppid()
+    tree.die_with_parent(signal.SIGTERM)
+    if os.getppid() != parent:  # the supervisor died before we could ask to follow it
+        return 143
+    tree.become_subreaper()
+    try:
+        child = subprocess.Popen(command, preexec_fn=lambda: tree.die_with_parent(signal.SIGKILL))
+    except OSError as e:
+        print(f"slurmrl: cannot start {command[0]}: {e.strerror}", file=sys.stderr, flush=True)
+        return 127
+
+    def on_signal(signum, _frame):
+        if os.getppid() != parent:  # PDEATHSIG: the supervisor is gone; nobody else will clean up
+            tree.end(grace=5.0)
+            os._exit(128 + signum)
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in FORWARDED:
+        signal.signal(sig, on_signal)
+    code = child.wait()
+    left = tree.end()
+    if left:
+        print(f"slurmrl: ended {len(left)} process(es) {command[0]} left behind: {' '.join(map(str, left))}",
+              flush=True)
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,120 @@
+"""The task supervisor with real processes: exit codes, ready files, GPU slices, and no process
+left behind whichever level of the tree is killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from slurmrl import layout
+
+ROOT = Path(__file__).resolve().parent.parent
+SUPERVISE = [sys.executable, "-m", "slurmrl.runtime.supervise"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    full = {**os.environ, "SLURMRL_RUN_DIR": str(tmp_path), "SLURMRL_ATTEMPT": "0", "SLURM_PROCID": "0",
+            "SLURM_STEP_NUM_TASKS": "1", **(env or {})}
+    return subprocess.Popen([*SUPERVISE, *args], env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(predicate, timeout: float = 20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def tree_with_grandchild(tmp_path: Path) -> list[str]:
+    """A command whose child outlives it unless someone ends it: bash that starts `sleep` and waits."""
+    return ["bash", "-c", f'sleep 300 & echo $! >{tmp_path}/grandchild; wait']
+
+
+def test_exit_code_and_leftovers_ended(tmp_path):
+    p = start(tmp_path, "x", "--", "bash", "-c", f"sleep 300 & echo $! >{tmp_path}/grandchild; exit 3")
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 3, out
+    assert gone(int((tmp_path / "grandchild").read_text()))
+    assert "exec: bash -c" in out and "left behind" in out
+
+
+@pytest.mark.parametrize("victim", ["supervisor", "guard", "command", "grandchild"])
+def test_sigkill_at_any_level_leaves_nothing(tmp_path, victim):
+    p = start(tmp_path, "x", "--", *tree_with_grandchild(tmp_path))
+    grandchild = wait_for(lambda: (tmp_path / "grandchild").exists() and (tmp_path / "grandchild").read_text().strip())
+    grandchild = int(grandchild)
+    sup = psutil.Process(p.pid)
+    guard = sup.children()[0]
+    command = guard.children()[0]
+    assert "slurmrl.runtime.guard" in " ".join(guard.cmdline()) and command.cmdline()[0] == "bash"
+    pid = {"supervisor": p.pid, "guard": guard.pid, "command": command.pid, "grandchild": grandchild}[victim]
+    os.kill(pid, signal.SIGKILL)
+    p.wait(timeout=60)
+    for proc in (guard.pid, command.pid, grandchild):
+        wait_for(lambda proc=proc: gone(proc), timeout=30)
+
+
+def test_term_reaches_the_command_and_gives_its_code(tmp_path):
+    p = start(tmp_path, "x", "--", sys.executable, "-c",
+              "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(7)); print('up', flush=True); time.sleep(60)")
+    wait_for(lambda: len(psutil.Process(p.pid).children(recursive=True)) >= 2)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 7, out
+
+
+def test_ready_file_has_url_task_count_and_the_servers_pid(tmp_path):
+    port = free_port()
+    p = start(tmp_path, "srv", "--ready", f"http://127.0.0.1:{port}", "--",
+              sys.executable, str(ROOT / "tests" / "ok_server.py"), str(port), env={"SLURM_STEP_NUM_TASKS": "3"})
+    try:
+        f = layout.ready_file(tmp_path, 0, "srv", 0)
+        wait_for(f.exists)
+        url, ntasks, pid = layout.read_ready(f)
+        assert (url, ntasks) == (f"http://127.0.0.1:{port}", 3)
+        assert "ok_server.py" in " ".join(psutil.Process(pid).cmdline())
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
+
+
+def test_gpu_slice_is_what_the_command_sees(tmp_path):
+    env = {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    p = start(tmp_path, "x", "--gpus", "1:2", "--", "bash", "-c", 'echo "seen=$CUDA_VISIBLE_DEVICES"', env=env)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 0 and "seen=5,6" in out
+    p = start(tmp_path, "x", "--gpus", "3:2", "--", "true", env=env)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode != 0 and "GPU positions 3..4" in out and "4,5,6,7" in out
+
+
+@pytest.mark.parametrize("args", [["x"], ["x", "--"], ["x", "--gpus", "a", "--", "true"], ["x", "--ready", "ftp://h:1", "--", "true"]])
+def test_bad_arguments_say_so(tmp_path, args):
+    p = start(tmp_path, *args)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode != 0 and "Traceback" not in out, out
