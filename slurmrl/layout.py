@@ -11,6 +11,7 @@ steps and the login-node commands (submit, status, logs, preflight) all go throu
       logs/batch-<jobid>.out         the batch shell's log
       logs/attempt-N/<comp>.<task>.log
       logs/attempt-N/FAILED          why the job failed (one line)
+      logs/attempt-N/phases          start-up milestones: "<unix time> <what>" per line
       logs/attempt-N/PREEMPTED       the warning signal came
       logs/job-<jobid>/              an earlier job's logs, set aside by submit
       ready/attempt-N/<comp>.<task>  a task passed its readiness check (its URL, its step's task count)
@@ -21,6 +22,7 @@ steps and the login-node commands (submit, status, logs, preflight) all go throu
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 SCRIPT = "job.sbatch"
@@ -55,6 +57,31 @@ def ready_dir(run_dir: Path, attempt: int | str) -> Path:
 
 def ready_file(run_dir: Path, attempt: int | str, component: str, task: int) -> Path:
     return ready_dir(run_dir, attempt) / f"{component}.{task}"
+
+
+def phases_file(run_dir: Path, attempt: int | str) -> Path:
+    """Start-up milestones of one attempt: ``<unix time> <what>`` per line (batch shell and programs)."""
+    return log_dir(run_dir, attempt) / "phases"
+
+
+def add_phase(run_dir: Path, attempt: int | str, what: str) -> None:
+    path = phases_file(run_dir, attempt)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:  # one short append: atomic next to the batch shell's
+        f.write(f"{int(time.time())} {what}\n")
+
+
+def read_phases(run_dir: Path, attempt: int | str) -> list[tuple[int, str]]:
+    try:
+        lines = phases_file(run_dir, attempt).read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        ts, _, what = line.partition(" ")
+        if ts.isdigit():
+            out.append((int(ts), what))
+    return out
 
 
 def failed_file(run_dir: Path, attempt: int | str) -> Path:

@@ -35,8 +35,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from slurmrl import layout
-from slurmrl import envs
+from slurmrl import envs, layout
 from slurmrl.runtime import admin, steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
@@ -176,6 +175,8 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str]) -> int:
             "tokens_per_s": tokens / gen_s if gen_s else 0.0, "samples_per_s": len(samples) / gen_s if gen_s else 0.0,
             "time": time.time(), **trainer_metrics(run_dir),
         })
+        if step == done + 1:
+            layout.add_phase(run_dir, layout.attempt_from_env(), f"first rollout (step {step}, {gen_s:.1f}s)")
         log(f"step {step}/{max_steps} reward {statistics.fmean(rewards):.3f} "
             f"(policy {loaded}, generated in {gen_s:.1f}s, waited {waited:.1f}s)")
     return 0

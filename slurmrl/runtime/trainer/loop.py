@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from slurmrl import layout
 from slurmrl.runtime import steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.trainer import losses, rollouts, state
@@ -321,7 +322,8 @@ class Trainer:
             self.log(f"already at step {self.start} of {self.max_steps}: nothing to do")
             return 0
         saved = self.start
-        step = self.start
+        step = first_step = self.start
+        first_step += 1
         stopped = self.d.any(STOP.is_set())  # asked to stop while loading: nothing new to save
         lr = self.s.lr
         while step < self.max_steps and not stopped:
@@ -349,6 +351,8 @@ class Trainer:
             if self.kind == "rl" and isinstance(out.get("policy_step"), int):
                 record["off_policy_lag"] = step - 1 - out["policy_step"]
             self.metrics.log(record)
+            if self.rank == 0 and step == first_step:
+                layout.add_phase(self.run_dir, layout.attempt_from_env(), f"first trainer step (step {step}, {step_s:.1f}s)")
             extra = (f" kl {out['kl']:.4f} entropy {out['entropy']:.3f} clip {out['clip_frac']:.3f} "
                      f"reward {out['reward_mean']:.3f}" if self.kind == "rl" else "")
             self.log(f"step {step}/{self.max_steps} loss {out['loss']:.4f}{extra} grad_norm {norm:.3f} "
