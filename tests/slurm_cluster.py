@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,30 @@ class SlurmCluster:
     def slurmrl(self, *args: str, **kw) -> subprocess.CompletedProcess:
         """``python -m slurmrl ARGS`` against this cluster (keywords as for ``run``)."""
         return self.run([sys.executable, "-m", "slurmrl", *args], **kw)
+
+    @staticmethod
+    def job_processes(job_id: str | int) -> list[str]:
+        """Every process on this machine (all nodes of the local cluster live here) whose
+        environment says it belongs to job ``job_id``: ``pid cmdline`` each."""
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                env = proc.joinpath("environ").read_bytes().split(b"\0")
+                if f"SLURM_JOB_ID={job_id}".encode() in env:
+                    cmd = proc.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    found.append(f"{proc.name} {cmd[:200]}")
+            except OSError:
+                continue
+        return found
+
+    def wait_no_job_processes(self, job_id: str | int, timeout: float = 60) -> list[str]:
+        """Wait until no process of the job is left; returns what is left at the deadline."""
+        deadline = time.monotonic() + timeout
+        while (left := self.job_processes(job_id)) and time.monotonic() < deadline:
+            time.sleep(1)
+        return left
 
     def log_tail(self, name: str = "slurmctld.log", lines: int = 30) -> str:
         path = self.state_dir / "log" / name

@@ -116,6 +116,11 @@ def test_inference_job_runs_a_hand_edit_serves_survives_a_dead_replica_and_cance
         c = slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
     assert c.returncode == 0, c.stdout + c.stderr
     assert "CANCELLED" in c.stdout
-    time.sleep(2)
     for name, pid in ready_pids(run_dir).items():
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(1)
         assert not Path(f"/proc/{pid}").exists(), f"{name} (pid {pid}) still running after cancel"
+    # nothing the job started is left on any node: not the killed server's EngineCore, not a tracker
+    left = slurm_cluster.wait_no_job_processes(job_id)
+    assert not left, "left after cancel:\n" + "\n".join(left)
