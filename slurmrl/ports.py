@@ -1,8 +1,9 @@
 """The one port table. Every port anything in a job uses is ``PORT_BASE + offset`` from here.
 
-``PORT_BASE`` is derived from the Slurm job id at run time, so two jobs sharing a node
-never pick the same ports:  ``BASE_MIN + (SLURM_JOB_ID % SLOTS) * STRIDE``.
-Ports are per node, so the table does not grow with the node count.
+The job script claims ``PORT_BASE`` at run time on every node of the job (see the ports section
+of job.sbatch), starting at ``BASE_MIN + (SLURM_JOB_ID % SLOTS) * STRIDE`` and moving to another
+block when that one is claimed or in use on a node. Ports are per node, so the table does not
+grow with the node count.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def summary(plan: Plan, run_dir: Path, job_id: int | None = None) -> str:
     else:
         shown = job_id if job_id is not None else 1234
         base = ports.base_for_job(shown)
-        base_line = f"PORT_BASE = {ports.base_expr()}; for job {shown}: {base}"
+        base_line = f"PORT_BASE = {ports.base_expr()} unless taken on a node; for job {shown}: {base}"
     out += ["", f"Ports ({base_line})"]
     out += table([[name, f"+{off}", str(base + off)] for name, off in plan.ports.items()])
     if plan.services:

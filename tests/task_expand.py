@@ -58,15 +58,17 @@ def port_env(plan: Plan) -> dict[str, str]:
 
 
 STUBS = """
-mkdir() { :; }                     # the prologue's run-dir folders: not created here
-rm() { :; }
 scontrol() { tr ',' '\\n' <<<"$3"; }  # scontrol show hostnames A,B -> one host per line
+srun() { return 0; }                 # the port claim steps: every node grants the first block
 """
 
 
-def prologue(script: str) -> str:
-    """The batch shell's part of the script before the first stage starts."""
-    return script[: script.index("\n# ---- stage ")]
+def prologue(script: str, scratch: Path) -> str:
+    """The batch shell's part of the script before the first stage starts, with its log and
+    ready folders moved to ``scratch`` (the run dir itself is left alone)."""
+    text = script[: script.index("\n# ---- stage ")]
+    text = re.sub(r"^LOG_DIR=.*$", f"LOG_DIR={scratch}/logs", text, count=1, flags=re.M)
+    return re.sub(r"^READY_DIR=.*$", f"READY_DIR={scratch}/ready", text, count=1, flags=re.M)
 
 
 def expand(script: str, plan: Plan, name: str, node: int = 0, local: int = 0, env: dict | None = None,
@@ -101,7 +103,7 @@ def expand(script: str, plan: Plan, name: str, node: int = 0, local: int = 0, en
         }
         fake_host = hosts[comp.group][comp.first_node + node]
         exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in step.items())
-        body = (f"{STUBS}\n{prologue(script)}\n{exports}"
+        body = (f"{STUBS}\n{prologue(script, tmp)}\n{exports}"
                 f"hostname() {{ echo {fake_host}; }}\n{comp.function} >/dev/null\n")
         r = subprocess.run(["bash", "-c", body], env=batch_env, capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stdout + r.stderr

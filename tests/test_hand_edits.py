@@ -11,13 +11,13 @@ double (tests/ok_server.py) in the script itself: this test is about the script,
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from script_edits import serve_with_ok_server
 from slurmrl import layout
 
 pytestmark = pytest.mark.cluster
@@ -37,11 +37,7 @@ def test_more_servers_per_node_by_editing_the_srun_line(slurm_cluster, tmp_path)
     assert text.count(srun) == 1 and text.count("#SBATCH --gpus-per-node=1\n") == 1
     text = text.replace(srun, "--ntasks=4 --ntasks-per-node=2 --cpus-per-task=3 --exact --gpus-per-node=2")
     text = text.replace("#SBATCH --gpus-per-node=1\n", "#SBATCH --gpus-per-node=2\n")
-    # the engine's command line, as rendered, becomes the stand-in server on the same port
-    text, n = re.subn(r"(-- \\\n)\s+\S+ -m vllm\.entrypoints\.openai\.api_server \\\n(?:\s+--.*\\\n)*\s+--.*\n",
-                      rf'\1        {sys.executable} {ROOT}/tests/ok_server.py "${{port}}"\n', text)
-    assert n == 1
-    script.write_text(text)
+    script.write_text(serve_with_ok_server(text))
     r = slurm_cluster.slurmrl("submit", str(run_dir), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     ready = layout.ready_dir(run_dir, 0)

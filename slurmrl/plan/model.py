@@ -45,6 +45,7 @@ class HetGroup(Frozen):
     cpus_per_node: int
     roles: tuple[str, ...]
     directives: tuple[Directive, ...]
+    claim_srun: tuple[Arg, ...] = ()  # srun options of the step that claims the job's ports on each node
 
 
 class Instance(Frozen):

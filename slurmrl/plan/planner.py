@@ -164,6 +164,7 @@ class _Builder:
                 index=g.index, name=g.name, nodes=g.nodes, gpus_per_node=g.gpus_per_node,
                 cpus_per_node=self._group_cpus(g), roles=tuple(g.roles),
                 directives=group_directives(r, g.index, g.nodes, g.gpus_per_node, self._group_cpus(g), self.run_dir),
+                claim_srun=self.claim_srun(g),
             )
             for g in self.groups
         )
@@ -204,6 +205,16 @@ class _Builder:
             args.append("--gpus-per-node=0")  # no GPUs, so it never waits for a GPU step (--gres=none is refused)
         args.append(f"--kill-on-bad-exit={int(fail_fast)}")
         args.append(Sh(sh=f"--output=${{LOG_DIR}}/{c['name']}.%t.log"))
+        return tuple(args)
+
+    def claim_srun(self, g: _Group) -> tuple:
+        """The short step that claims the job's port block on every node of group ``g``."""
+        args: list = [f"--het-group={g.index}"] if len(self.groups) > 1 else []
+        args += [f"--job-name=ports", f"--nodes={g.nodes}", f"--ntasks={g.nodes}", "--ntasks-per-node=1",
+                 "--cpus-per-task=1", "--overlap"]
+        if g.gpus_per_node:
+            args.append("--gpus-per-node=0")
+        args.append(Sh(sh=f"--output=${{LOG_DIR}}/ports.g{g.index}.%t.log"))
         return tuple(args)
 
     def _group_cpus(self, g: _Group) -> int:

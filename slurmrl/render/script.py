@@ -36,5 +36,8 @@ def render_script(plan: Plan, run_dir: str, recipe_file: str, templates_dir: Pat
         run_dir=run_dir,
         recipe_file=recipe_file,
         port_base_expr=ports.base_expr(),
+        port_base_min=ports.BASE_MIN,
+        port_stride=ports.STRIDE,
+        port_slots=ports.SLOTS,
         main_components=[c.name for c in plan.components if c.main],
     )

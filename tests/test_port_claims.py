@@ -1,0 +1,124 @@
+"""Jobs sharing a node never collide on ports: each claims its block on every node it runs on.
+
+Unit tests run the script's own claim_ports_here in bash (squeue replaced by a stub that says
+which jobs run). The cluster test starts two jobs on one node whose job ids are equal modulo the
+port table's slot count (so both first try the same block) and checks they serve side by side.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from script_edits import serve_with_ok_server
+from slurmrl import layout, ports
+from slurmrl.render import build
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def claim_functions() -> str:
+    script = build(ROOT / "recipes" / "inference-debug.toml", run_dir="/r").script
+    return "\n".join(re.findall(r"^((?:claim|release)_ports_here\(\) \{\n.*?^\})", script, re.M | re.S))
+
+
+def claim(tmp: Path, job: int, base: int, running: str = "", offsets=(0, 1, 16)) -> subprocess.CompletedProcess:
+    body = (f"hostname() {{ echo n9; }}\nsqueue() {{ [[ -n '{running}' ]] && echo '{running}'; }}\n"
+            f"{claim_functions()}\nclaim_ports_here {base} {' '.join(map(str, offsets))}\n")
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": str(job), "PORT_CLAIMS": str(tmp)}
+    return subprocess.run(["bash", "-c", body], env=env, capture_output=True, text=True)
+
+
+def free_block() -> int:
+    for base in range(40000, 50000, 80):
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", base))
+                b.bind(("127.0.0.1", base + 16))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free block")
+
+
+def test_first_claim_wins_and_a_running_owner_keeps_it(tmp_path):
+    base = free_block()
+    assert claim(tmp_path, 5, base).returncode == 0
+    assert (tmp_path / "n9" / str(base)).read_text().strip() == "5"
+    assert claim(tmp_path, 5, base).returncode == 0  # the same job again (another group on the node)
+    r = claim(tmp_path, 6, base, running="5")
+    assert r.returncode == 1 and f"held by running job 5" in r.stdout
+    assert (tmp_path / "n9" / str(base)).read_text().strip() == "5"
+
+
+def test_a_claim_of_a_job_that_ended_is_taken_over(tmp_path):
+    base = free_block()
+    assert claim(tmp_path, 5, base).returncode == 0
+    assert claim(tmp_path, 6, base, running="").returncode == 0
+    assert (tmp_path / "n9" / str(base)).read_text().strip() == "6"
+
+
+def test_a_port_in_use_fails_the_claim_and_releases_it(tmp_path):
+    base = free_block()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", base + 16))
+        s.listen()
+        r = claim(tmp_path, 5, base)
+    assert r.returncode == 1 and f"port {base + 16} is in use" in r.stdout
+    assert not (tmp_path / "n9" / str(base)).exists()
+
+
+def render_on_n3(cluster, tmp_path: Path, name: str) -> Path:
+    run_dir = tmp_path / name
+    r = cluster.slurmrl(
+        "render", str(ROOT / "recipes" / "inference-debug.toml"), "--run-dir", str(run_dir),
+        "--set", f'python.executable="{sys.executable}"', "--set", "inference.nodes=1",
+        "--set", 'slurm.nodelist="n3"', "--set", "slurm.cpus_per_node=4", "--set", "slurm.grace_seconds=2",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    (run_dir / "job.sbatch").write_text(serve_with_ok_server((run_dir / "job.sbatch").read_text()))
+    return run_dir
+
+
+def sbatch(cluster, *args: str) -> int:
+    r = cluster.run(["sbatch", "--parsable", *args])
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.strip().split(";")[0])
+
+
+@pytest.mark.cluster
+def test_two_jobs_whose_ids_share_a_slot_serve_side_by_side_on_one_node(slurm_cluster, tmp_path):
+    run_dirs = [render_on_n3(slurm_cluster, tmp_path, "a"), render_on_n3(slurm_cluster, tmp_path, "b")]
+    ids = [sbatch(slurm_cluster, str(run_dirs[0] / "job.sbatch"))]
+    # job ids are handed out in order: use up ids until the next one shares the first job's slot
+    fillers = []
+    while (ids[0] + len(fillers) + 1) % ports.SLOTS != ids[0] % ports.SLOTS:
+        fillers.append(sbatch(slurm_cluster, "--hold", "--wrap=true", "--output=/dev/null"))
+    slurm_cluster.run(["scancel", *map(str, fillers)])
+    ids.append(sbatch(slurm_cluster, str(run_dirs[1] / "job.sbatch")))
+    assert ports.base_for_job(ids[0]) == ports.base_for_job(ids[1]), ids
+    try:
+        bases = []
+        for run_dir in run_dirs:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not layout.ready_file(run_dir, 0, "router", 0).exists():
+                assert not layout.failed_file(run_dir, 0).exists(), layout.failed_file(run_dir, 0).read_text()
+                time.sleep(1)
+            assert layout.ready_file(run_dir, 0, "router", 0).exists(), list(run_dir.rglob("*.log"))
+            phases = [what for _, what in layout.read_phases(run_dir, 0)]
+            bases.append(int(next(p for p in phases if p.startswith("ports from ")).split()[2]))
+        assert bases[0] != bases[1], bases
+        assert ports.base_for_job(ids[0]) in bases  # one of them got the block its id points to
+        urls = {layout.read_ready(layout.ready_file(d, 0, "inference", 0))[0] for d in run_dirs}
+        assert len(urls) == 2 and all(u.startswith("http://n3:") for u in urls)
+    finally:
+        slurm_cluster.run(["scancel", *map(str, ids)])
+    for job_id in ids:
+        assert not slurm_cluster.wait_no_job_processes(job_id)
