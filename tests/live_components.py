@@ -19,9 +19,11 @@ import re
 import urllib.request
 from pathlib import Path
 
+from slurmrl import secret
 from slurmrl.runtime.supervise import http_ok
 
 ROOT = Path(__file__).resolve().parent.parent
+TEST_SECRET = "test-secret-of-the-live-components"  # every LiveComponent's run dir gets this secret
 
 
 def serve_recipe(model, name: str = "serve", servers: int = 2, policy: str = "round_robin",
@@ -84,8 +86,10 @@ def free_port_base(span: int = 80) -> int:
 
 
 def post_json(url: str, body: dict, headers: dict | None = None, timeout: float = 120) -> dict:
+    """POST with the job's secret (from $SLURMRL_SECRET_FILE, as a job step has it) unless ``headers`` say otherwise."""
     req = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+        url, data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **secret.headers(), **(headers or {})},
     )
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.loads(r.read())
@@ -125,6 +129,11 @@ class LiveComponent:
             **{f"HEAD_G{g}": "127.0.0.1" for g in range(groups)},
             **(extra_env or {}),
         }
+        secret_file = run_dir / secret.FILE  # what the job script makes; the test process uses it too
+        if not secret_file.exists():
+            secret_file.write_text(TEST_SECRET)
+        env[secret.ENV] = str(secret_file)
+        os.environ.setdefault(secret.ENV, str(secret_file))
         self.log_path = run_dir / "logs" / f"{name}.{local}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(self.log_path, "wb")

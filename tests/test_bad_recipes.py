@@ -106,6 +106,8 @@ CASES = [
     ("env-pd-role", PD, ['inference.decode.env.VLLM_NIXL_SIDE_CHANNEL_PORT="5"'], "inference.decode.env",
      "VLLM_NIXL_SIDE_CHANNEL_PORT"),
     ("env-bad-name", RL, ['orchestrator.env.1BAD="x"'], "orchestrator.env", "1BAD"),
+    ("env-secret", RL, ['trainer.env.WANDB_API_KEY="abc"'], "trainer.env", "looks like a secret"),
+    ("env-secret-global", RL, ['env.HF_TOKEN="abc"'], "env", "looks like a secret"),
     # container
     ("container-mount-no-dst", RL, ["container.image=img", 'container.mounts=["/a"]'], "container.mounts", "/a"),
     ("container-mount-comma", RL, ["container.image=img", 'container.mounts=["/a:/b,/c:/d"]'], "container.mounts",

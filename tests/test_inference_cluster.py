@@ -13,13 +13,14 @@ import os
 import signal
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from live_components import post_json
-from slurmrl import layout
+from slurmrl import layout, secret
 from slurmrl.ports import base_for_job
 from slurmrl.runtime.tiny_model import build as build_tiny
 
@@ -89,26 +90,32 @@ def test_inference_job_runs_a_hand_edit_serves_survives_a_dead_replica_and_cance
             time.sleep(3)
         assert {"inference.0", "inference.1", "router.0"} <= ready, f"not ready: {ready}"
 
+        # the job made its secret; every request needs it (through the router too)
+        auth = secret.headers(run_dir / secret.FILE)
+        assert auth and secret.read(run_dir / secret.FILE) not in (run_dir / "job.sbatch").read_text()
         # the edited flag reached both servers: in their argv, and in what vLLM reports
         for task in ("inference.0", "inference.1"):
             url, ntasks, pid = layout.read_ready(run_dir / "ready" / "attempt-0" / task)
             assert ntasks == 2
             host, port = url.removeprefix("http://").split(":")
-            models = json.loads(urllib.request.urlopen(
-                f"http://{node_address(slurm_cluster, host)}:{port}/v1/models", timeout=30).read())
+            req = urllib.request.Request(f"http://{node_address(slurm_cluster, host)}:{port}/v1/models",
+                                         headers=auth)
+            models = json.loads(urllib.request.urlopen(req, timeout=30).read())
             assert models["data"][0]["max_model_len"] == 96
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             assert argv[argv.index(b"--max-model-len") + 1] == b"96"
 
         router = f"http://{node_address(slurm_cluster, 'n1')}:{base_for_job(int(job_id))}"
         body = {"model": str(model), "prompt": "hello", "max_tokens": 4, "ignore_eos": True}
-        assert post_json(f"{router}/v1/completions", body)["usage"]["completion_tokens"] == 4
+        assert post_json(f"{router}/v1/completions", body, auth)["usage"]["completion_tokens"] == 4
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            post_json(f"{router}/v1/completions", body, {"Authorization": "Bearer not-the-secret"})
 
         # kill one replica's vLLM (by the pid its ready file recorded): serving goes on
         victim = ready_pids(run_dir)["inference.1"]
         os.kill(victim, signal.SIGKILL)
         time.sleep(12)  # the router's health check (every 5 s) takes it out of rotation
-        answered = [post_json(f"{router}/v1/completions", body, timeout=60) for _ in range(8)]
+        answered = [post_json(f"{router}/v1/completions", body, auth, timeout=60) for _ in range(8)]
         assert all(a["usage"]["completion_tokens"] == 4 for a in answered)
         st = status(slurm_cluster, run_dir, tmp_path)
         assert "RUNNING" in json.dumps(st)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
+import urllib.error
 import urllib.request
 
 import pytest
 
-from live_components import LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
+from live_components import TEST_SECRET, LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
 from slurmrl.runtime import admin
 from slurmrl.runtime.tiny_model import build as build_tiny
 
@@ -71,13 +73,33 @@ def complete(url: str, prompt: str, headers: dict | None = None, **kw) -> dict:
 def test_one_replica_answers_completions_and_chat_through_openai(servers):
     import openai
 
-    client = openai.OpenAI(base_url=f"{servers.urls[0]}/v1", api_key="unused")
+    client = openai.OpenAI(base_url=f"{servers.urls[0]}/v1", api_key=TEST_SECRET)  # the job's secret
     c = client.completions.create(model="tiny", prompt="hello", max_tokens=6, extra_body={"ignore_eos": True})
     assert c.usage.completion_tokens == 6 and isinstance(c.choices[0].text, str)
     chat = client.chat.completions.create(
         model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5, extra_body={"ignore_eos": True}
     )
     assert chat.usage.completion_tokens == 5 and chat.choices[0].message.role == "assistant"
+
+
+@pytest.mark.parametrize("method, path", [("POST", "/v1/completions"), ("GET", "/v1/models"), ("POST", "/pause"),
+                                          ("POST", "/collective_rpc"), ("POST", "/reset_prefix_cache")])
+def test_requests_and_admin_calls_need_the_job_secret(servers, method, path):
+    def call(headers):
+        body = json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 1}).encode() if path == "/v1/completions" else b""
+        req = urllib.request.Request(f"{servers.urls[0]}{path}", data=body if method == "POST" else None,
+                                     method=method, headers={"Content-Type": "application/json", **headers})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    assert call({}) == 401
+    assert call({"Authorization": "Bearer wrong"}) == 401
+    if path in ("/v1/completions", "/v1/models"):  # the admin calls are exercised with the secret by the reload test
+        assert call({"Authorization": f"Bearer {TEST_SECRET}"}) == 200
+    assert urllib.request.urlopen(f"{servers.urls[0]}/health", timeout=10).status == 200  # readiness stays open
 
 
 def test_servers_wrote_ready_files(servers):

@@ -139,5 +139,7 @@ def test_load_lora_reports_a_bad_path(setup, tmp_path):
 def _get(url: str) -> bytes:
     import urllib.request
 
-    with urllib.request.urlopen(url, timeout=10) as r:
+    from slurmrl import secret
+
+    with urllib.request.urlopen(urllib.request.Request(url, headers=secret.headers()), timeout=10) as r:
         return r.read()

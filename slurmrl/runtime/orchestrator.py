@@ -35,7 +35,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from slurmrl import envs, layout
+from slurmrl import envs, layout, secret
 from slurmrl.runtime import admin, steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
@@ -78,7 +78,8 @@ class Sampler:
         url = self.urls[index % len(self.urls)]
         req = urllib.request.Request(
             f"{url}/v1/completions", data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "X-Session-ID": f"step{step}-prompt{index}"},
+            headers={"Content-Type": "application/json", "X-Session-ID": f"step{step}-prompt{index}",
+                     **secret.headers()},
         )
         with urllib.request.urlopen(req, timeout=600) as r:
             out = json.loads(r.read())
