@@ -35,48 +35,61 @@ def _recipe_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line. ``only``: the command being run; the others' subparsers are left out
+    (building all twelve costs a `slurmrl plan` more than its planning), help is unchanged."""
+
+    def wanted(name: str) -> bool:
+        return only is None or only == name
+
     ap = argparse.ArgumentParser(
         prog="slurmrl", description="One TOML recipe becomes a readable, hand-editable sbatch script.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("init", help="print or write a commented starter recipe")
-    p.add_argument("shape", nargs="?", default="rl-debug", help=f"one of: {', '.join(_starters())}")
-    p.add_argument("-o", "--output", help="write to this file instead of stdout (refuses to overwrite)")
+    if wanted("init"):
+        p = sub.add_parser("init", help="print or write a commented starter recipe")
+        p.add_argument("shape", nargs="?", default="rl-debug", help=f"one of: {', '.join(_starters())}")
+        p.add_argument("-o", "--output", help="write to this file instead of stdout (refuses to overwrite)")
 
-    p = sub.add_parser("validate", help="check a recipe and its topology; print nothing but errors")
-    _recipe_args(p)
+    if wanted("validate"):
+        p = sub.add_parser("validate", help="check a recipe and its topology; print nothing but errors")
+        _recipe_args(p)
 
-    p = sub.add_parser("plan", help="show het groups, GPU map, components, ports; write nothing")
-    _recipe_args(p)
-    p.add_argument("--json", action="store_true", help="print plan.json instead of the summary")
-    p.add_argument("--salloc", action="store_true", help="print the salloc line for this allocation")
-    p.add_argument("--job-id", type=int, help="show the ports this job id would get")
-    p.add_argument("--run-dir", help="run dir to plan for (default: OUTPUT_DIR/NAME)")
+    if wanted("plan"):
+        p = sub.add_parser("plan", help="show het groups, GPU map, components, ports; write nothing")
+        _recipe_args(p)
+        p.add_argument("--json", action="store_true", help="print plan.json instead of the summary")
+        p.add_argument("--salloc", action="store_true", help="print the salloc line for this allocation")
+        p.add_argument("--job-id", type=int, help="show the ports this job id would get")
+        p.add_argument("--run-dir", help="run dir to plan for (default: OUTPUT_DIR/NAME)")
 
-    p = sub.add_parser("render", help="write the run dir and print its path")
-    _recipe_args(p)
-    p.add_argument("--force", action="store_true", help="render over a run dir that was already submitted")
-    p.add_argument("--run-dir", help="write here instead of OUTPUT_DIR/NAME")
-    p.add_argument("--stdout", action="store_true", help="print job.sbatch instead of writing the run dir")
-    p.add_argument(
-        "--preflight", action="store_true",
-        help="render the preflight variant (every component runs slurmrl.runtime.probe) into NAME-preflight",
-    )
+    if wanted("render"):
+        p = sub.add_parser("render", help="write the run dir and print its path")
+        _recipe_args(p)
+        p.add_argument("--force", action="store_true", help="render over a run dir that was already submitted")
+        p.add_argument("--run-dir", help="write here instead of OUTPUT_DIR/NAME")
+        p.add_argument("--stdout", action="store_true", help="print job.sbatch instead of writing the run dir")
+        p.add_argument(
+            "--preflight", action="store_true",
+            help="render the preflight variant (every component runs slurmrl.runtime.probe) into NAME-preflight",
+        )
 
-    p = sub.add_parser("templates", help="work with the sbatch templates")
-    tsub = p.add_subparsers(dest="templates_command", required=True, metavar="ACTION")
-    e = tsub.add_parser("eject", help="copy the templates to DIR; point a recipe's templates_dir at it")
-    e.add_argument("dir")
+    if wanted("templates"):
+        p = sub.add_parser("templates", help="work with the sbatch templates")
+        tsub = p.add_subparsers(dest="templates_command", required=True, metavar="ACTION")
+        e = tsub.add_parser("eject", help="copy the templates to DIR; point a recipe's templates_dir at it")
+        e.add_argument("dir")
 
-    p = sub.add_parser("plot", help="reward curve of an RL run: terminal chart and RUN_DIR/reward.png")
-    p.add_argument("run_dir")
+    if wanted("plot"):
+        p = sub.add_parser("plot", help="reward curve of an RL run: terminal chart and RUN_DIR/reward.png")
+        p.add_argument("run_dir")
 
-    from slurmrl.slurm import commands as slurm_commands  # submit/status/logs/cancel/diff
+    if only is None:
+        from slurmrl.slurm import commands as slurm_commands  # submit/status/logs/cancel/diff
 
-    slurm_commands.add_parsers(sub, _recipe_args)
+        slurm_commands.add_parsers(sub, _recipe_args)
     return ap
 
 
@@ -150,7 +163,8 @@ def cmd_plot(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else argv
+        args = _parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
         handler = COMMANDS.get(args.command)
         if handler is None:
             from slurmrl.slurm import commands as slurm_commands

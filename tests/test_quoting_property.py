@@ -1,27 +1,36 @@
-"""Property tests: whatever a user writes reaches bash, sbatch and the runtime verbatim.
+"""Property tests: whatever a user writes reaches bash, sbatch and the programs each task execs verbatim.
 
 (a) ``shq`` round-trips any string through bash.
 (b) Recipes whose free-text fields are full of shell syntax render into scripts that pass
-    ``bash -n``; running a stubbed copy of the script (srun/scontrol replaced by recorders,
-    PATH limited to two harmless binaries) shows every value arriving byte for byte, and the
-    ``#SBATCH`` lines, read the way sbatch reads them, carry the exact values. A field may
-    reject a character it cannot carry (the recipe then fails with a UserError: ``assume``),
-    but it may never render it wrongly.
+    ``bash -n``, and the ``#SBATCH`` lines, read the way sbatch reads them, carry the exact values.
+    End to end, two ways: running a stubbed copy of the batch script (srun/scontrol replaced by
+    recorders, PATH limited to a few harmless binaries) shows what every ``srun`` line gets
+    (container flags, log paths) and what the batch shell exports; running each component's task
+    function (``tests/task_expand.py``: the script's own prologue, then the function, with the
+    exec'd programs replaced by a recorder) shows the argv and environment each task really
+    execs, byte for byte: model path, extra args, env values, router args, interpreter, venv.
+    A field may reject a character it cannot carry (the recipe then fails with a UserError:
+    ``assume``), but it may never render it wrongly.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import tomllib
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from unittest import mock
 
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
+from task_expand import JOB_ID, RECORDER, Expanded, expand
 
+from slurmrl import ports
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Sh
 from slurmrl.render import build
@@ -39,6 +48,12 @@ CHARS = st.characters(exclude_characters="\x00", exclude_categories=("Cs",))
 nasty = st.lists(st.one_of(st.sampled_from(PIECES), st.text(CHARS, max_size=4)), max_size=8).map("".join)
 nonempty = nasty.filter(lambda s: s != "")
 no_colon = nonempty.map(lambda s: s.replace(":", "_"))  # ':' separates SRC:DST:FLAGS; it cannot be in a path
+leaf = nonempty.map(lambda s: s.replace("/", "_")).filter(lambda s: s not in (".", ".."))  # one file name
+rel_path = st.lists(leaf, min_size=1, max_size=2).map("/".join)  # a relative path the test can create
+
+# What a stage exports for the next one; the values do not matter here.
+URLS = {"URLS_INFERENCE": "http://h:1", "URLS_ROUTER": "http://h:2", "URLS_PREFILL": "http://h:3",
+        "URLS_DECODE": "http://h:4"}
 
 
 def bash_printf(values_sh: list[str], prelude: str = "") -> list[str]:
@@ -75,7 +90,7 @@ def test_sh_expression_refuses_quotes():
         raise AssertionError(f"shq accepted {bad!r}")
 
 
-# ---- (b) helpers: write a recipe, render it, run a stubbed copy ---------------------------------
+# ---- (b) helpers: write a recipe, render it, run a stubbed copy, run its tasks -----------------
 
 
 def toml_str(s: str) -> str:
@@ -127,9 +142,16 @@ def render_or_skip(recipe: dict, tmp: Path, run_dir: Path | None = None):
     path.write_text(toml_dumps(recipe), encoding="utf-8")
     assert tomllib.loads(path.read_text(encoding="utf-8")) == recipe  # the test's own writer is right
     try:
-        return build(path, run_dir=run_dir or tmp / "run")
+        out = build(path, run_dir=run_dir or tmp / "run")
     except UserError:
         assume(False)
+    out.run_dir.mkdir(parents=True)  # the script makes the job's secret there
+    return out
+
+
+def tasks(out, *names: str, env: dict | None = None) -> dict[str, Expanded]:
+    """What task 0 of each named component execs."""
+    return {n: expand(out.script, out.plan, n, env={**URLS, **(env or {})}) for n in names}
 
 
 def header(script: str) -> list[str]:
@@ -200,28 +222,40 @@ def sbatch_options(script: str) -> list[list[str]]:
     return groups
 
 
+# The batch shell's helpers that would wait on real steps; each becomes a stub (the script's own
+# definition is renamed away). `launch` must be there: it is where every srun line goes.
+STUBS = {
+    "launch": 'launch() { local n=$1; shift; printf "%s\\0" "$@" >"$SLURMRL_TEST_OUT/launch.$n"; }',
+    "wait_ready": "wait_ready() { :; }",
+    "ready_urls": "ready_urls() { echo http://host-a:1; }",
+    "supervise": 'supervise() { env -0 >"$SLURMRL_TEST_OUT/env"; }',
+}
+
+
 def run_stubbed(script: str, tmp: Path) -> dict:
-    """Run the script with srun/scontrol/module/source replaced by recorders. Returns what they saw."""
+    """Run the batch script with srun/scontrol/module/source and the waiting helpers replaced by
+    recorders. Returns what they saw: ``launch.<component>`` (the srun argv) and ``env`` (what the
+    batch shell exports to every step)."""
     out = tmp / "out"
     out.mkdir()
     bindir = tmp / "bin"
     bindir.mkdir()
-    for tool in ("mkdir", "rm", "env"):
+    for tool in ("mkdir", "rm", "env", "od", "tr"):  # the prologue makes folders and the job's secret
         os.symlink(shutil.which(tool), bindir / tool)
     stubs = (
         "#!/bin/bash\n"
         'scontrol() { echo node-a; }\n'
         'hostname() { echo host-a; }\n'
+        'srun() { return 0; }  # the port claim steps: every node grants the first block\n'
         'source() { printf "%s\\0" "$@" >>"$SLURMRL_TEST_OUT/source"; }\n'
         'module() { printf "%s\\0" "$@" >>"$SLURMRL_TEST_OUT/module"; }\n'
-        'launch() { local n=$1; shift; printf "%s\\0" "$@" >"$SLURMRL_TEST_OUT/launch.$n"; }\n'
-        'wait_ready() { :; }\n'
-        'supervise() { env -0 >"$SLURMRL_TEST_OUT/env"; }\n'
     )
     body = script
-    for fn in ("launch", "wait_ready", "supervise"):
-        assert f"\n{fn}() {{" in body
-        body = body.replace(f"\n{fn}() {{", f"\n_script_{fn}() {{", 1)
+    assert "\nlaunch() {" in body
+    for fn, stub in STUBS.items():
+        if f"\n{fn}() {{" in body:
+            body = body.replace(f"\n{fn}() {{", f"\n_script_{fn}() {{", 1)
+            stubs += stub + "\n"
     (tmp / "stubbed.sh").write_text(stubs + body, encoding="utf-8")
     env = {"PATH": str(bindir), "HOME": str(tmp), "SLURM_JOB_ID": "4321", "SLURM_JOB_NODELIST": "node-a",
            "SLURMRL_TEST_OUT": str(out), "LC_ALL": "C.UTF-8"}
@@ -244,15 +278,10 @@ def bash_n(script: str, tmp: Path) -> None:
     assert p.returncode == 0, p.stderr
 
 
-def env_after(argv: list[str]) -> list[str]:
-    """The NAME=VALUE words between `env` and the command."""
-    i = argv.index("env")
-    out = []
-    for a in argv[i + 1:]:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", a):
-            break
-        out.append(a)
-    return out
+def recorder(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(RECORDER)
+    path.chmod(0o755)
 
 
 # ---- (b) the properties ------------------------------------------------------------------------
@@ -274,11 +303,17 @@ def test_env_values_reach_every_step_verbatim(glob, trainer, orch, inf):
         assert_header_is_comments(script)
         bash_n(script, tmp)
         seen = run_stubbed(script, tmp)
-        assert seen["env"]["USER_VALUE"] == glob
+        assert seen["env"]["USER_VALUE"] == glob  # the batch shell exports it to every step
         assert seen["env"]["OTHER"] == "plain"
-        assert f"T_VALUE={trainer}" in env_after(seen["launch.trainer"])
-        assert f"O_VALUE={orch}" in env_after(seen["launch.orchestrator"])
-        assert f"I_VALUE={inf}" in env_after(seen["launch.inference"])
+        run = tasks(out, "trainer", "orchestrator", "inference")
+        own = {"trainer": ("T_VALUE", trainer), "orchestrator": ("O_VALUE", orch), "inference": ("I_VALUE", inf)}
+        for name, e in run.items():
+            assert e.env["USER_VALUE"] == glob, name
+            assert e.env["OTHER"] == "plain", name
+            key, value = own[name]
+            assert e.env[key] == value, name
+            # a component's env is its own
+            assert not ({k for k, _ in own.values()} - {key}) & set(e.env), name
 
 
 @SETTINGS
@@ -296,38 +331,80 @@ def test_container_flags_reach_srun_verbatim(image, src, dst, workdir, cname):
         seen = run_stubbed(out.script, tmp)
         expected = [f"--container-image={image}", f"--container-mounts={run_dir}:{run_dir},{src}:{dst}",
                     f"--container-workdir={workdir}", f"--container-name={cname}"]
-        for name in ("launch.trainer", "launch.inference", "launch.orchestrator"):
-            argv = seen[name]
+        for name in ("trainer", "inference", "orchestrator"):
+            argv = seen[f"launch.{name}"]
+            assert argv[0] == "srun", argv
             start = argv.index(expected[0])
             assert argv[start:start + 4] == expected, name
+            # the step runs the component's task function inside the container
+            assert argv[-3:] == ["bash", "-c", f"task_{name}"], argv
         # Pyxis splits the mount list on ',' and each mount on ':'
         mounts = expected[1].removeprefix("--container-mounts=").split(",")
         assert [m.split(":") for m in mounts] == [[run_dir, run_dir], [src, dst]]
 
 
 @SETTINGS
-@given(venv=nonempty, module=nonempty, exe=nonempty)
-@example(venv="/v env/$(id)", module="cuda/12 `id`", exe="-python 3'")
-def test_python_fields_reach_the_shell_verbatim(venv, module, exe):
-    r = base_recipe()
-    r["python"] = {"venv": venv, "modules": [module], "executable": exe}
+@given(venv=rel_path, venv_abs=st.booleans(), module=nonempty, exe=leaf, exe_dir=st.none() | rel_path,
+       exe_abs=st.booleans())
+@example(venv="v env/$(id)", venv_abs=True, module="cuda/12 `id`", exe="-python 3'", exe_dir=None, exe_abs=False)
+@example(venv="v env/$(id)", venv_abs=False, module="m", exe="py 3'", exe_dir="bin $x/`id`", exe_abs=True)
+@example(venv="-v", venv_abs=False, module="m", exe="python", exe_dir="-d", exe_abs=False)
+def test_python_fields_reach_the_shell_verbatim(venv, venv_abs, module, exe, exe_dir, exe_abs):
+    """venv, modules and the interpreter reach what each task runs: the venv is really sourced, the
+    module really loaded, and the interpreter (a name on PATH, or a path, absolute or relative to
+    where the job starts) really exec'd, with torchrun taken from beside it."""
+    if exe_dir is None:
+        assume(shutil.which(exe) is None and exe != "module")  # a new name: it shadows nothing the script runs
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        cwd = tmp / "cwd"  # where the job starts: relative paths are relative to it
+        (cwd / venv / "bin").mkdir(parents=True)
+        (cwd / venv / "bin" / "activate").write_text('export SLURMRL_TEST_ACTIVATED="${BASH_SOURCE[0]}"\n')
+        venv_path = f"{cwd}/{venv}" if venv_abs else venv
+        bindir = tmp / "bin"
+        (bindir / "module").parent.mkdir()
+        (bindir / "module").write_text(f"#!/bin/bash\nprintf '%s\\0' \"$@\" >{shq(str(tmp / 'module.argv'))}\n")
+        (bindir / "module").chmod(0o755)
+        if exe_dir is None:
+            exe_path = exe
+            recorder(bindir / exe)
+        else:
+            exe_path = f"{cwd}/{exe_dir}/{exe}" if exe_abs else f"{exe_dir}/{exe}"
+            recorder(cwd / exe_dir / exe)
+            recorder(cwd / exe_dir / "torchrun")
+        r = base_recipe()
+        r["python"] = {"venv": venv_path, "modules": [module], "executable": exe_path}
         out = render_or_skip(r, tmp)
         bash_n(out.script, tmp)
         assert_header_is_comments(out.script)
-        seen = run_stubbed(out.script, tmp)
-        assert seen["source"] == [f"{venv}/bin/activate"]
-        assert seen["module"] == ["load", module]
+        with mock.patch.dict(os.environ, {"PATH": f"{bindir}:{os.environ['PATH']}"}), contextlib.chdir(cwd):
+            run = tasks(out, "trainer", "orchestrator")
+        assert (tmp / "module.argv").read_bytes().decode().split("\0")[:-1] == ["load", module]
         run_dir = str(out.run_dir)
-        t = seen["launch.trainer"]
-        i = t.index(exe)
-        assert t[i:i + 3] == [exe, "-m", "torch.distributed.run"]
-        assert f"--rdzv-endpoint=node-a:{10000 + (4321 % 272) * 80 + 6}" in t
-        assert t[-2:] == ["--config", f"{run_dir}/components/trainer.toml"]
-        o = seen["launch.orchestrator"]
-        assert o[-5:] == [exe, "-m", "slurmrl.runtime.orchestrator", "--config",
-                          f"{run_dir}/components/orchestrator.toml"]
+        t, o = run["trainer"], run["orchestrator"]
+        for e in (t, o):
+            assert e.env["SLURMRL_TEST_ACTIVATED"] == f"{venv_path}/bin/activate"
+            assert e.argv[0] == exe  # the interpreter exec'd (expand keeps its file name)
+        assert t.supervisor[1:4] == ["-m", "slurmrl.runtime.supervise", "trainer"]
+        torchrun = str(PurePosixPath(exe_path).parent / "torchrun") if "/" in exe_path else "torchrun"
+        assert t.command[0] == torchrun
+        rdzv = ports.base_for_job(JOB_ID) + ports.offset("torch_rdzv")
+        assert f"--rdzv-endpoint=g0n0:{rdzv}" in t.command
+        assert t.command[-2:] == ["--config", f"{run_dir}/components/trainer.toml"]
+        assert o.command[:5] == [exe_path, "-m", "slurmrl.runtime.orchestrator", "--config",
+                                 f"{run_dir}/components/orchestrator.toml"]
+
+
+def test_a_python_executable_starting_with_a_dash_is_exec_d():
+    """`exec '-python'` is bash's exec reading an option; the script must end exec's options (`exec --`)."""
+    test_python_fields_reach_the_shell_verbatim.hypothesis.inner_test(
+        venv="v", venv_abs=True, module="m", exe="-python", exe_dir=None, exe_abs=False)
+
+
+def test_a_relative_venv_starting_with_a_dash_is_sourced():
+    """`source '-v/bin/activate'` is bash's source reading an option; the script must end its options."""
+    test_python_fields_reach_the_shell_verbatim.hypothesis.inner_test(
+        venv="-v", venv_abs=False, module="m", exe="python", exe_dir="d", exe_abs=False)
 
 
 @SETTINGS
@@ -370,18 +447,25 @@ def test_run_dir_with_odd_characters(leaf):
         assert f"--output={run_dir}/logs/batch-%j.out" in opts[0], opts[0]
         seen = run_stubbed(out.script, tmp)
         assert seen["env"]["SLURMRL_RUN_DIR"] == run_dir
-        t = seen["launch.trainer"]
-        assert t[-1] == f"{run_dir}/components/trainer.toml"
-        assert f"--output={run_dir}/logs/attempt-0/trainer.%t.log" in t
-        mounts = next(a for a in t if a.startswith("--container-mounts="))
+        s = seen["launch.trainer"]
+        assert f"--output={run_dir}/logs/attempt-0/trainer.%t.log" in s
+        mounts = next(a for a in s if a.startswith("--container-mounts="))
         assert [m.split(":") for m in mounts.removeprefix("--container-mounts=").split(",")] == [[run_dir, run_dir]]
+        run = tasks(out, "trainer", "orchestrator")
+        assert run["trainer"].command[-1] == f"{run_dir}/components/trainer.toml"
+        assert run["orchestrator"].after("--config") == f"{run_dir}/components/orchestrator.toml"
+        for e in run.values():
+            assert e.env["RUN_DIR"] == e.env["SLURMRL_RUN_DIR"] == run_dir
+            assert e.env["SLURMRL_SECRET_FILE"] == f"{run_dir}/secret"
+        secret = Path(run_dir) / "secret"
+        assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_text()) == 64
 
 
 @SETTINGS
 @given(path=nonempty, served=nonempty, extra=st.lists(nasty, min_size=1, max_size=3), router_arg=nonempty)
 @example(path="org/model \"v2\"", served="a'b", extra=["--x", "$(id)"], router_arg="--log-level=debug")
 @example(path="a\x7fb", served="s", extra=["--x"], router_arg="x")
-def test_model_and_vllm_args_survive_the_toml_files(path, served, extra, router_arg):
+def test_model_and_vllm_args_reach_the_engines(path, served, extra, router_arg):
     r = base_recipe()
     r["model"] = {"path": path, "served_name": served}
     r["inference"]["extra_args"] = extra
@@ -396,13 +480,63 @@ def test_model_and_vllm_args_survive_the_toml_files(path, served, extra, router_
         resolved = parsed["recipe.toml"]
         assert resolved["model"]["path"] == path
         assert resolved == out.recipe.model_dump(mode="json", exclude_none=True)
-        inf = parsed["components/inference.toml"]
-        args = inf["instances"][0]["args"]
-        assert args[args.index("--model") + 1] == path
-        assert args[args.index("--served-model-name") + 1] == served
-        assert args[-len(extra):] == extra
-        assert inf["settings"]["served_model_name"] == served
-        assert parsed["components/trainer.toml"]["settings"]["model"] == path
-        assert parsed["components/router.toml"]["settings"]["extra_args"] == [router_arg]
-        orch = parsed["components/orchestrator.toml"]["settings"]
+        assert parsed["components/trainer.toml"]["model"] == path
+        orch = parsed["components/orchestrator.toml"]
         assert orch["model"] == path and orch["served_model_name"] == served
+        run = tasks(out, "inference", "router")
+        inf = run["inference"]
+        assert inf.after("--model") == path
+        assert inf.after("--served-model-name") == served
+        assert inf.command[-len(extra):] == extra
+        assert run["router"].command[-1] == router_arg
+
+
+@SETTINGS
+@given(prefill_arg=nasty, decode_value=nasty, model=nonempty)
+@example(prefill_arg="--x='$(id)'", decode_value="a\nb `id`", model="-m")
+def test_pd_role_args_and_env_reach_their_servers(prefill_arg, decode_value, model):
+    r = {
+        "name": "q", "kind": "inference", "slurm": {"gpus_per_node": 2, "cpus_per_node": 8}, "model": {"path": model},
+        "inference": {"mode": "pd", "prefill": {"replicas": 1, "extra_args": [prefill_arg]},
+                      "decode": {"replicas": 1, "env": {"D_VALUE": decode_value}}},
+    }
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        out = render_or_skip(r, tmp)
+        bash_n(out.script, tmp)
+        run = tasks(out, "prefill", "decode")
+        pre, dec = run["prefill"], run["decode"]
+        assert pre.command[-1] == prefill_arg and prefill_arg not in dec.command[dec.command.index("--model") + 2:]
+        assert dec.env["D_VALUE"] == decode_value and "D_VALUE" not in pre.env
+        for e in (pre, dec):
+            assert e.after("--model") == model
+            assert json.loads(e.after("--kv-transfer-config"))["kv_connector"] == "NixlConnector"
+
+
+@SETTINGS
+@given(disk=nonempty, device=nonempty)
+@example(disk='/nvme/"kv" $(id)', device="mlx5_0,mlx5_1 `id`")
+@example(disk="@sh0@", device="x")
+def test_kv_offload_paths_reach_json_args_and_env(disk, device):
+    """User text inside a JSON argument that also holds run-time pieces stays one word, verbatim."""
+    for kind in ("cpu_disk", "mooncake"):
+        r = {
+            "name": "q", "kind": "inference", "slurm": {"gpus_per_node": 2, "cpus_per_node": 8},
+            "model": {"path": "m"},
+            "inference": {"tp": 1, "kv_offload": {"kind": kind, "cpu_gb": 4, "disk_gb": 8, "disk_path": disk,
+                                                  "mooncake_device": device}},
+        }
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            out = render_or_skip(r, tmp)
+            bash_n(out.script, tmp)
+            e = tasks(out, "inference")["inference"]
+            cfg = json.loads(e.after("--kv-transfer-config"))
+            if kind == "cpu_disk":
+                assert cfg["kv_connector_extra_config"]["disk_path"] == disk
+            else:
+                assert cfg["kv_connector"] == "MooncakeStoreConnector"
+                assert e.env["MOONCAKE_DEVICE"] == device
+                client = expand(out.script, out.plan, "mooncake-client", env=URLS)
+                assert f"--device_names={device}" in client.command
+                assert client.env["MOONCAKE_OFFLOAD_STORAGE_ROOT_DIR"] == disk

@@ -5,7 +5,8 @@ group 1, the real stages and readiness waits), with ``python.executable`` pointi
 "python" that runs the preflight probe in place of each component's supervisor (it serves the
 ports the readiness checks poll and writes the ready file). Two switches, passed through the job's environment, make
 one component misbehave: SLURMRL_TEST_HOLD=<component> keeps running after its probe (a job that
-stays up), SLURMRL_TEST_FAIL=<component> exits 3 at once.
+stays up), SLURMRL_TEST_FAIL=<component> exits 3 at once, SLURMRL_TEST_STALL=<component> never
+becomes ready.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ FAKE_PYTHON = f"""#!/bin/bash
 [[ $1 == -m && $2 == slurmrl.runtime.supervise ]] || {{ echo "unexpected: $*"; exit 9; }}
 name=$3
 if [[ $name == "${{SLURMRL_TEST_FAIL:-}}" ]]; then echo "$name: failing on purpose"; exit 3; fi
+if [[ $name == "${{SLURMRL_TEST_STALL:-}}" ]]; then echo "$name: never ready"; exec sleep 600; fi
 if [[ $name == "${{SLURMRL_TEST_HOLD:-}}" ]]; then
     {sys.executable} -m slurmrl.runtime.probe "$name" || exit $?
     echo "$name: holding"
@@ -45,9 +47,10 @@ def job(slurm_cluster, tmp_path):
     fake.chmod(0o755)
     submitted = []
 
-    def submit(**env) -> Path:
+    def submit(*sets: str, **env) -> Path:
+        extra = [x for s in sets for x in ("--set", s)]
         r = slurm_cluster.slurmrl("submit", str(RL_DEBUG), "--set", f'python.executable="{fake}"',
-                                  "--set", f"slurm.grace_seconds={GRACE}", cwd=tmp_path,
+                                  "--set", f"slurm.grace_seconds={GRACE}", *extra, cwd=tmp_path,
                                   env={"SLURMRL_PROBE_TIMEOUT": "30", **env})
         assert r.returncode == 0, r.stdout + r.stderr
         run_dir = tmp_path / "runs" / "rl-debug"
@@ -188,6 +191,38 @@ def test_warning_signal_stops_components_then_requeues(slurm_cluster, job, tmp_p
     batch = (run_dir / "logs" / f"batch-{job_id}.out").read_text()
     assert "got SIGUSR1: checkpoint and requeue" in batch and "stopping" in batch
     assert not (run_dir / "logs" / "attempt-0" / "FAILED").exists()
+
+
+@pytest.mark.cluster
+def test_a_warning_before_the_job_is_up_does_not_requeue(slurm_cluster, job, tmp_path):
+    """inference-debug with a 3-minute limit requeued itself forever: the warning came before vLLM
+    was ready, every attempt. Now such a warning ends the job, saying why."""
+    run_dir = job(SLURMRL_TEST_STALL="inference")
+    job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
+    wait_for(lambda: (run_dir / "logs" / "attempt-0" / "inference.0.log").exists(), "the servers to start")
+    sig = slurm_cluster.run(["scancel", "--batch", "--signal=USR1", job_id])
+    assert sig.returncode == 0, sig.stderr
+    failed = run_dir / "logs" / "attempt-0" / "FAILED"
+    wait_for(failed.exists, "the job to fail")
+    assert "warning signal before the job was up" in failed.read_text()
+    time.sleep(3)
+    assert "Restarts=0" in slurm_cluster.run(["scontrol", "show", "job", job_id]).stdout
+
+
+@pytest.mark.cluster
+def test_the_requeue_limit_ends_the_job_after_a_checkpoint(slurm_cluster, job, tmp_path):
+    run_dir = job("slurm.max_requeues=0", SLURMRL_TEST_HOLD="trainer")
+    rep = wait_for(lambda: (r := status_json(slurm_cluster, run_dir))["state"] == "RUNNING"
+                   and {c["name"]: c for c in r["components"]}["trainer"]["ready"] == [0] and r,
+                   "the trainer to be up")
+    sig = slurm_cluster.run(["scancel", "--batch", "--signal=USR1", rep["job_id"]])
+    assert sig.returncode == 0, sig.stderr
+    preempted = run_dir / "logs" / "attempt-0" / "PREEMPTED"
+    wait_for(preempted.exists, "the warning to be handled")
+    assert "slurm.max_requeues" in preempted.read_text()
+    wait_for(lambda: "COMPLETED" in slurm_cluster.run(["sacct", "-X", "-n", "-o", "State", "-j", rep["job_id"]]).stdout,
+             "the job to complete", timeout=90)
+    assert "Restarts=0" in slurm_cluster.run(["scontrol", "show", "job", rep["job_id"]]).stdout
 
 
 def test_watch_into_a_log_reports_changes_not_clock_ticks():

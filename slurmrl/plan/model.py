@@ -134,6 +134,8 @@ class Plan(Frozen):
     env: dict[str, str]
     services: tuple[str, ...]
     requeue: bool
+    max_requeues: int = 3
+    max_total_seconds: int | None = None
     signal: str
     grace_seconds: int
     warnings: tuple[str, ...]

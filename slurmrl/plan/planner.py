@@ -14,7 +14,7 @@ from slurmrl import ports
 from slurmrl.plan import placement, rules, servers, services, shell, training
 from slurmrl.plan.directives import group_directives
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, Task
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.schema import Recipe, time_seconds
 
 # Stages, in start order. Each waits for the previous stage's readiness checks.
 STAGES = (
@@ -121,6 +121,19 @@ class _Builder:
                 )
             c["cpus_per_task"] = per_task
 
+    def warn_early_signal(self) -> None:
+        """The warning signal must not fire before the servers may take their startup_timeout."""
+        inf, s = self.r.inference, self.r.slurm
+        if inf is None:
+            return
+        fires_at = time_seconds(s.time) - int(s.signal.split("@")[1])
+        if fires_at < inf.startup_timeout:
+            self.warnings.append(
+                f"slurm.signal {s.signal} fires {max(fires_at, 0)} s into a {s.time} job, before "
+                f"inference.startup_timeout ({inf.startup_timeout} s) is up: a job that is not ready by then ends "
+                "without a requeue; raise slurm.time or lower startup_timeout"
+            )
+
     def thread_pools(self) -> None:
         """One OpenMP thread pool per trainer process, sized to its CPUs."""
         for c in self.comps:
@@ -148,6 +161,7 @@ class _Builder:
         if r.orchestrator is not None:
             training.orchestrator(self)
         self.split_cpus()
+        self.warn_early_signal()
         self.thread_pools()
         self.trim_gpus()
         comps = []
@@ -180,7 +194,9 @@ class _Builder:
             container_flags=container_flags(r, self.run_dir),
             python=self.py, venv=r.python.venv, modules=tuple(r.python.modules), setup=tuple(r.python.setup),
             env=dict(r.env), services=tuple(c.name for c in comps if c.stage in (0, 3)),
-            requeue=r.slurm.requeue, signal=r.slurm.signal.split("@")[0], grace_seconds=r.slurm.grace_seconds,
+            requeue=r.slurm.requeue, max_requeues=r.slurm.max_requeues,
+            max_total_seconds=time_seconds(r.slurm.max_total_time) if r.slurm.max_total_time else None,
+            signal=r.slurm.signal.split("@")[0], grace_seconds=r.slurm.grace_seconds,
             warnings=tuple(self.warnings),
         )
 

@@ -92,6 +92,14 @@ class Slurm(Section):
         description="Warning signal and seconds before the time limit (`SIG@SECONDS`); "
         "the script traps it, asks trainer and orchestrator to checkpoint, then requeues.",
     )
+    max_requeues: NonNegInt = Field(
+        3, le=1000,
+        description="How many times the warning signal may requeue the job (0-1000). A warning that comes before "
+        "every component is ready never requeues: the next attempt would start over the same way.",
+    )
+    max_total_time: str | None = Field(
+        None, description="Total wall-clock budget over all attempts (Slurm time format); no requeue once it is used."
+    )
     grace_seconds: NonNegInt = Field(
         60, description="After a failure or the warning signal: seconds components get to flush before KILL."
     )
@@ -112,10 +120,10 @@ class Slurm(Section):
                 raise ValueError(f"{item!r} cannot hold line breaks or double quotes (it goes on an #SBATCH line)")
         return v
 
-    @field_validator("time")
+    @field_validator("time", "max_total_time")
     @classmethod
-    def _time(cls, v: str) -> str:
-        if not re.match(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$", v):
+    def _time(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$", v):
             raise ValueError(f"{v!r} is not a Slurm time; use HH:MM:SS, D-HH:MM:SS or minutes")
         return v
 
@@ -393,6 +401,17 @@ class Recipe(Section):
     trainer: Trainer | None = Field(None, description="Trainer (kinds `sft`, `rl`).")
     orchestrator: Orchestrator | None = Field(None, description="Orchestrator (kind `rl`).")
     inference: Inference | None = Field(None, description="Inference servers (kinds `rl`, `inference`).")
+
+
+def time_seconds(text: str) -> int:
+    """Seconds in a Slurm time: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
+    days, _, rest = text.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+    else:
+        h, m, sec = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
 
 
 def global_batch(r: Recipe) -> int:

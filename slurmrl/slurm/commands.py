@@ -1,4 +1,4 @@
-"""CLI commands that talk to Slurm: submit, diff, status, logs, cancel."""
+"""CLI commands that talk to Slurm: submit, diff, status, logs, cancel, attach."""
 
 from __future__ import annotations
 
@@ -39,6 +39,19 @@ def add_parsers(sub, recipe_args) -> None:
     p.add_argument("--component", help="only this component (or 'batch' for the batch shell's log)")
     p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
     p.add_argument("-f", "--follow", action="store_true", help="follow new lines until the job ends")
+
+    p = sub.add_parser(
+        "attach", help="run a command (default: a shell) on a running component's node, in its container",
+        usage="slurmrl attach [-h] RUN_DIR COMPONENT [--node N | --task T] [-- CMD ...]",
+        description="srun --overlap into the running job: on the node of COMPONENT (node 0 unless --node "
+                    "or --task), inside the job's container when it has one. Without CMD: an interactive "
+                    "shell (--pty).",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("component", metavar="COMPONENT", help="a component of the job (trainer, inference, router, ...)")
+    p.add_argument("--node", type=int, metavar="N", help="the component's N-th node (default 0)")
+    p.add_argument("--task", type=int, metavar="T", help="the node task T runs on (its ready file's URL, else the plan)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="what to run (default: an interactive shell)")
 
     p = sub.add_parser("cancel", help="scancel the job and wait until it has ended")
     p.add_argument("run_dir", nargs="?")
@@ -83,4 +96,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return cancel(args.run_dir, args.timeout)
 
 
-HANDLERS.update(submit=cmd_submit, diff=cmd_diff, status=cmd_status, logs=cmd_logs, cancel=cmd_cancel)
+def cmd_attach(args: argparse.Namespace) -> int:
+    from slurmrl.slurm.attach import attach, split_command
+
+    # argparse leaves options written after COMPONENT (`--node 1 -- hostname`) in the command
+    node, task, command = split_command(args.cmd, args.node, args.task)
+    return attach(args.run_dir, args.component, node, task, command)
+
+
+HANDLERS.update(submit=cmd_submit, diff=cmd_diff, status=cmd_status, logs=cmd_logs, cancel=cmd_cancel,
+                attach=cmd_attach)

@@ -1,9 +1,11 @@
-"""`slurmrl status`: the job's het components, and per plan component its step and readiness."""
+"""`slurmrl status`: where the job serves, its het components, per plan component its step and
+readiness, and the start-up phases of the current attempt."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -11,12 +13,15 @@ from pathlib import Path
 from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
+from slurmrl.plan.vllm import AUTH_MIDDLEWARE
 from slurmrl.slurm import jobs, tools
 from slurmrl.slurm.watch import Snapshot, Watch
 from slurmrl.summary import table
 
 REFRESH_S = 2.0
 NOT_FOUND_AFTER_S = 15.0  # sacct lags a submit by ~1 s; a job unknown for this long does not exist
+FRONT_ROLES = ("router",)  # what clients talk to when the job has one (else: each server)
+SERVER_ROLES = ("inference",)  # OpenAI-compatible servers
 
 
 def resolve(target: str | None) -> tuple[Path | None, str]:
@@ -52,11 +57,88 @@ def failed_reason(run_dir: Path, attempt: int) -> str | None:
         return None
 
 
+def endpoints(run_dir: Path, attempt: int, plan: Plan) -> list[dict]:
+    """Every ready task of the attempt that serves a URL (its ready file's first line), in plan order."""
+    out = []
+    for c in plan.components:
+        for task, f in layout.ready_tasks(run_dir, attempt, c.name).items():
+            try:
+                url = layout.read_ready(f)[0]
+            except OSError:
+                continue
+            if url:
+                out.append({"component": c.name, "task": task, "url": url})
+    return out
+
+
+def serving(plan: Plan, eps: list[dict]) -> dict:
+    """Where clients talk to the job: the router's URL when the plan has one, else each server's
+    (``url`` is the first; None while none is ready). ``components``: the ones that serve."""
+    for front, roles in ((True, FRONT_ROLES), (False, SERVER_ROLES)):
+        names = [c.name for c in plan.components if c.role in roles]
+        if names:
+            urls = [e["url"] for e in eps if e["component"] in names]
+            return {"url": urls[0] if urls else None, "urls": urls, "components": names, "router": front}
+    return {"url": None, "urls": [], "components": [], "router": False}
+
+
+def served_model(run_dir: Path, plan: Plan) -> str | None:
+    """The name the servers answer to: ``--served-model-name`` in job.sbatch (the script is the
+    truth, hand edits included), else in the plan's server command lines."""
+    try:
+        script = (run_dir / layout.SCRIPT).read_text()
+    except OSError:
+        script = ""
+    for line in script.splitlines():
+        if "--served-model-name" in line:
+            try:
+                words = shlex.split(line.rstrip().removesuffix("\\"), comments=True)
+            except ValueError:
+                continue
+            for i, w in enumerate(words):
+                if w == "--served-model-name" and i + 1 < len(words) and "$" not in words[i + 1]:
+                    return words[i + 1]
+                if w.startswith("--served-model-name=") and "$" not in w:
+                    return w.split("=", 1)[1]
+    for c in plan.components:
+        args = list(c.task.command)
+        for i, a in enumerate(args[:-1]):
+            if a == "--served-model-name" and isinstance(args[i + 1], str):
+                return args[i + 1]
+    return None
+
+
+def secret_file(run_dir: Path) -> str | None:
+    """The path of the job's secret when its servers require it (job.sbatch runs them with the
+    auth middleware), else None. Never the secret itself."""
+    try:
+        script = (run_dir / layout.SCRIPT).read_text()
+    except OSError:
+        return None
+    return str(run_dir / layout.SECRET) if AUTH_MIDDLEWARE in script else None
+
+
+def phases(run_dir: Path, attempt: int) -> list[dict]:
+    """The attempt's start-up milestones, each with seconds since the allocation (the first phase
+    when the allocation is not among them)."""
+    found = layout.read_phases(run_dir, attempt)
+    if not found:
+        return []
+    start = next((t for t, what in found if what.startswith("allocation")), found[0][0])
+    return [{"time": t, "since_allocation": t - start, "what": what} for t, what in found]
+
+
 def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out = {"job_id": snap.job_id, "run_dir": str(run_dir) if run_dir else None, **snap.to_dict()}
     out["attempt"] = None
     out["components"] = []
     out["failed"] = None
+    out["endpoints"] = []
+    out["serving_url"] = None
+    out["serving"] = serving(plan, []) if plan else None
+    out["model"] = None
+    out["secret_file"] = None
+    out["phases"] = []
     names = {g.index: g.name for g in plan.groups} if plan else {}
     for p in out["parts"]:
         p["name"] = names.get(p["group"], "")
@@ -65,6 +147,16 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     attempt = (jobs.attempts(run_dir) or [0])[-1]
     out["attempt"] = attempt
     out["failed"] = failed_reason(run_dir, attempt)
+    out["phases"] = phases(run_dir, attempt)
+    if plan is not None:
+        out["model"] = served_model(run_dir, plan) if any(c.role in SERVER_ROLES for c in plan.components) else None
+        out["secret_file"] = secret_file(run_dir)
+        # ready files outlive the job (and a requeued job's wait in the queue): only a running
+        # job serves at them
+        if snap.state == "RUNNING":
+            out["endpoints"] = endpoints(run_dir, attempt, plan)
+        out["serving"] = serving(plan, out["endpoints"])
+        out["serving_url"] = out["serving"]["url"]
     for c in plan.components if plan else []:
         step = snap.step(c.name)
         out["components"].append({
@@ -76,11 +168,41 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     return out
 
 
+def serving_lines(rep: dict) -> list[str]:
+    """Where the job serves, the model, how to authenticate: the lines under the job's state."""
+    srv = rep.get("serving") or {}
+    if not srv.get("components") or rep.get("state") != "RUNNING":
+        return []
+    urls = srv["urls"]
+    what = ", ".join(srv["components"]) + ("" if srv["router"] else ", no router")
+    if not urls:
+        return [f"serving: not ready yet ({what})", ""]
+    model = f"   model: {rep['model']}" if rep.get("model") else ""
+    lines = [f"serving: {' '.join(urls)} ({what}){model}"]
+    first = urls[0]
+    if rep.get("secret_file"):
+        lines.append(f"  auth: header 'Authorization: Bearer <secret>', the secret is in {rep['secret_file']}")
+        lines.append(f"  try:  curl -H \"Authorization: Bearer $(cat {shlex.quote(rep['secret_file'])})\" {first}/v1/models")
+    else:
+        lines.append("  auth: none (the servers run without the job's secret: inference.auth = \"none\")")
+        lines.append(f"  try:  curl {first}/v1/models")
+    return lines + [""]
+
+
+def phase_lines(rep: dict) -> list[str]:
+    found = rep.get("phases") or []
+    if not found:
+        return []
+    rows = [[time.strftime("%H:%M:%S", time.localtime(p["time"])), f"+{p['since_allocation']}s", p["what"]]
+            for p in found]
+    return ["", f"  phases of attempt {rep['attempt']} (time, seconds since allocation):"] + table(rows, indent="    ")
+
+
 def text(rep: dict) -> str:
     head = f"job {rep['job_id']}: {rep['state']}"
     if rep["run_dir"]:
         head += f"  (attempt {rep['attempt']}, run dir {rep['run_dir']})"
-    lines = [head]
+    lines = [head] + serving_lines(rep)
     if not rep["parts"]:
         lines.append("  not known to squeue or sacct (yet)")
     else:
@@ -108,6 +230,7 @@ def text(rep: dict) -> str:
                  for s in rep["steps"]]
         lines.append("")
         lines += table(rows)
+    lines += phase_lines(rep)
     if rep["failed"]:
         lines.append(f"FAILED: {rep['failed']}")
     return "\n".join(lines)
