@@ -16,6 +16,7 @@ steps and the login-node commands (submit, status, logs, preflight) all go throu
       logs/attempt-N/PREEMPTED       the warning signal came
       logs/job-<jobid>/              an earlier job's logs, set aside by submit
       ready/attempt-N/<comp>.<task>  a task passed its readiness check (its URL, its step's task count)
+      heartbeat/attempt-N/<comp>.<task>  touched by a program's main loop; watched by its supervisor
       preflight/<comp>.<task>.json   probe reports
       rollouts/ weights/ checkpoints/ metrics*.jsonl   RL and SFT outputs
 """
@@ -84,6 +85,11 @@ def read_phases(run_dir: Path, attempt: int | str) -> list[tuple[int, str]]:
         if ts.isdigit():
             out.append((int(ts), what))
     return out
+
+
+def heartbeat_file(run_dir: Path, attempt: int | str, component: str, task: int) -> Path:
+    """Touched by a program's main loop (slurmrl.heartbeat); its supervisor watches the age."""
+    return attempt_dir(run_dir, "heartbeat", attempt) / f"{component}.{task}"
 
 
 def failed_file(run_dir: Path, attempt: int | str) -> Path:

@@ -355,6 +355,20 @@ def test_python_fields_reach_the_shell_verbatim(venv, venv_abs, module, exe, exe
     where the job starts) really exec'd, with torchrun taken from beside it."""
     if exe_dir is None:
         assume(shutil.which(exe) is None and exe != "module")  # a new name: it shadows nothing the script runs
+    check_python_fields(venv, venv_abs, module, exe, exe_dir, exe_abs)
+
+
+def test_a_python_executable_starting_with_a_dash_is_exec_d():
+    """`exec '-python' ...` is bash's exec reading an option; a task function must end exec's options."""
+    check_python_fields(venv="v", venv_abs=True, module="m", exe="-python", exe_dir=None, exe_abs=False)
+
+
+def test_a_relative_venv_starting_with_a_dash_is_sourced():
+    """`source '-v/bin/activate'` is bash's source reading an option; the script must end its options."""
+    check_python_fields(venv="-v", venv_abs=False, module="m", exe="python", exe_dir="d", exe_abs=False)
+
+
+def check_python_fields(venv: str, venv_abs: bool, module: str, exe: str, exe_dir: str | None, exe_abs: bool):
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         cwd = tmp / "cwd"  # where the job starts: relative paths are relative to it
@@ -393,18 +407,6 @@ def test_python_fields_reach_the_shell_verbatim(venv, venv_abs, module, exe, exe
         assert t.command[-2:] == ["--config", f"{run_dir}/components/trainer.toml"]
         assert o.command[:5] == [exe_path, "-m", "slurmrl.runtime.orchestrator", "--config",
                                  f"{run_dir}/components/orchestrator.toml"]
-
-
-def test_a_python_executable_starting_with_a_dash_is_exec_d():
-    """`exec '-python'` is bash's exec reading an option; the script must end exec's options (`exec --`)."""
-    test_python_fields_reach_the_shell_verbatim.hypothesis.inner_test(
-        venv="v", venv_abs=True, module="m", exe="-python", exe_dir=None, exe_abs=False)
-
-
-def test_a_relative_venv_starting_with_a_dash_is_sourced():
-    """`source '-v/bin/activate'` is bash's source reading an option; the script must end its options."""
-    test_python_fields_reach_the_shell_verbatim.hypothesis.inner_test(
-        venv="-v", venv_abs=False, module="m", exe="python", exe_dir="d", exe_abs=False)
 
 
 @SETTINGS
@@ -506,7 +508,7 @@ def test_pd_role_args_and_env_reach_their_servers(prefill_arg, decode_value, mod
         bash_n(out.script, tmp)
         run = tasks(out, "prefill", "decode")
         pre, dec = run["prefill"], run["decode"]
-        assert pre.command[-1] == prefill_arg and prefill_arg not in dec.command[dec.command.index("--model") + 2:]
+        assert pre.command == dec.command + [prefill_arg]  # one command line; the role's extras at its end
         assert dec.env["D_VALUE"] == decode_value and "D_VALUE" not in pre.env
         for e in (pre, dec):
             assert e.after("--model") == model

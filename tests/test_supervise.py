@@ -118,3 +118,28 @@ def test_bad_arguments_say_so(tmp_path, args):
     p = start(tmp_path, *args)
     out, _ = p.communicate(timeout=30)
     assert p.returncode != 0 and "Traceback" not in out, out
+
+
+BEATING = ("import time\nfrom slurmrl import heartbeat\nwhile True:\n    heartbeat.beat(0.1)\n    time.sleep(0.2)\n")
+
+
+def test_a_command_that_stops_beating_is_ended_with_124(tmp_path):
+    p = start(tmp_path, "orchestrator", "--heartbeat", "2", "--", sys.executable, "-c", BEATING,
+              env={"PYTHONPATH": str(ROOT)})
+    beat_file = layout.heartbeat_file(tmp_path, 0, "orchestrator", 0)
+    wait_for(beat_file.exists)
+    time.sleep(3)
+    assert p.poll() is None  # beating: left alone
+    command = psutil.Process(p.pid).children()[0].children()[0]
+    command.suspend()  # SIGSTOP: hung
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 124, out
+    assert "no heartbeat for" in out and "hung" in out
+    wait_for(lambda: gone(command.pid))
+
+
+def test_no_heartbeat_file_no_watch(tmp_path):
+    """Model loading before the first beat does not count."""
+    p = start(tmp_path, "trainer", "--heartbeat", "1", "--", "sleep", "3")
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 0, out

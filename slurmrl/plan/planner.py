@@ -84,13 +84,15 @@ class _Builder:
 
     # ---- what each task runs ------------------------------------------------------------
     def supervise(self, name: str, gpus: str | Sh | None = None, ready: Sh | None = None,
-                  cuda_runtime: bool = False) -> tuple[Arg, ...]:
+                  cuda_runtime: bool = False, heartbeat: int = 0) -> tuple[Arg, ...]:
         """``python -m slurmrl.runtime.supervise NAME [--gpus FIRST:COUNT] [--ready URL] --``"""
         argv: list[Arg] = [*self.py, "-m", "slurmrl.runtime.supervise", name]
         if gpus is not None:
             argv += ["--gpus", gpus]
         if ready is not None:
             argv += ["--ready", ready]
+        if heartbeat:
+            argv += ["--heartbeat", str(heartbeat)]
         if cuda_runtime:
             argv.append("--cuda-runtime")
         return (*argv, "--")

@@ -45,7 +45,8 @@ def trainer(b) -> None:
         ),
         task=b.task(
             "trainer", env=sorted(t.env.items()),
-            supervisor=b.supervise("trainer", gpus=shell.gpu_slice(slot.gpus[0], len(slot.gpus), False)),
+            supervisor=b.supervise("trainer", gpus=shell.gpu_slice(slot.gpus[0], len(slot.gpus), False),
+                                   heartbeat=r.slurm.heartbeat_timeout),
             command=command,
         ),
         settings=settings,
@@ -72,7 +73,7 @@ def orchestrator(b) -> None:
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={}),),
         task=b.task(
             "orchestrator", prelude=prelude, env=sorted(o.env.items()),
-            supervisor=b.supervise("orchestrator"),
+            supervisor=b.supervise("orchestrator", heartbeat=r.slurm.heartbeat_timeout),
             command=(
                 *b.py, "-m", "slurmrl.runtime.orchestrator", "--config", config("orchestrator"),
                 "--requests-url", requests, "--admin-urls", Sh(sh="${servers[@]}"),

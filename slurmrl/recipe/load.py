@@ -6,6 +6,7 @@ not parse, for the same error message as ever (and in case it accepts what tomll
 from __future__ import annotations
 
 import datetime
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.schema import INT64, Recipe
+
+MAX_RECIPE_BYTES = 1 << 20  # a recipe is a few KB; this keeps /dev/zero and the like out
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -24,10 +27,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise UserError("--set", f"{text!r} is not KEY.PATH=VALUE")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         value = raw  # bare words are strings: --set slurm.partition=gpu
     if isinstance(value, (datetime.date, datetime.time)):
         value = raw  # --set slurm.time=02:00:00 means the text, not a TOML time
+    if isinstance(value, float) and not math.isfinite(value):
+        value = raw  # --set env.X=nan means the text; a number field refuses it (allow_inf_nan=False)
     return path, value
 
 
@@ -84,7 +89,24 @@ def format_validation_error(err: ValidationError) -> UserError:
     return UserError(field, msg)
 
 
+def check_numbers(data: dict) -> None:
+    """TOML numbers are 64-bit integers and finite floats; tomllib reads bigger ones (and ``inf``,
+    ``nan``, ``1e999``) without a word. Refuse them anywhere in the recipe, naming the field."""
+    todo: list[tuple[str, object]] = [(k, v) for k, v in data.items()]
+    while todo:
+        field, v = todo.pop()
+        if isinstance(v, dict):
+            todo += [(f"{field}.{k}", x) for k, x in v.items()]
+        elif isinstance(v, list):
+            todo += [(f"{field}.{i}", x) for i, x in enumerate(v)]
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise UserError(field, f"{v} is not a finite number (TOML's inf and nan, and 1e309 or more, are refused)")
+        elif isinstance(v, int) and not isinstance(v, bool) and not INT64[0] <= v <= INT64[1]:
+            raise UserError(field, f"{v} does not fit in 64 bits (TOML integers are -2^63 to 2^63-1)")
+
+
 def validate(data: dict) -> Recipe:
+    check_numbers(data)
     try:
         return Recipe.model_validate(data)
     except ValidationError as err:
@@ -93,18 +115,34 @@ def validate(data: dict) -> Recipe:
 
 def read_toml(path: Path) -> dict:
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RECIPE_BYTES + 1)
     except FileNotFoundError:
         raise UserError(str(path), "no such recipe file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise UserError(str(path), f"cannot read recipe: {e.__class__.__name__}") from None
+    except IsADirectoryError:
+        raise UserError(str(path), "is a directory; give the recipe's .toml file") from None
+    except PermissionError:
+        raise UserError(str(path), "cannot read the recipe: permission denied") from None
+    except OSError as e:
+        raise UserError(str(path), f"cannot read the recipe: {e.strerror or e}") from None
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise UserError(str(path), f"is larger than {MAX_RECIPE_BYTES >> 20} MiB; a recipe is a few KB of TOML")
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return _parse_with_tomlkit(path, text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(str(path), f"is not a text file (byte {e.start} is not UTF-8); a recipe is TOML text") from None
+    if "\x00" in text:
+        raise UserError(str(path), "is not a text file (it holds NUL bytes); a recipe is TOML text")
+    try:
+        data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        data = _parse_with_tomlkit(path, text, e)
+    if not data:
+        raise UserError(str(path), "is empty; `slurmrl init` prints a starter recipe")
+    return data
 
 
-def _parse_with_tomlkit(path: Path, text: str) -> dict:
+def _parse_with_tomlkit(path: Path, text: str, first: Exception | None = None) -> dict:
     """What tomllib refused: tomlkit's verdict, and its error message (the one users have seen)."""
     import tomlkit
     from tomlkit.exceptions import ParseError
@@ -113,6 +151,9 @@ def _parse_with_tomlkit(path: Path, text: str) -> dict:
         return tomlkit.parse(text).unwrap()
     except ParseError as e:
         raise UserError(str(path), f"not valid TOML: {e}") from None
+    except Exception as e:  # e.g. KeyAlreadyPresent (a key twice in one table): no position; tomllib has it
+        where = str(first).rpartition(" (")[2].rstrip(")") if isinstance(first, tomllib.TOMLDecodeError) else ""
+        raise UserError(str(path), f"not valid TOML: {e}" + (f" ({where})" if where else "")) from None
 
 
 def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:

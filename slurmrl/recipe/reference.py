@@ -24,7 +24,7 @@ def _submodel(annotation) -> type[BaseModel] | None:
 def _type_name(annotation) -> str:
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
-        return " \\| ".join(f'"{a}"' for a in typing.get_args(annotation))
+        return " \\| ".join(f'"{a}"' if isinstance(a, str) else str(a) for a in typing.get_args(annotation))
     if origin is typing.Annotated:
         return _type_name(typing.get_args(annotation)[0])
     if origin in (typing.Union, __import__("types").UnionType):
@@ -47,6 +47,40 @@ def _default(field) -> str:
         return "—"
     value = field.default
     return f"`{str(value).lower() if isinstance(value, bool) else value!r}`"
+
+
+def numeric_range(field) -> tuple[float | None, float | None, bool] | None:
+    """(low, high, low is exclusive) of an int or float field, None for other fields."""
+    ann = field.annotation
+    args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) in (
+        typing.Union, __import__("types").UnionType) else [ann]
+    if len(args) != 1:
+        return None
+    inner, metadata = args[0], list(field.metadata)
+    if typing.get_origin(inner) is typing.Annotated:
+        inner, *extra = typing.get_args(inner)
+        metadata += [m for e in extra for m in (getattr(e, "metadata", None) or [e])]
+    if inner not in (int, float):
+        return None
+    low = high = None
+    exclusive = False
+    for m in metadata:
+        if getattr(m, "ge", None) is not None:
+            low = m.ge
+        if getattr(m, "gt", None) is not None:
+            low, exclusive = m.gt, True
+        if getattr(m, "le", None) is not None:
+            high = m.le
+    return low, high, exclusive
+
+
+def range_text(field) -> str | None:
+    """How a numeric field's description states its range: ``1-64`` or ``above 0, at most 1``."""
+    r = numeric_range(field)
+    if r is None:
+        return None
+    low, high, exclusive = (int(x) if isinstance(x, float) and x.is_integer() else x for x in r)
+    return f"above {low}, at most {high}" if exclusive else f"{low}-{high}"
 
 
 def field_paths(model: type[BaseModel] = Recipe, prefix: str = "") -> Iterator[tuple[str, object, type | None]]:

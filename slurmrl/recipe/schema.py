@@ -3,7 +3,12 @@
 Unknown keys are errors (``extra="forbid"``). Every field carries a description;
 ``docs/recipe-reference.md`` is generated from them (``python -m slurmrl.recipe.reference``)
 and a test fails when a field is missing there. Cross-field topology rules live in the
-planner, not here: this module only checks what one field can check on its own.
+planner, not here: this module only checks what one field can check on its own, plus one
+whole-job size cap (``job_gpus``) so that no plan grows with an absurd number.
+
+Every number has a range, stated in its field's description (a test checks the two agree) and
+chosen from what Slurm, vLLM and the largest clusters really allow (see the ``MAX_*`` constants).
+Non-finite floats (``inf``, ``nan``, ``1e999``) are refused by every section.
 
 The fields the trainer and orchestrator programs read (``TrainerKnobs``, ``OrchestratorKnobs``)
 are also the base of their typed settings (``slurmrl.settings``): each default is written once.
@@ -14,7 +19,9 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from slurmrl.errors import UserError
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -32,6 +39,20 @@ SECRET_ENV = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDEN
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
+
+# Ranges (each field's description states its own; docs/recipe-reference.md shows them).
+MAX_NODES = 16384  # nodes in one group: the largest Slurm GPU systems have about 10k nodes (Frontier: 9,408)
+MAX_GPUS_PER_NODE = 64  # 8 is usual; 8 MI300X in CPX mode show 64, 8 H100 with 7 MIG slices 56
+MAX_JOB_GPUS = 131072  # GPUs in one job, every group together: the largest clusters hold about 100k
+MAX_CPUS = 4096  # CPUs per node: the largest nodes have 2 x 192 cores x 2 threads = 768
+MAX_TOKENS = 2**24  # context and sequence lengths: 16,777,216 tokens (the longest contexts today: 10M)
+MAX_STEPS = 10**9  # optimizer steps: 31 years at one step per second
+MAX_SEED = 2**32 - 1  # numpy's seed range; the orchestrator derives per-request seeds from it
+MAX_SIGNAL_SECONDS = 65535  # sbatch --signal: "sig_time must have an integer value between 0 and 65535"
+MAX_DAYS = 365  # slurm.time: partitions' MaxTime is hours to weeks
+MAX_MEM_MB = 64 * 2**20  # slurm.mem: 64T per node (the largest nodes have 32T)
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32's MaxLoRARanks
+INT64 = (-(2**63), 2**63 - 1)  # TOML integers are 64-bit
 
 
 def _check_env(env: dict[str, str]) -> dict[str, str]:
@@ -57,7 +78,8 @@ def _check_single_line(values: list[str], what: str) -> list[str]:
 
 class Section(BaseModel):
     # coerce_numbers_to_str: `--set slurm.time=90` or `account = 1234` mean the text.
-    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
+    # allow_inf_nan=False: `lr = inf`, `nan` or `1e999` (infinite in a float) are refused.
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True, allow_inf_nan=False)
 
 
 EnvMap = Annotated[dict[str, str], AfterValidator(_check_env)]
@@ -73,14 +95,23 @@ class Slurm(Section):
         None, description="`--partition` for a CPU-only group (own orchestrator); defaults to `partition`."
     )
     qos: str | None = Field(None, description="`--qos`.")
-    time: str = Field("01:00:00", description="Wall-clock limit, `[D-]HH:MM:SS` or minutes.")
+    time: str = Field(
+        "01:00:00", description=f"Wall-clock limit, `[D-]HH:MM:SS` or minutes; at most {MAX_DAYS} days."
+    )
     nodelist: str | None = Field(None, description="`--nodelist` (applies to the first het group).")
     exclude: str | None = Field(None, description="`--exclude` nodes, for every group.")
     constraint: str | None = Field(None, description="`--constraint` feature expression, for GPU groups.")
     exclusive: bool = Field(False, description="Ask for whole nodes (`--exclusive`).")
-    mem: str | None = Field(None, description="`--mem` per node, e.g. `0` (all) or `200G`.")
-    cpus_per_node: PosInt = Field(16, description="CPUs to request per node; split between the node's components.")
-    gpus_per_node: NonNegInt = Field(8, description="GPUs on each GPU node.")
+    mem: str | None = Field(None, description="`--mem` per node, e.g. `0` (all) or `200G`; at most `64T`.")
+    cpus_per_node: int = Field(
+        16, ge=1, le=MAX_CPUS,
+        description=f"CPUs to request per node; split between the node's components (1-{MAX_CPUS}).",
+    )
+    gpus_per_node: int = Field(
+        8, ge=0, le=MAX_GPUS_PER_NODE,
+        description=f"GPUs on each GPU node (0-{MAX_GPUS_PER_NODE}). Each group asks Slurm only for the GPUs "
+        "its components use, so a larger number leaves the rest of the node to others.",
+    )
     gpu_request: Literal["gpus-per-node", "gres"] = Field(
         "gpus-per-node", description="Ask for GPUs with `--gpus-per-node=N` or `--gres=gpu:N`."
     )
@@ -89,8 +120,14 @@ class Slurm(Section):
     requeue: bool = Field(True, description="Requeue the job on preemption or on the warning signal.")
     signal: str = Field(
         "USR1@120",
-        description="Warning signal and seconds before the time limit (`SIG@SECONDS`); "
-        "the script traps it, asks trainer and orchestrator to checkpoint, then requeues.",
+        description="Warning signal and seconds before the time limit (`SIG@SECONDS`, seconds "
+        f"0-{MAX_SIGNAL_SECONDS} as sbatch allows); the script traps it, asks trainer and orchestrator to "
+        "checkpoint, then requeues.",
+    )
+    heartbeat_timeout: NonNegInt = Field(
+        1800, le=7 * 86400,
+        description="Seconds without progress after which a hung trainer or orchestrator fails the job "
+        "(0 = off; counted from the program's first heartbeat, so model loading is not included; at most 7 days).",
     )
     max_requeues: NonNegInt = Field(
         3, le=1000,
@@ -100,8 +137,9 @@ class Slurm(Section):
     max_total_time: str | None = Field(
         None, description="Total wall-clock budget over all attempts (Slurm time format); no requeue once it is used."
     )
-    grace_seconds: NonNegInt = Field(
-        60, description="After a failure or the warning signal: seconds components get to flush before KILL."
+    grace_seconds: int = Field(
+        60, ge=0, le=3600,
+        description="After a failure or the warning signal: seconds components get to flush before KILL (0-3600).",
     )
     mail_user: str | None = Field(None, description="`--mail-user`.")
     mail_type: str | None = Field(None, description="`--mail-type`, e.g. `END,FAIL`.")
@@ -125,6 +163,8 @@ class Slurm(Section):
     def _time(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$", v):
             raise ValueError(f"{v!r} is not a Slurm time; use HH:MM:SS, D-HH:MM:SS or minutes")
+        if v is not None and "-" in v and int(v.split("-")[0]) > MAX_DAYS:
+            raise ValueError(f"{v!r} is more than {MAX_DAYS} days")
         return v
 
     @field_validator("signal")
@@ -132,6 +172,8 @@ class Slurm(Section):
     def _signal(cls, v: str) -> str:
         if not re.match(r"^(SIG)?[A-Z0-9]+@\d+$", v):
             raise ValueError(f"{v!r} is not SIGNAL@SECONDS, e.g. USR1@120")
+        if int(v.split("@")[1]) > MAX_SIGNAL_SECONDS:
+            raise ValueError(f"{v!r}: sbatch takes 0-{MAX_SIGNAL_SECONDS} seconds")
         return v.removeprefix("SIG")
 
     @field_validator("extra_directives")
@@ -148,6 +190,10 @@ class Slurm(Section):
     def _mem(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^\d+[KMGT]?$", v):
             raise ValueError(f"{v!r} is not a memory size like 0, 500G or 64000M")
+        if v is not None:
+            unit = v[-1] if v[-1] in "KMGT" else "M"  # Slurm's default unit is megabytes
+            if int(v.rstrip("KMGT")) * {"K": 2**-10, "M": 1, "G": 2**10, "T": 2**20}[unit] > MAX_MEM_MB:
+                raise ValueError(f"{v!r} is more than 64T per node")
         return v
 
 
@@ -203,7 +249,9 @@ class Model(Section):
     path: str = Field(description="Hugging Face id or a directory with the model.")
     served_name: str | None = Field(None, description="Name the OpenAI API serves; defaults to `path`.")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field("auto", description="Weights dtype.")
-    max_model_len: PosInt | None = Field(None, description="Context length for inference.")
+    max_model_len: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = Field(
+        None, description=f"Context length for inference (1-{MAX_TOKENS} tokens)."
+    )
     trust_remote_code: bool = Field(False, description="Allow model code from the checkpoint.")
 
     @property
@@ -217,32 +265,42 @@ class TrainerKnobs(Section):
     this with what the planner derives, so a default lives here and nowhere else."""
 
     dataset: str | None = Field(None, description="SFT: JSONL file (prompt/completion or chat messages).")
-    lr: float = Field(1e-5, gt=0, description="Learning rate.")
-    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay.")
-    max_grad_norm: float = Field(1.0, gt=0, description="Clip the global gradient norm to this before each step.")
-    micro_batch_size: PosInt = Field(4, description="Sequences per forward/backward per GPU.")
-    seq_len: PosInt = Field(2048, description="Maximum tokens per sequence (packing length for SFT).")
-    max_steps: PosInt = Field(100, description="Optimizer steps to run.")
-    checkpoint_every: PosInt = Field(10, description="Steps between checkpoints.")
-    keep_checkpoints: PosInt = Field(3, description="Checkpoints to keep.")
+    lr: float = Field(1e-5, gt=0, le=1, description="AdamW learning rate (above 0, at most 1).")
+    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay (0-1).")
+    max_grad_norm: float = Field(
+        1.0, gt=0, le=1e6,
+        description="Clip the global gradient norm to this before each step (above 0, at most 1000000; "
+        "a large value leaves gradients unclipped).",
+    )
+    micro_batch_size: int = Field(4, ge=1, le=4096, description="Sequences per forward/backward per GPU (1-4096).")
+    seq_len: int = Field(
+        2048, ge=1, le=MAX_TOKENS, description=f"Maximum tokens per sequence (packing length for SFT; 1-{MAX_TOKENS})."
+    )
+    max_steps: int = Field(100, ge=1, le=MAX_STEPS, description=f"Optimizer steps to run (1-{MAX_STEPS}).")
+    checkpoint_every: int = Field(10, ge=1, le=MAX_STEPS, description=f"Steps between checkpoints (1-{MAX_STEPS}).")
+    keep_checkpoints: int = Field(3, ge=1, le=1000, description="Checkpoints to keep (1-1000).")
     gradient_checkpointing: bool = Field(True, description="Recompute activations in backward.")
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Training dtype (fp32 where no bf16).")
-    clip_eps: float = Field(0.2, gt=0, description="RL: importance-ratio clip range.")
-    kl_coef: float = Field(0.0, ge=0, description="RL: KL penalty to the reference model (0 = off).")
-    seed: int = Field(0, description="Random seed.")
+    clip_eps: float = Field(
+        0.2, gt=0, le=1, description="RL: importance-ratio clip range, ratios outside 1 +- clip_eps (above 0, at most 1)."
+    )
+    kl_coef: float = Field(0.0, ge=0, le=10, description="RL: KL penalty to the reference model (0 = off; 0-10).")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description=f"Random seed (0-{MAX_SEED}).")
 
 
 SFT_BATCH_SIZE = 32  # trainer.batch_size of kind sft when the recipe leaves it out; see global_batch()
 
 
 class Trainer(TrainerKnobs):
-    nodes: PosInt = Field(1, description="Trainer nodes.")
-    gpus_per_node: NonNegInt | None = Field(
-        None, description="GPUs per node for the trainer; defaults to all (or what inference leaves when colocated)."
-    )
-    batch_size: PosInt | None = Field(
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description=f"Trainer nodes (1-{MAX_NODES}).")
+    gpus_per_node: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_NODE)] | None = Field(
         None,
-        description=f"Sequences per optimizer step (global). Kind `sft`: {SFT_BATCH_SIZE} when left out. "
+        description="GPUs per node for the trainer; defaults to all (or what inference leaves when colocated) "
+        f"(0-{MAX_GPUS_PER_NODE}).",
+    )
+    batch_size: Annotated[int, Field(ge=1, le=2**20)] | None = Field(
+        None,
+        description=f"Sequences per optimizer step (global; 1-{2**20}). Kind `sft`: {SFT_BATCH_SIZE} when left out. "
         "Kind `rl`: always orchestrator.prompts_per_step x rollouts_per_prompt; leave it out or give that number.",
     )
     weight_sync: Literal["filesystem", "nccl"] = Field(
@@ -260,19 +318,25 @@ class OrchestratorKnobs(Section):
     environment: str = Field(
         "reverse_text", description="Built-in environment name or `package.module:Class` for a custom one."
     )
-    environment_args: dict[str, bool | int | float | str] = Field(
+    environment_args: dict[str, bool | Annotated[int, Field(ge=INT64[0], le=INT64[1])] | float | str] = Field(
         default_factory=dict,
         description="Keyword arguments for the environment's constructor, e.g. `{ few_shot = 2 }` for "
         "`arithmetic` (built-in environments' arguments are checked by `plan`).",
     )
-    prompts_per_step: PosInt = Field(8, description="Prompts sampled per training step.")
-    rollouts_per_prompt: PosInt = Field(8, description="Completions per prompt (the GRPO group size).")
-    max_tokens: PosInt = Field(128, description="Maximum new tokens per completion.")
-    temperature: float = Field(1.0, ge=0, description="Sampling temperature.")
-    max_off_policy_steps: NonNegInt = Field(
-        1, description="How many steps generation may run ahead of training (0 = synchronous)."
+    prompts_per_step: int = Field(8, ge=1, le=65536, description="Prompts sampled per training step (1-65536).")
+    rollouts_per_prompt: int = Field(
+        8, ge=1, le=4096, description="Completions per prompt (the GRPO group size; 1-4096)."
     )
-    seed: int = Field(0, description="Random seed.")
+    max_tokens: int = Field(
+        128, ge=1, le=MAX_TOKENS, description=f"Maximum new tokens per completion (1-{MAX_TOKENS})."
+    )
+    temperature: float = Field(
+        1.0, ge=0, le=10, description="Sampling temperature (0-10; vLLM sets no cap, text is noise well before 10)."
+    )
+    max_off_policy_steps: int = Field(
+        1, ge=0, le=1000, description="How many steps generation may run ahead of training (0 = synchronous; 0-1000)."
+    )
+    seed: int = Field(0, ge=0, le=MAX_SEED, description=f"Random seed (0-{MAX_SEED}).")
 
 
 class Orchestrator(OrchestratorKnobs):
@@ -281,7 +345,7 @@ class Orchestrator(OrchestratorKnobs):
         description="Where the one orchestrator runs: the trainer's head node, the first inference node, "
         "or its own CPU-only het group.",
     )
-    cpus: PosInt = Field(2, description="CPUs for the orchestrator.")
+    cpus: int = Field(2, ge=1, le=MAX_CPUS, description=f"CPUs for the orchestrator (1-{MAX_CPUS}).")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the orchestrator step.")
 
 
@@ -306,9 +370,11 @@ class KVOffload(Section):
     kind: Literal["none", "cpu", "cpu_disk", "mooncake"] = Field(
         "none", description="KV-cache offload: vLLM native to CPU, CPU then disk, or a Mooncake store."
     )
-    cpu_gb: float = Field(0, ge=0, description="CPU memory per inference node for offloaded KV (GB).")
+    cpu_gb: float = Field(
+        0, ge=0, le=65536, description="CPU memory per inference node for offloaded KV (GB; 0-65536)."
+    )
     disk_path: str | None = Field(None, description="`cpu_disk` / `mooncake`: local disk folder for KV.")
-    disk_gb: float = Field(0, ge=0, description="Disk budget per node (GB).")
+    disk_gb: float = Field(0, ge=0, le=2**20, description=f"Disk budget per node (GB; 0-{2**20}).")
     mooncake_protocol: Literal["tcp", "rdma"] = Field("rdma", description="Mooncake transfer protocol.")
     mooncake_device: str | None = Field(None, description="RDMA device names for Mooncake, e.g. `mlx5_0`.")
 
@@ -316,9 +382,14 @@ class KVOffload(Section):
 class PDRole(Section):
     """One side of prefill/decode disaggregation."""
 
-    replicas: PosInt = Field(1, description="vLLM servers of this role.")
-    tp: PosInt = Field(1, description="Tensor-parallel size per server.")
-    nodes: PosInt | None = Field(None, description="Nodes for this role; default: as few as fit the replicas.")
+    replicas: int = Field(1, ge=1, le=MAX_JOB_GPUS, description=f"vLLM servers of this role (1-{MAX_JOB_GPUS}).")
+    tp: int = Field(
+        1, ge=1, le=MAX_GPUS_PER_NODE,
+        description=f"Tensor-parallel size per server, within one node (1-{MAX_GPUS_PER_NODE}).",
+    )
+    nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] | None = Field(
+        None, description=f"Nodes for this role; default: as few as fit the replicas (1-{MAX_NODES})."
+    )
     extra_args: list[str] = Field(default_factory=list, description="Extra `vllm serve` arguments for this role.")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for this role.")
 
@@ -329,20 +400,25 @@ class Inference(Section):
         description="`replicas`: independent servers; `wide_ep`: one data-parallel deployment across nodes; "
         "`pd`: prefill/decode disaggregation.",
     )
-    nodes: PosInt = Field(1, description="Inference nodes (`replicas`, `wide_ep`).")
-    gpus_per_node: NonNegInt | None = Field(
-        None, description="GPUs per node for inference; defaults to all (required when colocated)."
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description=f"Inference nodes (`replicas`, `wide_ep`; 1-{MAX_NODES}).")
+    gpus_per_node: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_NODE)] | None = Field(
+        None,
+        description=f"GPUs per node for inference; defaults to all (required when colocated; 0-{MAX_GPUS_PER_NODE}).",
     )
-    tp: PosInt = Field(1, description="Tensor-parallel size.")
-    dp: PosInt = Field(
-        1,
-        description="`replicas`: vLLM data-parallel ranks inside one server; `wide_ep`: the total DP size across nodes.",
+    tp: int = Field(
+        1, ge=1, le=MAX_GPUS_PER_NODE, description=f"Tensor-parallel size, within one node (1-{MAX_GPUS_PER_NODE})."
+    )
+    dp: int = Field(
+        1, ge=1, le=MAX_JOB_GPUS,
+        description="`replicas`: vLLM data-parallel ranks inside one server; `wide_ep`: the total DP size across nodes "
+        f"(1-{MAX_JOB_GPUS}).",
     )
     expert_parallel: bool | None = Field(
         None, description="`--enable-expert-parallel`; default on for `wide_ep`, off otherwise."
     )
     gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=1, description="Fraction of GPU memory for vLLM (set for you when sharing a GPU)."
+        None, gt=0, le=1,
+        description="Fraction of GPU memory for vLLM (set for you when sharing a GPU; above 0, at most 1).",
     )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs / torch.compile.")
     auth: Literal["job_secret", "none"] = Field(
@@ -356,8 +432,10 @@ class Inference(Section):
         description="Expose vLLM's pause / reload_weights / resume endpoints (VLLM_SERVER_DEV_MODE) for live "
         "weight updates; default on for kind `rl`, off otherwise.",
     )
-    max_lora_rank: PosInt | None = Field(
-        None, description="Enable LoRA adapters loaded at run time (`slurmrl.runtime.admin lora-load`) up to this rank."
+    max_lora_rank: Literal[VLLM_LORA_RANKS] | None = Field(
+        None,
+        description="Enable LoRA adapters loaded at run time (`slurmrl.runtime.admin lora-load`) up to this rank: "
+        f"one of {', '.join(map(str, VLLM_LORA_RANKS))} (what vLLM accepts).",
     )
     kv_connector: Literal["NixlConnector", "P2pNcclConnector"] = Field(
         "NixlConnector", description="P/D: KV transfer connector."
@@ -368,7 +446,9 @@ class Inference(Section):
     kv_offload: KVOffload = Field(default_factory=KVOffload, description="KV-cache offload.")
     extra_args: list[str] = Field(default_factory=list, description="Extra `vllm serve` arguments.")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the inference steps.")
-    startup_timeout: PosInt = Field(1800, description="Seconds to wait for servers to answer /health.")
+    startup_timeout: int = Field(
+        1800, ge=1, le=86400, description="Seconds to wait for servers to answer /health (1-86400, one day)."
+    )
 
 
 class Placement(Section):
@@ -379,7 +459,9 @@ class Placement(Section):
         False, description="Trainer and inference use the same GPUs (e.g. one GPU); needs `colocate`."
     )
     port_base: Annotated[int, Field(ge=1024, le=65000)] | None = Field(
-        None, description="Fixed first port instead of one derived from the job id (debugging only)."
+        None,
+        description="Fixed first port instead of one derived from the job id (debugging only; 1024-65000, so the "
+        "job's block of ports stays below 65536).",
     )
 
 
@@ -402,6 +484,20 @@ class Recipe(Section):
     orchestrator: Orchestrator | None = Field(None, description="Orchestrator (kind `rl`).")
     inference: Inference | None = Field(None, description="Inference servers (kinds `rl`, `inference`).")
 
+    @model_validator(mode="after")
+    def _size(self) -> Recipe:
+        """The whole job's GPUs, before any planning work grows with them."""
+        parts = job_gpus(self)
+        total = sum(n for _, n in parts)
+        if total > MAX_JOB_GPUS:
+            field = max(parts, key=lambda p: p[1])[0]
+            # UserError passes through pydantic untouched: the message names the field, not the recipe.
+            raise UserError(
+                field, f"the job would use {total} GPUs; at most {MAX_JOB_GPUS} are supported in one job "
+                "(the largest clusters hold about 100k)",
+            )
+        return self
+
 
 def time_seconds(text: str) -> int:
     """Seconds in a Slurm time: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``."""
@@ -412,6 +508,23 @@ def time_seconds(text: str) -> int:
     else:
         h, m, sec = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
     return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
+
+
+def job_gpus(r: Recipe) -> list[tuple[str, int]]:
+    """(field, GPUs) for each part of the job, as the recipe asks (an upper bound where parts share nodes)."""
+    gpn, out = r.slurm.gpus_per_node, []
+    if r.trainer is not None:
+        t = r.trainer.gpus_per_node
+        out.append(("trainer.nodes", r.trainer.nodes * (gpn if t is None else t)))
+    inf = r.inference
+    if inf is not None and inf.mode == "pd":
+        for name, role in (("prefill", inf.prefill), ("decode", inf.decode)):
+            if role is not None:
+                out.append((f"inference.{name}.replicas", max(role.replicas * role.tp, (role.nodes or 0) * gpn)))
+    elif inf is not None:
+        g = inf.gpus_per_node
+        out.append(("inference.nodes", inf.nodes * (gpn if g is None else g)))
+    return out
 
 
 def global_batch(r: Recipe) -> int:

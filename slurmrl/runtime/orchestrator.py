@@ -35,7 +35,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from slurmrl import envs, layout, secret
+from slurmrl import envs, heartbeat, layout, secret
 from slurmrl.runtime import admin, steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
@@ -151,6 +151,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str]) -> int:
             loaded = newest
 
     for step in range(done + 1, max_steps + 1):
+        heartbeat.beat()
         waited = wait_for(lambda: latest_weights(run_dir)[0] >= step - 1 - max_off, f"trainer step {step - 1 - max_off}")
         refresh_weights()
         rng = random.Random(s.seed * 1_000_003 + step)

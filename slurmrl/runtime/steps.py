@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from slurmrl import heartbeat
+
 STEP_DIR = re.compile(r"^step-(\d{6,})$")
 
 
@@ -56,6 +58,7 @@ def wait_until(ready: Callable[[], bool], stop: threading.Event, log: Callable[[
     t0 = time.perf_counter()
     next_log = every
     while not ready():
+        heartbeat.beat()  # waiting is progress too: a hung program stops beating here
         if stop.wait(poll):
             return None
         waited = time.perf_counter() - t0

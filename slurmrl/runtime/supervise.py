@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from slurmrl import layout
+from slurmrl import heartbeat, layout
 from slurmrl.runtime import tree
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
@@ -109,6 +109,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--gpus", metavar="FIRST:COUNT", help="GPU positions of this task among the step's GPUs")
     ap.add_argument("--ready", metavar="URL", help="http://HOST:PORT, tcp://HOST:PORT or started")
     ap.add_argument(
+        "--heartbeat", type=int, metavar="SECONDS",
+        help="end the command (exit 124) when it has not called slurmrl.heartbeat.beat() for SECONDS",
+    )
+    ap.add_argument(
         "--cuda-runtime", action="store_true",
         help="put the CUDA runtime of the nvidia-cuda-runtime wheel (when installed) on LD_LIBRARY_PATH",
     )
@@ -131,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cuda_runtime:
         add_cuda_runtime(env)
     check, url = ready_check(args.ready) if args.ready else (None, None)
+    if args.heartbeat:
+        env[heartbeat.ENV] = str(heartbeat_file(args.name))
+        Path(env[heartbeat.ENV]).parent.mkdir(parents=True, exist_ok=True)  # watched from the first beat on
     tree.become_subreaper()
     log(args.name, f"exec: {shlex.join(args.command)}")
     child = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.guard", "--", *args.command], env=env)
@@ -144,13 +151,43 @@ def main(argv: list[str] | None = None) -> int:
 
     if check is not None:
         threading.Thread(target=mark_ready, args=(args.name, check, url, child), daemon=True).start()
+    hung = threading.Event()
+    if args.heartbeat:
+        threading.Thread(target=watch_heartbeat, args=(args.name, env[heartbeat.ENV], args.heartbeat, child, hung),
+                         daemon=True).start()
     code = child.wait()
+    if hung.is_set():
+        code = HUNG
     left = tree.end()
     if left:
         log(args.name, f"ended {len(left)} process(es) the command left behind: {' '.join(map(str, left))}")
     code = code if code >= 0 else 128 - code
     log(args.name, f"{args.command[0]} exited with code {code}")
     return code
+
+
+HUNG = 124  # exit code when the command stopped beating
+
+
+def heartbeat_file(name: str) -> Path:
+    run_dir = layout.run_dir_from_env()
+    return layout.heartbeat_file(run_dir, layout.attempt_from_env(), name, int(os.environ.get("SLURM_PROCID", "0")))
+
+
+def watch_heartbeat(name: str, path: str, timeout: int, child: subprocess.Popen, hung: threading.Event) -> None:
+    """End the command when its heartbeat file is older than ``timeout`` seconds."""
+    while child.poll() is None:
+        age = heartbeat.age(path)
+        if age is not None and age > timeout:
+            log(name, f"no heartbeat for {age:.0f}s (limit {timeout}s): the command is hung; ending it")
+            hung.set()
+            try:
+                for p in [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True)]:
+                    p.kill()  # a stopped process does not act on TERM
+            except psutil.NoSuchProcess:
+                pass
+            return
+        time.sleep(min(5.0, max(timeout / 4, 0.2)))
 
 
 def command_pid(guard: subprocess.Popen) -> int | None:

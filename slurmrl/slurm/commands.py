@@ -50,8 +50,10 @@ def add_parsers(sub, recipe_args) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("component", metavar="COMPONENT", help="a component of the job (trainer, inference, router, ...)")
     p.add_argument("--node", type=int, metavar="N", help="the component's N-th node (default 0)")
-    p.add_argument("--task", type=int, metavar="T", help="the node task T runs on (its ready file's URL, else the plan)")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="what to run (default: an interactive shell)")
+    p.add_argument("--task", type=int, metavar="T",
+                   help="the node task T runs on (its ready file's URL, else the plan)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD",
+                   help="what to run (default: an interactive shell)")
 
     p = sub.add_parser("cancel", help="scancel the job and wait until it has ended")
     p.add_argument("run_dir", nargs="?")

@@ -182,7 +182,8 @@ def serving_lines(rep: dict) -> list[str]:
     first = urls[0]
     if rep.get("secret_file"):
         lines.append(f"  auth: header 'Authorization: Bearer <secret>', the secret is in {rep['secret_file']}")
-        lines.append(f"  try:  curl -H \"Authorization: Bearer $(cat {shlex.quote(rep['secret_file'])})\" {first}/v1/models")
+        auth = f"Authorization: Bearer $(cat {shlex.quote(rep['secret_file'])})"
+        lines.append(f"  try:  curl -H \"{auth}\" {first}/v1/models")
     else:
         lines.append("  auth: none (the servers run without the job's secret: inference.auth = \"none\")")
         lines.append(f"  try:  curl {first}/v1/models")

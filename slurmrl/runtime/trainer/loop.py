@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from slurmrl import layout
+from slurmrl import heartbeat, layout
 from slurmrl.runtime import steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.trainer import losses, rollouts, state
@@ -327,6 +327,7 @@ class Trainer:
         stopped = self.d.any(STOP.is_set())  # asked to stop while loading: nothing new to save
         lr = self.s.lr
         while step < self.max_steps and not stopped:
+            heartbeat.beat()
             n = step + 1
             wait_s, batch = 0.0, None
             if self.kind == "rl":
