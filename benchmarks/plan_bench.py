@@ -4,7 +4,9 @@
    with `python -c pass` in the same loop (runs interleaved, so load on the machine hits both
    alike): the median of each, and their ratio. Two recipes: the largest in recipes/ (most nodes,
    then most components) and a generated 1024-node P/D recipe: 512 prefill nodes (4 servers of
-   tp=2 each) + 512 decode nodes (tp=8).
+   tp=2 each) + 512 decode nodes (tp=8). Twice: in this environment as it is, and with bytecode
+   cached (where PYTHONDONTWRITEBYTECODE is set, as in some sandboxes, Python compiles slurmrl's
+   sources on every run; an installed package, or any second run elsewhere, reads .pyc files).
 2. In one process, the 1024-node recipe: load, plan, summary, and load+plan+render (script,
    plan.json, component configs, in memory).
 
@@ -13,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -55,16 +58,26 @@ def largest_recipe() -> Path:
     return max(sorted((ROOT / "recipes").glob("*.toml")), key=size)
 
 
-def paired(commands: dict[str, list[str]], runs: int) -> dict[str, list[float]]:
-    """Each command once per round, in a rotating order; seconds per run."""
+def paired(commands: dict[str, list[str]], runs: int, env: dict[str, str]) -> dict[str, list[float]]:
+    """Each command once per round, in a rotating order; seconds per run (after one warm-up)."""
     times: dict[str, list[float]] = {name: [] for name in commands}
     names = list(commands)
+    for argv in commands.values():
+        subprocess.run(argv, check=True, capture_output=True, cwd=ROOT, env=env)
     for i in range(runs):
         for name in names[i % len(names):] + names[: i % len(names)]:
             t = time.perf_counter()
-            subprocess.run(commands[name], check=True, capture_output=True, cwd=ROOT)
+            subprocess.run(commands[name], check=True, capture_output=True, cwd=ROOT, env=env)
             times[name].append(time.perf_counter() - t)
     return times
+
+
+def report(title: str, times: dict[str, list[float]]) -> None:
+    base = statistics.median(times["python -c pass"])
+    print(title)
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"  {name:45s} {med * 1000:5.0f} ms  (min {min(ts) * 1000:4.0f} ms)  x{med / base:.1f}")
 
 
 def in_process(path: Path) -> tuple[dict[str, float], float]:
@@ -94,16 +107,18 @@ def main() -> None:
         big = Path(d) / "pd-1024.toml"
         big.write_text(BIG_PD)
         py = [sys.executable]
-        times = paired({
+        commands = {
             "python -c pass": py + ["-c", "pass"],
             f"slurmrl plan {recipe.relative_to(ROOT)}": py + ["-m", "slurmrl", "plan", str(recipe)],
             "slurmrl plan pd-1024.toml (1024 nodes)": py + ["-m", "slurmrl", "plan", str(big)],
-        }, runs)
-        base = statistics.median(times["python -c pass"])
-        print(f"whole process, {runs} paired runs (median, min; ratio of medians to `python -c pass`):")
-        for name, ts in times.items():
-            med = statistics.median(ts)
-            print(f"  {name:45s} {med * 1000:5.0f} ms  (min {min(ts) * 1000:4.0f} ms)  x{med / base:.1f}")
+        }
+        what = f"whole process, {runs} paired runs (median, min; ratio of medians to `python -c pass`)"
+        env = dict(os.environ)
+        report(f"{what}, environment as it is (PYTHONDONTWRITEBYTECODE={env.get('PYTHONDONTWRITEBYTECODE', '')!r}):",
+               paired(commands, runs, env))
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")  # bytecode outside the source tree
+        report(f"{what}, bytecode cached:", paired(commands, runs, env))
         steps, mb = in_process(big)
     print("1024-node P/D in one process: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in steps.items())
           + f"; {mb:.1f} MB of run-dir text")
