@@ -18,7 +18,8 @@ examples:
   slurmrl plan my.toml                       show what would run where
   slurmrl plan my.toml --set inference.tp=4  the same with an override
   slurmrl render my.toml                     write the run dir (job.sbatch, plan.json, components/)
-  sbatch runs/my-run/job.sbatch              or: slurmrl submit my.toml
+  sbatch runs/rl-multinode/job.sbatch        or: slurmrl submit my.toml
+                                             (the run dir is OUTPUT_DIR/NAME: the recipe's name)
 
 Bad input exits with code 2 and one line naming the field."""
 
@@ -54,7 +55,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("-o", "--output", help="write to this file instead of stdout (refuses to overwrite)")
 
     if wanted("validate"):
-        p = sub.add_parser("validate", help="check a recipe and its topology; print nothing but errors")
+        text = ("check a recipe and its topology; print nothing if it is good (errors and warnings go to stderr; "
+                "exit 2 on an error)")
+        p = sub.add_parser("validate", help=text, description=text)
         _recipe_args(p)
 
     if wanted("plan"):
@@ -111,9 +114,9 @@ def cmd_init(args) -> int:
 def cmd_validate(args) -> int:
     from slurmrl.render import build
 
-    build(args.recipe, args.overrides)
-    print(f"{args.recipe}: ok")
-    return 0
+    for warning in build(args.recipe, args.overrides).plan.warnings:
+        print(f"slurmrl: warning: {warning}", file=sys.stderr)
+    return 0  # a good recipe prints nothing: `slurmrl validate x.toml && ...`
 
 
 def cmd_plan(args) -> int:

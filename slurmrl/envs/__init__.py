@@ -38,12 +38,13 @@ def load(name: str, args: dict | None = None):
         module, _, attr = name.partition(":")
         try:
             cls = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise SystemExit(f"slurmrl: cannot load environment {name!r}: {e}") from None
+        except Exception as e:  # noqa: BLE001 - any failure importing user code is the user's to read
+            raise SystemExit(f"slurmrl: cannot load environment {name!r}: {type(e).__name__}: {e} "
+                             "(is its package on PYTHONPATH or installed in the job's Python?)") from None
     try:
         return cls(**(args or {}))
-    except (TypeError, ValueError) as e:
-        raise SystemExit(f"slurmrl: environment {name!r} with arguments {args or {}}: {e}") from None
+    except Exception as e:  # noqa: BLE001
+        raise SystemExit(f"slurmrl: environment {name!r} with arguments {args or {}}: {type(e).__name__}: {e}") from None
 
 
 def answer_line(completion: str) -> str:

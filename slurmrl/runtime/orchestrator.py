@@ -205,7 +205,10 @@ def main() -> int:
     try:
         return run(s, args.requests_url, args.admin_urls)
     except SystemExit as e:
-        return int(e.code) if isinstance(e.code, int) else 1
+        if isinstance(e.code, int) or e.code is None:
+            return e.code or 0
+        print(e.code, file=sys.stderr, flush=True)  # e.g. an environment that does not load: say which and why
+        return 1
     except admin.AdminError as e:
         print(f"slurmrl: orchestrator: weight update failed: {e}", file=sys.stderr, flush=True)
         return 1

@@ -93,6 +93,24 @@ def allocation() -> dict[str, str]:
     return groups
 
 
+def environment_problems(run_dir) -> list[str]:
+    """Load the orchestrator's environment here, with the job's Python and PYTHONPATH on a node,
+    before any server starts: a wrong class path or argument is found by the preflight."""
+    import tomllib
+
+    from slurmrl import envs
+
+    try:
+        with open(layout.component_config(run_dir, "orchestrator"), "rb") as f:
+            settings = tomllib.load(f)
+        envs.load(settings["environment"], settings.get("environment_args") or {})
+    except SystemExit as e:
+        return [str(e.code).removeprefix("slurmrl: ")]
+    except (OSError, KeyError, ValueError) as e:
+        return [f"cannot read the orchestrator's settings: {e}"]
+    return []
+
+
 def gpu_spec(positions: list[int]) -> str | None:
     return f"{positions[0]}:{len(positions)}" if positions else None
 
@@ -119,6 +137,8 @@ def main() -> int:
             gpus = narrow_gpus(spec, os.environ)
         except SystemExit as e:
             errors = [str(e)]
+    if comp.name == "orchestrator":
+        errors += environment_problems(comp.run_dir)
     my_ports = {purpose: rt.port(name) for purpose, name in comp.instance["ports"].items()}
     servers, bind_errors = serve(my_ports, comp.name)
     errors += bind_errors
