@@ -13,7 +13,8 @@ steps and the login-node commands (submit, status, logs, preflight) all go throu
       logs/attempt-N/<comp>.<task>.log
       logs/attempt-N/FAILED          why the job failed (one line)
       logs/attempt-N/phases          start-up milestones: "<unix time> <what>" per line
-      logs/attempt-N/PREEMPTED       the warning signal came
+      logs/attempt-N/PREEMPTED       the warning signal came (and what the script did about it)
+      logs/attempt-N/STOPPED         Slurm ended the attempt with SIGTERM (cancel, time limit)
       logs/job-<jobid>/              an earlier job's logs, set aside by submit
       ready/attempt-N/<comp>.<task>  a task passed its readiness check (its URL, its step's task count)
       heartbeat/attempt-N/<comp>.<task>  touched by a program's main loop; watched by its supervisor
@@ -38,6 +39,7 @@ READY = "ready"
 PREFLIGHT = "preflight"
 FAILED = "FAILED"
 PREEMPTED = "PREEMPTED"
+STOPPED = "STOPPED"  # Slurm ended the attempt (SIGTERM to the batch shell): cancel, time limit, preemption
 JOB_OUTPUTS = (READY, PREFLIGHT)  # written by a job; stale once another job runs in the run dir
 
 

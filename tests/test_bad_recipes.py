@@ -187,6 +187,50 @@ CASES = [
     # files
     ("toml-malformed", 'name = "bad"\nkind = \n', [], "recipe.toml", "not valid TOML"),
     ("toml-duplicate-key", 'name = "again"\n' + RL, [], "recipe.toml", "not valid TOML"),
+    ("toml-duplicate-key-in-table", RL.replace('path = "m"\n', 'path = "m"\npath = "n"\n'), [], "recipe.toml",
+     'Key "path" already exists. (at line 8'),
+    ("toml-duplicate-inline-key", RL, ["orchestrator.environment_args={a=1, a=2}"], "--set",
+     "not valid TOML: Duplicate inline table key 'a'"),
+    ("toml-duplicate-table", RL + "[model]\n", [], "recipe.toml", "not valid TOML"),
+    ("toml-too-deep", RL.replace("[slurm]\n", "x = " + "[" * 5000 + "]" * 5000 + "\n[slurm]\n"), [],
+     "recipe.toml", "nested more than 100 levels"),
+    ("empty-file", "", [], "recipe.toml", "is empty"),
+    ("comments-only", "# nothing yet\n\n", [], "recipe.toml", "is empty"),
+    ("nul-bytes", RL + "\x00", [], "recipe.toml", "not a text file"),
+    # numbers: non-finite floats, integers beyond 64 bits, ranges (in the file and through --set)
+    ("lr-inf-file", SFT + "lr = 1e999\n", [], "trainer.lr", "not a finite number"),
+    ("lr-nan-file", SFT + "lr = nan\n", [], "trainer.lr", "not a finite number"),
+    ("lr-inf-set", SFT, ["trainer.lr=1e999"], "trainer.lr", "finite number"),
+    ("lr-minus-inf-set", SFT, ["trainer.lr=-inf"], "trainer.lr", "finite number"),
+    ("lr-too-large", SFT, ["trainer.lr=2.0"], "trainer.lr", "less than or equal to 1"),
+    ("max-steps-beyond-64-bits", SFT, ["trainer.max_steps=1000000000000000000000000000000"], "trainer.max_steps",
+     "64 bits"),
+    ("max-steps-too-many", SFT, ["trainer.max_steps=9223372036854775807"], "trainer.max_steps", "1000000000"),
+    ("env-arg-beyond-64-bits", RL, ["orchestrator.environment_args={x=18446744073709551616}"],
+     "orchestrator.environment_args.x", "64 bits"),
+    ("env-arg-inf", RL, ["orchestrator.environment_args={x=inf}"], "orchestrator.environment_args.x", "finite"),
+    ("env-value-nan-in-file", RL + "[env]\nX = nan\n", [], "env.X", "not a finite number"),
+    ("gpus-per-node-huge", RL, ["slurm.gpus_per_node=1000000000000"], "slurm.gpus_per_node", "64"),
+    ("inference-nodes-huge", RL, ["inference.nodes=1000000000000"], "inference.nodes", "16384"),
+    ("job-too-big", INF, ["inference.nodes=16384", "slurm.gpus_per_node=64"], "inference.nodes", "131072"),
+    ("pd-too-big", PD, ["inference.prefill.replicas=131072"], "inference.prefill.replicas", "131072"),
+    ("seed-negative", RL, ["trainer.seed=-1"], "trainer.seed", "greater than or equal to 0"),
+    ("signal-seconds", RL, ["slurm.signal=USR1@65536"], "slurm.signal", "65535"),
+    ("time-days", RL, ["slurm.time=400-00:00:00"], "slurm.time", "365 days"),
+    ("mem-huge", RL, ["slurm.mem=99999999999999999999T"], "slurm.mem", "64T"),
+    ("lora-rank", INF, ["inference.max_lora_rank=12"], "inference.max_lora_rank", "320"),
+    ("startup-timeout", INF, ["inference.startup_timeout=100000000"], "inference.startup_timeout", "86400"),
+    ("grace", RL, ["slurm.grace_seconds=86400"], "slurm.grace_seconds", "3600"),
+    ("cpu-gb-inf", INF, ["inference.kv_offload.kind=cpu", "inference.kv_offload.cpu_gb=inf"],
+     "inference.kv_offload.cpu_gb", "finite"),
+    # --set: bad key paths and values
+    ("set-double-dot", RL, ["slurm..partition=gpu"], "--set", "KEY.PATH=VALUE"),
+    ("set-trailing-dot", RL, ["slurm.=gpu"], "--set", "KEY.PATH=VALUE"),
+    ("set-table-as-value", RL, ["trainer=3"], "trainer", "dictionary"),
+    ("set-bad-toml-number", RL, ["trainer.lr=1e-5x"], "trainer.lr", "number"),
+    ("set-bad-toml-array", RL, ["inference.extra_args=[1"], "--set", "not valid TOML"),
+    ("set-bad-toml-string", RL, ['model.path="m'], "--set", "not valid TOML"),
+    ("set-too-deep", RL, ["trainer.lr=" + "[" * 5000], "--set", "not valid TOML: nested too deeply"),
     ("templates-dir-missing", 'templates_dir = "nowhere"\n' + RL, [], "templates_dir", "job.sbatch.j2"),
 ]
 
@@ -235,7 +279,8 @@ def test_enough_cases():
 
 
 SUBPROCESS = ["unknown-slurm", "env-slurm", "pd-missing-decode", "wide-ep-dp-mismatch", "nccl-share-gpus",
-              "set-no-equals", "toml-malformed"]
+              "set-no-equals", "toml-malformed", "toml-duplicate-key-in-table", "gpus-per-node-huge",
+              "inference-nodes-huge", "lr-inf-file", "max-steps-beyond-64-bits", "empty-file"]
 
 
 @pytest.mark.parametrize("name", SUBPROCESS)
@@ -270,8 +315,58 @@ def test_missing_file_subprocess(tmp_path):
 def test_recipe_is_a_directory(tmp_path, monkeypatch, capsys):
     (tmp_path / "dir.toml").mkdir()
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["validate", "dir.toml"]) == 2
-    check_one_line(capsys.readouterr().err, "dir.toml", "cannot read")
+    assert cli.main(["render", "dir.toml"]) == 2
+    check_one_line(capsys.readouterr().err, "dir.toml", "is a directory")
+    assert os.listdir(tmp_path) == ["dir.toml"]
+
+
+@pytest.mark.parametrize("data,needle", [
+    (bytes(range(256)) * 4, "is not a text file (byte 128 is not UTF-8)"),
+    ("name = 'caf\u00e9'\n".encode("latin-1"), "is not a text file (byte 11 is not UTF-8)"),
+    (b"\x7fELF\x02\x01\x01\x00" + bytes(64), "not a text file (it holds NUL bytes)"),
+    (b"\xff\xfen\x00a\x00m\x00e\x00", "is not a text file (byte 0 is not UTF-8)"),  # UTF-16
+    (b"# x\n" * 300_000, "larger than 1 MiB"),
+])
+def test_binary_or_huge_recipe(data, needle, tmp_path, monkeypatch, capsys):
+    (tmp_path / "recipe.toml").write_bytes(data)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["render", "recipe.toml"]) == 2
+    check_one_line(capsys.readouterr().err, "recipe.toml", needle)
+    assert_nothing_written(tmp_path)
+
+
+def test_unreadable_recipe(tmp_path, monkeypatch, capsys):
+    """Permission denied (faked: the tests run as root, who reads anything)."""
+    from slurmrl.recipe import load
+
+    write_recipe(tmp_path, RL)
+    monkeypatch.chdir(tmp_path)
+
+    def no_access(path, *a, **k):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(load, "open", no_access, raising=False)
+    assert cli.main(["render", "recipe.toml"]) == 2
+    check_one_line(capsys.readouterr().err, "recipe.toml", "permission denied")
+    assert_nothing_written(tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode")
+def test_unreadable_recipe_for_real(tmp_path, monkeypatch, capsys):
+    write_recipe(tmp_path, RL).chmod(0)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["render", "recipe.toml"]) == 2
+    check_one_line(capsys.readouterr().err, "recipe.toml", "permission denied")
+
+
+def test_duplicate_key_subprocess(tmp_path):
+    """The case that gave a 31-line tomlkit traceback, as a user runs it."""
+    (tmp_path / "r.toml").write_text('name = "x"\nkind = "sft"\n[model]\npath = "m"\npath = "n"\n')
+    p = subprocess.run([PY, "-m", "slurmrl", "render", "r.toml"], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert p.returncode == 2 and p.stdout == ""
+    check_one_line(p.stderr, "r.toml", 'not valid TOML: Key "path" already exists. (at line 5, column 11)')
+    assert os.listdir(tmp_path) == ["r.toml"]
 
 
 @pytest.mark.parametrize("command", ["validate", "plan"])

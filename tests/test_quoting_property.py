@@ -355,6 +355,10 @@ def test_python_fields_reach_the_shell_verbatim(venv, venv_abs, module, exe, exe
     where the job starts) really exec'd, with torchrun taken from beside it."""
     if exe_dir is None:
         assume(shutil.which(exe) is None and exe != "module")  # a new name: it shadows nothing the script runs
+    else:  # the test makes venv/bin/activate and exe_dir/{exe,torchrun}: no file where a folder must be
+        files = {f"{venv}/bin/activate", f"{exe_dir}/{exe}", f"{exe_dir}/torchrun"}
+        folders = {str(parent) for f in files for parent in PurePosixPath(f).parents}
+        assume(not files & folders)
     check_python_fields(venv, venv_abs, module, exe, exe_dir, exe_abs)
 
 

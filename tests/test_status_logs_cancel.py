@@ -142,7 +142,12 @@ def test_status_logs_cancel_on_a_running_job(slurm_cluster, job, tmp_path):
 
     rep = status_json(slurm_cluster, run_dir)
     assert rep["state"] == "CANCELLED" and rep["done"] is True
-    assert "SIGTERM" in rep["failed"]
+    assert rep["failed"] is None  # a cancel is not the job's failure
+    assert rep["stopped"].startswith("cancelled")
+    assert "STOPPED: cancelled" in slurm_cluster.slurmrl("status", str(run_dir), cwd=tmp_path).stdout
+    # the planned stop went in reverse start order: trainer and orchestrator before the servers
+    batch = (run_dir / "logs" / f"batch-{rep['job_id']}.out").read_text()
+    assert "in reverse start order" in batch
     r = slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path)
     assert r.returncode == 0 and "had already ended: CANCELLED" in r.stdout
 

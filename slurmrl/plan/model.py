@@ -116,6 +116,15 @@ class Stage(Frozen):
     components: tuple[str, ...]
 
 
+class StopStep(Frozen):
+    """One step of a planned stop: TERM to these components, then up to ``seconds`` for them to exit
+    (``full_grace``: the script's GRACE_SECONDS, slurm.grace_seconds, so an edit there applies)."""
+
+    components: tuple[str, ...]
+    seconds: int
+    full_grace: bool
+
+
 class Plan(Frozen):
     name: str
     kind: str
@@ -138,6 +147,7 @@ class Plan(Frozen):
     max_total_seconds: int | None = None
     signal: str
     grace_seconds: int
+    stop_order: tuple[StopStep, ...] = ()  # reverse start order: callers before what they call
     warnings: tuple[str, ...]
 
     def component(self, name: str) -> Component:

@@ -13,7 +13,7 @@ from slurmrl.errors import UserError
 from slurmrl import ports
 from slurmrl.plan import placement, rules, servers, services, shell, training
 from slurmrl.plan.directives import group_directives
-from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, Task
+from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep, Task
 from slurmrl.recipe.schema import Recipe, time_seconds
 
 # Stages, in start order. Each waits for the previous stage's readiness checks.
@@ -199,6 +199,7 @@ class _Builder:
             requeue=r.slurm.requeue, max_requeues=r.slurm.max_requeues,
             max_total_seconds=time_seconds(r.slurm.max_total_time) if r.slurm.max_total_time else None,
             signal=r.slurm.signal.split("@")[0], grace_seconds=r.slurm.grace_seconds,
+            stop_order=stop_order(comps, r.slurm.grace_seconds),
             warnings=tuple(self.warnings),
         )
 
@@ -237,6 +238,22 @@ class _Builder:
 
     def _group_cpus(self, g: _Group) -> int:
         return self.r.slurm.cpus_per_node if g.gpus_per_node else self.r.orchestrator.cpus
+
+
+SERVICE_GRACE_S = 10  # servers and services need no checkpoint: time to exit cleanly
+
+
+def stop_order(comps: list[Component], grace: int) -> tuple[StopStep, ...]:
+    """A planned stop ends components in reverse start order, so the orchestrator stops before
+    the servers it calls and the servers before the router and stores they use. Stages with
+    main components (the trainer checkpoints) get the full grace, the rest a short one."""
+    stages = sorted({c.stage for c in comps}, reverse=True)
+    out = []
+    for s in stages:
+        names = tuple(c.name for c in comps if c.stage == s)
+        main = any(c.main for c in comps if c.stage == s)
+        out.append(StopStep(components=names, seconds=grace if main else min(grace, SERVICE_GRACE_S), full_grace=main))
+    return tuple(out)
 
 
 def _ports_used(comps: list[Component]) -> set[str]:

@@ -27,7 +27,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         raise UserError("--set", f"{text!r} is not KEY.PATH=VALUE")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except (tomllib.TOMLDecodeError, RecursionError):
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        if raw.lstrip().startswith(("[", "{", '"', "'")):  # meant as TOML: say what is wrong with it
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e).replace("(at line 1, ", "(at ")
+            raise UserError("--set", f"{text[:200]!r}: the value is not valid TOML: {why}") from None
         value = raw  # bare words are strings: --set slurm.partition=gpu
     if isinstance(value, (datetime.date, datetime.time)):
         value = raw  # --set slurm.time=02:00:00 means the text, not a TOML time

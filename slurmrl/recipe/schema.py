@@ -127,7 +127,7 @@ class Slurm(Section):
     heartbeat_timeout: NonNegInt = Field(
         1800, le=7 * 86400,
         description="Seconds without progress after which a hung trainer or orchestrator fails the job "
-        "(0 = off; counted from the program's first heartbeat, so model loading is not included; at most 7 days).",
+        "(0 = off; counted from the program's first heartbeat, so model loading is not included; 0-604800, 7 days).",
     )
     max_requeues: NonNegInt = Field(
         3, le=1000,

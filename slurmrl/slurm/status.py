@@ -50,6 +50,32 @@ def ready_ranks(run_dir: Path, attempt: int, name: str) -> list[int]:
     return list(layout.ready_tasks(run_dir, attempt, name))
 
 
+# What Slurm's state says about a job the script saw end with SIGTERM (its STOPPED file).
+STOP_CAUSES = {
+    "CANCELLED": "cancelled (scancel / slurmrl cancel)",
+    "TIMEOUT": "the time limit",
+    "PREEMPTED": "preempted",
+    "REQUEUED": "requeued",
+    "PENDING": "requeued",
+    "NODE_FAIL": "a node failed",
+    "DEADLINE": "its deadline",
+}
+
+
+def stopped_reason(run_dir: Path, attempt: int, state: str) -> str | None:
+    """Why an attempt the script did not end itself stopped: Slurm ended it (STOPPED), or the
+    warning signal's planned stop (PREEMPTED); None when neither."""
+    for name in (layout.PREEMPTED, layout.STOPPED):
+        try:
+            text = (layout.log_dir(run_dir, attempt) / name).read_text().strip()
+        except OSError:
+            continue
+        if name == layout.STOPPED and state in STOP_CAUSES:
+            return f"{STOP_CAUSES[state]}; components stopped in order by the script"
+        return text
+    return None
+
+
 def failed_reason(run_dir: Path, attempt: int) -> str | None:
     try:
         return layout.failed_file(run_dir, attempt).read_text().strip() or "(no reason given)"
@@ -133,6 +159,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["attempt"] = None
     out["components"] = []
     out["failed"] = None
+    out["stopped"] = None
     out["endpoints"] = []
     out["serving_url"] = None
     out["serving"] = serving(plan, []) if plan else None
@@ -147,6 +174,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     attempt = (jobs.attempts(run_dir) or [0])[-1]
     out["attempt"] = attempt
     out["failed"] = failed_reason(run_dir, attempt)
+    out["stopped"] = stopped_reason(run_dir, attempt, snap.state)
     out["phases"] = phases(run_dir, attempt)
     if plan is not None:
         out["model"] = served_model(run_dir, plan) if any(c.role in SERVER_ROLES for c in plan.components) else None
@@ -234,6 +262,8 @@ def text(rep: dict) -> str:
     lines += phase_lines(rep)
     if rep["failed"]:
         lines.append(f"FAILED: {rep['failed']}")
+    elif rep.get("stopped"):
+        lines.append(f"STOPPED: {rep['stopped']}")
     return "\n".join(lines)
 
 
