@@ -247,7 +247,7 @@ def test_sft_one_node_torchrun_uses_every_gpu():
     assert len(p.groups) == 1 and p.groups[0].nodes == 1
     t = p.component("trainer")
     e = job.run("trainer")
-    assert e.supervisor[-3:] == ["trainer", "--gpus", "0:8"]
+    assert e.supervisor[:4] == ["python3", "-m", "slurmrl.runtime.supervise", "trainer"]
     assert e.command[0] == "torchrun"
     assert "--nnodes=1" in e.command
     assert "--nproc-per-node=8" in e.command
