@@ -19,7 +19,7 @@ from pathlib import Path
 from slurmrl import ports
 from slurmrl.plan.model import Plan
 
-PROGRAMS = ("python3", "torchrun", "vllm-router", "mooncake_master", "mooncake_client")
+PROGRAMS = ("python3", "torchrun", "vllm-router", "mooncake_master", "mooncake_client", "uv")
 RECORDER = """#!/bin/bash
 printf '%s\\0' "$0" "$@" >"$EXPAND_OUT/argv"
 env -0 >"$EXPAND_OUT/env"
