@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from slurmrl.errors import UserError
@@ -13,12 +14,14 @@ def read_rewards(run_dir: Path) -> list[tuple[int, float]]:
     if not path.exists():
         raise UserError(str(run_dir), "has no metrics/orchestrator.jsonl yet (is it an RL run that has started?)")
     points = {}
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         try:
             rec = json.loads(line)
-            points[rec["step"]] = rec["reward_mean"]  # a requeued step overwrites its earlier record
-        except (ValueError, KeyError):
+            step, reward = rec["step"], rec["reward_mean"]
+        except (ValueError, KeyError, TypeError):
             continue
+        if isinstance(step, int) and isinstance(reward, (int, float)) and math.isfinite(reward):
+            points[step] = float(reward)  # a requeued step overwrites its earlier record
     return sorted(points.items())
 
 
@@ -42,21 +45,32 @@ def terminal_chart(points: list[tuple[int, float]], width: int = 60, height: int
     return "\n".join(lines)
 
 
-def png_chart(points: list[tuple[int, float]], out: Path, title: str) -> bool:
-    try:
-        import matplotlib
+def reward_figure(points: list[tuple[int, float]], title: str):
+    """The matplotlib figure of the curve; steps are whole numbers, and so are the x ticks."""
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     ax.plot([s for s, _ in points], [y for _, y in points], marker="o", markersize=3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("mean reward")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def png_chart(points: list[tuple[int, float]], out: Path, title: str) -> bool:
+    try:
+        import matplotlib.pyplot as plt
+
+        fig = reward_figure(points, title)
+    except ImportError:
+        return False
     fig.savefig(out)
     plt.close(fig)
     return True

@@ -101,6 +101,43 @@ def test_init_prints_a_recipe_that_validates(shape, tmp_path, monkeypatch, capsy
     assert os.listdir(tmp_path) == ["mine.toml"]  # validate writes nothing
 
 
+# Values that differ from one cluster to the next: a starter marks each with "# REPLACE: ..." on its line.
+SITE_KEYS = {"account", "partition", "cpu_partition", "qos", "nodelist", "exclude", "constraint", "mail_user",
+             "gpus_per_node", "cpus_per_node", "image", "mounts", "workdir", "venv", "uv_project", "modules",
+             "dataset", "disk_path", "mooncake_device", "cpu_gb", "disk_gb", "mooncake_protocol"}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_init_starter_explains_itself_and_marks_site_values(shape):
+    import tomllib
+
+    text = (RECIPES / f"{shape}.toml").read_text()
+    lines = text.splitlines()
+    head = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        head.append(line)
+    header = "\n".join(head)
+    assert len(head) >= 12, header
+    assert f"slurmrl init {shape}" in header and "REPLACE" in header
+    for command in ("slurmrl validate my.toml", "slurmrl plan my.toml", "slurmrl render my.toml", "--set"):
+        assert command in header, command
+    name = tomllib.loads(text)["name"]
+    assert f"runs/{name}/" in header  # where render writes: named after the recipe's name
+    section = ""
+    for line in lines[len(head):]:
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key = line.split("=")[0].strip()
+        site = key in SITE_KEYS and section != "orchestrator" and not (key == "gpus_per_node" and section != "slurm")
+        site = site or (section == "model" and key == "path" and "/" not in line.split("=")[1])  # a local folder
+        if site:
+            assert "# REPLACE: " in line, f"{shape}: mark {line!r} as a value to replace"
+    assert all(len(line) <= 100 for line in lines)
+
+
 def test_init_default_shape(capsys):
     rc, out, _ = run_main(["init"], capsys)
     assert rc == 0 and "kind = " in out

@@ -471,7 +471,7 @@ class Recipe(Section):
     output_dir: str = Field("runs", description="Parent folder of run dirs (relative to the current directory).")
     templates_dir: str | None = Field(
         None,
-        description="Folder of ejected templates (`slurmrl templates eject`) to render with instead "
+        description="Folder of ejected templates (`slurmrl templates eject DIR`) to render with instead "
         "(relative to the recipe file).",
     )
     slurm: Slurm = Field(default_factory=Slurm, description="sbatch directives.")
