@@ -24,6 +24,13 @@ examples:
 Bad input exits with code 2 and one line naming the field."""
 
 
+def _job_id(text: str) -> int:
+    """A Slurm job id: a positive 32-bit number."""
+    if not text.isdigit() or not 1 <= int(text) < 2**32:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Slurm job id (1 to {2**32 - 1})")
+    return int(text)
+
+
 def _starters() -> list[str]:
     return sorted(p.stem for p in STARTERS.glob("*.toml"))
 
@@ -65,7 +72,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         _recipe_args(p)
         p.add_argument("--json", action="store_true", help="print plan.json instead of the summary")
         p.add_argument("--salloc", action="store_true", help="print the salloc line for this allocation")
-        p.add_argument("--job-id", type=int, help="show the ports this job id would get")
+        p.add_argument("--job-id", type=_job_id, help="show the ports this job id would get")
         p.add_argument("--run-dir", help="run dir to plan for (default: OUTPUT_DIR/NAME)")
 
     if wanted("render"):

@@ -189,6 +189,12 @@ def test_plan_job_id_shows_that_jobs_ports(capsys):
     assert f"for job 5: {ports.base_for_job(5)}" in out
 
 
+@pytest.mark.parametrize("job_id", ["-5", "0", "1e3", "4294967296", "99999999999999999999"])
+def test_plan_job_id_is_a_slurm_job_id(job_id, capsys):
+    rc, out, err = run_main(["plan", str(RECIPES / "rl-multinode.toml"), "--job-id", job_id], capsys)
+    assert rc == 2 and out == "" and "is not a Slurm job id" in err and "Traceback" not in err
+
+
 def test_plan_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     rc, _, _ = run_main(["plan", str(RECIPES / "rl-multinode.toml")], capsys)
