@@ -161,9 +161,9 @@ class Slurm(Section):
     @field_validator("time", "max_total_time")
     @classmethod
     def _time(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$", v):
+        if v is not None and not re.match(r"^(\d{1,3}-\d{1,2}|\d{1,6})(:\d{2}){0,2}$", v):
             raise ValueError(f"{v!r} is not a Slurm time; use HH:MM:SS, D-HH:MM:SS or minutes")
-        if v is not None and "-" in v and int(v.split("-")[0]) > MAX_DAYS:
+        if v is not None and time_seconds(v) > MAX_DAYS * 86400:
             raise ValueError(f"{v!r} is more than {MAX_DAYS} days")
         return v
 
