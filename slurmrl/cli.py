@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from slurmrl import pydantic_plugins
 from slurmrl.errors import UserError
 
 STARTERS = Path(__file__).resolve().parent / "recipes"
@@ -172,6 +173,7 @@ def cmd_plot(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    pydantic_plugins.skip_lookup()
     try:
         argv = sys.argv[1:] if argv is None else argv
         args = _parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)

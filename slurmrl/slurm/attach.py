@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from slurmrl import pydantic_plugins
 from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Component, Plan
@@ -193,5 +194,5 @@ def attach(target: str, component: str, node: int | None, task: int | None, comm
     step = snap.step(comp.name)
     note = f" (its step is {step.state})" if step is not None and step.state != "RUNNING" else ""
     print(f"slurmrl: {component} {what} on {host}{note}: {shlex.join(argv)}", file=sys.stderr, flush=True)
-    os.execvpe(argv[0], argv, srun_env(dict(os.environ)))
+    os.execvpe(argv[0], argv, srun_env(pydantic_plugins.child_env() or dict(os.environ)))
     return 0  # not reached

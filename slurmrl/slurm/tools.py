@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
+from slurmrl import pydantic_plugins
 from slurmrl.errors import UserError
 
 TIMEOUT_S = 60
@@ -13,7 +14,7 @@ def call(argv: list[str], check: bool = True, timeout: float = TIMEOUT_S) -> sub
     """Run a Slurm command, text output. ``check``: a non-zero exit is a UserError naming the command
     with its first stderr line (Slurm's own words), e.g. ``sbatch: Invalid partition name specified``."""
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=pydantic_plugins.child_env())
     except FileNotFoundError:
         raise UserError(None, f"{argv[0]} not found on PATH; run slurmrl where Slurm's client commands are") from None
     except subprocess.TimeoutExpired:
