@@ -269,3 +269,12 @@ def test_an_ended_het_job_is_asked_about_again(monkeypatch):
     assert [c["NodeList"] for c in watcher.get_info("7", mode="force")["components"]] == ["n1"]
     time.sleep(0.01)  # submitit ignores forced calls less than 1 ms apart
     assert [c["NodeList"] for c in watcher.get_info("7", mode="force")["components"]] == ["n1", "n[2-3]"]
+
+
+def test_status_says_how_many_requeues_are_left():
+    from slurmrl.slurm.status import text
+
+    rep = {"job_id": "7", "state": "RUNNING", "run_dir": "/r", "attempt": 1, "max_requeues": 3, "parts": [],
+           "components": [], "steps": [], "phases": [], "failed": None, "stopped": None, "serving": None,
+           "serving_url": None, "endpoints": [], "model": None, "secret_file": None}
+    assert text(rep).splitlines()[0] == "job 7: RUNNING  (attempt 1, 2 requeue(s) left, run dir /r)"

@@ -157,6 +157,7 @@ def phases(run_dir: Path, attempt: int) -> list[dict]:
 def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out = {"job_id": snap.job_id, "run_dir": str(run_dir) if run_dir else None, **snap.to_dict()}
     out["attempt"] = None
+    out["max_requeues"] = None
     out["components"] = []
     out["failed"] = None
     out["stopped"] = None
@@ -173,6 +174,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
         return out
     attempt = (jobs.attempts(run_dir) or [0])[-1]
     out["attempt"] = attempt
+    out["max_requeues"] = plan.max_requeues if plan is not None and plan.requeue else None
     out["failed"] = failed_reason(run_dir, attempt)
     out["stopped"] = stopped_reason(run_dir, attempt, snap.state)
     out["phases"] = phases(run_dir, attempt)
@@ -230,7 +232,10 @@ def phase_lines(rep: dict) -> list[str]:
 def text(rep: dict) -> str:
     head = f"job {rep['job_id']}: {rep['state']}"
     if rep["run_dir"]:
-        head += f"  (attempt {rep['attempt']}, run dir {rep['run_dir']})"
+        left = ""
+        if rep.get("max_requeues") is not None and rep["attempt"] is not None:
+            left = f", {max(rep['max_requeues'] - rep['attempt'], 0)} requeue(s) left"
+        head += f"  (attempt {rep['attempt']}{left}, run dir {rep['run_dir']})"
     lines = [head] + serving_lines(rep)
     if not rep["parts"]:
         lines.append("  not known to squeue or sacct (yet)")
