@@ -8,6 +8,7 @@ steps and the login-node commands (submit, status, logs, preflight) all go throu
       plan.json  recipe.toml         what was planned, from what
       components/<name>.toml         typed settings of our own programs (trainer, orchestrator)
       jobs.json                      every job submitted from this run dir
+      allocations                    job ids of `bash job.sbatch` runs inside salloc
       secret                         the job's secret (mode 0600; see slurmrl.secret)
       logs/batch-<jobid>.out         the batch shell's log
       logs/attempt-N/<comp>.<task>.log
@@ -32,6 +33,7 @@ SCRIPT = "job.sbatch"
 PLAN = "plan.json"
 RECIPE = "recipe.toml"
 JOBS = "jobs.json"
+ALLOCATIONS = "allocations"  # job ids of runs of job.sbatch inside salloc (the script appends them)
 SECRET = "secret"  # the job's secret (slurmrl.secret), made by the job script
 COMPONENTS = "components"
 LOGS = "logs"

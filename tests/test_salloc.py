@@ -49,6 +49,11 @@ def test_the_rendered_script_runs_inside_salloc(slurm_cluster, tmp_path, monkeyp
     job_id = reports[0]["env"]["SLURM_JOB_ID"]
     assert {rep["env"]["SLURM_JOB_ID"] for rep in reports} == {job_id}
     assert not (out.run_dir / "logs" / "attempt-0" / "FAILED").exists()
+    # the script recorded its allocation: `status RUN_DIR` works for a run that was never submitted
+    assert (out.run_dir / "allocations").read_text().split()[-1] == job_id
+    st = slurm_cluster.run([sys.executable, "-m", "slurmrl", "status", str(out.run_dir), "--json"], cwd=tmp_path)
+    assert st.returncode == 0, st.stderr
+    assert json.loads(st.stdout)["job_id"] == job_id
 
     for key, value in slurm_cluster.cluster_vars.items():
         monkeypatch.setenv(key, value)

@@ -47,10 +47,17 @@ def record(run_dir: Path, job_id: str, script_sha256: str, edited: bool) -> dict
 
 
 def last_job(run_dir: Path) -> str:
+    """The run dir's newest job: the last one submitted, else the last `bash job.sbatch` inside salloc."""
     jobs = history(run_dir)
-    if not jobs:
-        raise UserError(str(run_dir), f"has no {SUBMITTED}: it was never submitted; `slurmrl submit {run_dir}`")
-    return str(jobs[-1]["job_id"])
+    if jobs:
+        return str(jobs[-1]["job_id"])
+    try:
+        allocations = (run_dir / layout.ALLOCATIONS).read_text().split()
+    except OSError:
+        allocations = []
+    if allocations and allocations[-1].isdigit():
+        return allocations[-1]
+    raise UserError(str(run_dir), f"has no {SUBMITTED}: it was never submitted; `slurmrl submit {run_dir}`")
 
 
 def run_dir_arg(value: str | None) -> Path:
