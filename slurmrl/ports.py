@@ -23,6 +23,11 @@ _FIXED = {
     "torch_rdzv": 6,
     "weight_broadcast": 7,
     "dp_rpc": 8,
+    "etcd_client": 9,  # Dynamo: etcd on the head node (discovery)
+    "etcd_peer": 10,
+    "nats": 11,  # Dynamo: NATS, when a request or event plane is nats
+    "nats_monitor": 12,
+    "dynamo_frontend": 13,  # Dynamo's OpenAI frontend
 }
 
 # Per-node blocks: one HTTP port, one KV port and one data-parallel RPC port per local

@@ -29,9 +29,11 @@ def gpu_map(plan: Plan) -> list[str]:
             if c.group != g.index:
                 continue
             for i in c.instances:
-                owner = f"{c.name}.{i.local}" if c.tasks_per_node > 1 else c.name
+                owner = f"{c.name}.{i.local}" if c.tasks_per_node > 1 and not c.mpi else c.name
                 for gpu in i.gpus:
-                    owners.setdefault((c.first_node + i.node, gpu), []).append(owner)
+                    cell = owners.setdefault((c.first_node + i.node, gpu), [])
+                    if owner not in cell:  # the MPI ranks of one worker share its GPUs
+                        cell.append(owner)
         rows = [
             tuple("+".join(owners.get((node, gpu), ())) or "-" for gpu in range(g.gpus_per_node))
             for node in range(g.nodes)

@@ -2,7 +2,7 @@
 srun step would (``SLURM_NODEID``/``SLURM_LOCALID`` set, the port table exported), with the
 programs it execs replaced by a recorder: the test sees the exact argv and environment each
 task would start. Test double: the recorder stands in for python3 / torchrun / vllm-router /
-mooncake_*, nothing else is faked.
+mooncake_* / etcd / nats-server / trtllm-llmapi-launch, nothing else is faked.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 from slurmrl import ports
 from slurmrl.plan.model import Plan
 
-PROGRAMS = ("python3", "torchrun", "vllm-router", "mooncake_master", "mooncake_client", "uv")
+PROGRAMS = ("python3", "torchrun", "vllm-router", "mooncake_master", "mooncake_client", "uv",
+            "etcd", "nats-server", "trtllm-llmapi-launch")
 RECORDER = """#!/bin/bash
 printf '%s\\0' "$0" "$@" >"$EXPAND_OUT/argv"
 env -0 >"$EXPAND_OUT/env"

@@ -220,6 +220,20 @@ def listens(job: Job, c: Component, inst: Instance, e: Expanded) -> dict[str, in
                 "admin": int(prefixed(cmd, "-metrics_port="))}
     if c.name == "mooncake-client":
         return {"client": int(prefixed(cmd, "--port="))}
+    if c.role == "dynamo-worker":  # Dynamo's system port; an MPI worker's rank 0 alone binds it
+        if c.mpi and inst.rank:
+            return {}
+        out = {"system": int(e.env["DYN_SYSTEM_PORT"])}
+        if "VLLM_NIXL_SIDE_CHANNEL_PORT" in e.env:
+            out["kv"] = int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
+        return out
+    if c.role == "dynamo-frontend":
+        return {"http": int(e.after("--http-port"))}
+    if c.role == "etcd":
+        return {"client": int(e.after("--listen-client-urls").rpartition(":")[2]),
+                "peer": int(e.after("--listen-peer-urls").rpartition(":")[2])}
+    if c.role == "nats":
+        return {"client": int(e.after("-p")), "monitor": int(e.after("-m"))}
     if c.role == "trainer":  # the c10d store runs where the endpoint's host is this task's host
         host, _, p = prefixed(cmd, "--rdzv-endpoint=").rpartition(":")
         return {"rdzv": int(p)} if host == job.host(c, inst) else {}

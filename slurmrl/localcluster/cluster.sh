@@ -24,7 +24,8 @@ CTLD_PORT=16817
 DBD_PORT=16819
 DB_PORT=16830
 CLUSTER=slurmrl
-PKGS=(slurm-wlm slurmdbd slurm-client munge mariadb-server libslurm-dev iproute2 gcc)
+PKGS=(slurm-wlm slurmdbd slurm-client munge mariadb-server libslurm-dev iproute2 gcc
+  etcd-server nats-server)  # the last two: Dynamo jobs (etcd for discovery, NATS for its nats planes)
 OWNER=/run/slurmrl-localcluster.owner  # also read by slurmrl/localcluster/__init__.py
 
 usage() {

@@ -103,6 +103,7 @@ class Component(Frozen):
     health: Health | None
     instances: tuple[Instance, ...]  # where each task lands (summary, status, preflight)
     settings: dict | None = None  # typed settings of our own programs, written to components/<name>.toml
+    mpi: str | None = None  # srun --mpi=<this>: the step's tasks are one MPI world (TRT-LLM ranks)
 
     @property
     def function(self) -> str:

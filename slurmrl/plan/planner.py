@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from slurmrl.errors import UserError
 from slurmrl import ports
-from slurmrl.plan import placement, rules, servers, services, shell, training
+from slurmrl.plan import dynamo, placement, rules, servers, services, shell, training
 from slurmrl.plan.directives import group_directives
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep, Task
 from slurmrl.recipe.schema import Recipe, time_seconds
@@ -153,8 +153,10 @@ class _Builder:
     # ---- assemble -----------------------------------------------------------------------
     def build(self) -> Plan:
         r = self.r
-        self.slots = placement.layout(self)
-        if r.inference is not None:
+        self.slots = dynamo.layout(self) if dynamo.enabled(r) else placement.layout(self)
+        if dynamo.enabled(r):
+            dynamo.components(self)  # etcd, NATS, frontend and workers in place of servers and router
+        elif r.inference is not None:
             servers.inference(self)
             services.mooncake(self)
             services.router(self)
@@ -222,6 +224,8 @@ class _Builder:
             args.append(f"--gpus-per-node={gpus}")
         elif self.groups[c["group"]].gpus_per_node:
             args.append("--gpus-per-node=0")  # no GPUs, so it never waits for a GPU step (--gres=none is refused)
+        if c.get("mpi"):
+            args.append(f"--mpi={c['mpi']}")
         args.append(f"--kill-on-bad-exit={int(fail_fast)}")
         args.append(Sh(sh=f"--output=${{LOG_DIR}}/{c['name']}.%t.log"))
         return tuple(args)
@@ -304,4 +308,5 @@ def plan(recipe: Recipe, run_dir: str, preflight: bool = False) -> Plan:
     With ``preflight`` every component runs ``slurmrl.runtime.probe`` in the same layout.
     """
     rules.check(recipe)
+    dynamo.check(recipe)
     return _Builder(recipe, run_dir, preflight).build()

@@ -1,10 +1,14 @@
 """A thin supervisor around the command a task function in job.sbatch runs.
 
-    python -m slurmrl.runtime.supervise NAME [--gpus FIRST:COUNT] [--ready URL] -- COMMAND...
+    python -m slurmrl.runtime.supervise NAME [--gpus FIRST:COUNT] [--ready URL [--ready-model NAME
+                                              [--ready-instances N]]] -- COMMAND...
 
 It prints the exact argv it runs, keeps only this task's GPU slice visible, starts COMMAND,
 forwards signals to it, writes the task's ready file once ``URL`` answers (``http://H:P``: GET
-/health is 200; ``tcp://H:P``: the port accepts; ``started``: at once, the task serves nothing),
+/health is 200; ``tcp://H:P``: the port accepts; ``started``: at once, the task serves nothing;
+with ``--ready-model NAME``: GET /v1/models lists NAME, and with ``--ready-instances N`` the
+server's /health lists N ``generate`` endpoints of the namespace ``$DYN_NAMESPACE``: Dynamo's
+frontend, whose /health answers 200 before any worker is there),
 and exits with COMMAND's exit code (128+N when a signal N ended it). When COMMAND ends, or the
 supervisor is told to stop, every process COMMAND left behind is ended too (TERM, then KILL):
 the supervisor is the subreaper of its tree, so orphans (vLLM's EngineCore, torchrun's workers,
@@ -17,6 +21,7 @@ The standard library and psutil only: this starts before any engine.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -58,7 +63,31 @@ def tcp_ok(host: str, port: int, timeout: float = 2.0) -> bool:
         return False
 
 
-def ready_check(url: str):
+def get_json(url: str, timeout: float = 2.0):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return json.loads(r.read()) if r.status == 200 else None
+    except (OSError, ValueError, urllib.error.HTTPError):
+        return None
+
+
+def model_ok(base: str, model: str, instances: int = 0, namespace: str | None = None) -> bool:
+    """``model`` is listed at BASE/v1/models and BASE/health lists ``instances`` workers (distinct
+    instances serving a ``generate`` endpoint in ``namespace``): Dynamo's frontend is ready."""
+    listed = get_json(f"{base}/v1/models")
+    if not isinstance(listed, dict) or model not in {m.get("id") for m in listed.get("data") or []}:
+        return False
+    if instances <= 0:
+        return True
+    health = get_json(f"{base}/health")
+    found = {
+        i.get("instance_id") for i in (health or {}).get("instances") or []
+        if i.get("endpoint") == "generate" and (namespace is None or i.get("namespace") == namespace)
+    }
+    return len(found) >= instances
+
+
+def ready_check(url: str, model: str | None = None, instances: int = 0):
     """A callable that is true once ``url`` answers; the URL others reach the task at, or None."""
     if url == "started":
         return (lambda: True), None
@@ -67,6 +96,9 @@ def ready_check(url: str):
     host, _, port = hostport.rpartition(":")
     if scheme not in ("http", "tcp") or not host or not port.isdigit():
         raise SystemExit(f"slurmrl: --ready {url!r}: give http://HOST:PORT, tcp://HOST:PORT or started")
+    if scheme == "http" and model:
+        namespace = os.environ.get("DYN_NAMESPACE")
+        return (lambda: model_ok(f"http://{hostport}", model, instances, namespace)), f"http://{hostport}"
     if scheme == "http":
         return (lambda: http_ok(f"http://{hostport}/health")), f"http://{hostport}"
     return (lambda: tcp_ok(host, int(port))), f"tcp://{hostport}"
@@ -108,6 +140,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("name", help="the component (names the ready file and the log lines)")
     ap.add_argument("--gpus", metavar="FIRST:COUNT", help="GPU positions of this task among the step's GPUs")
     ap.add_argument("--ready", metavar="URL", help="http://HOST:PORT, tcp://HOST:PORT or started")
+    ap.add_argument("--ready-model", metavar="NAME",
+                    help="with an http --ready URL: ready once GET /v1/models lists NAME (not /health)")
+    ap.add_argument("--ready-instances", type=int, default=0, metavar="N",
+                    help="with --ready-model: and once /health lists N workers (generate endpoints) of $DYN_NAMESPACE")
     ap.add_argument(
         "--heartbeat", type=int, metavar="SECONDS",
         help="end the command (exit 124) when it has not called slurmrl.heartbeat.beat() for SECONDS",
@@ -134,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         log(args.name, f"GPUs {','.join(narrow_gpus(args.gpus, env))} (positions {args.gpus})")
     if args.cuda_runtime:
         add_cuda_runtime(env)
-    check, url = ready_check(args.ready) if args.ready else (None, None)
+    check, url = ready_check(args.ready, args.ready_model, args.ready_instances) if args.ready else (None, None)
     if args.heartbeat:
         env[heartbeat.ENV] = str(heartbeat_file(args.name))
         Path(env[heartbeat.ENV]).parent.mkdir(parents=True, exist_ok=True)  # watched from the first beat on

@@ -5,6 +5,11 @@ a 2-layer Llama with head_dim 64 (vLLM's CPU kernels need >= 64) and untied embe
 (vLLM's weight reload skips a tied LM head). The same seed gives the same bytes.
 
     python -m slurmrl.runtime.tiny_model DIR [--seed N]
+    python -m slurmrl.runtime.tiny_model DIR --no-weights     (for Dynamo's mocker: no torch needed)
+
+``build_no_weights`` writes only what Dynamo's mocker reads (config.json, tokenizer.json,
+tokenizer_config.json with the chat template) with a vocabulary of ``MOCKER_VOCAB`` tokens: the
+mocker emits random token ids (seen in the 1000-2000 range), which must decode to text.
 """
 
 from __future__ import annotations
@@ -42,6 +47,39 @@ def build_tokenizer(out: Path):
     return fast
 
 
+MOCKER_VOCAB = 4096
+
+
+def build_no_weights(out: str | Path, vocab_size: int = MOCKER_VOCAB) -> Path:
+    """A model folder without weights: the tokenizer above plus filler tokens ``w<i> `` up to
+    ``vocab_size``, and a Llama-shaped config.json. Needs only the ``tokenizers`` library."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    v = vocab()
+    v.update({f"w{i} ": i for i in range(len(v), vocab_size)})
+    tok = Tokenizer(models.WordLevel(vocab=v, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens([AddedToken(t, special=True) for t in SPECIALS])
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "<|end|>",
+        "pad_token": "<pad>", "unk_token": "<unk>", "chat_template": CHAT_TEMPLATE,
+        "model_max_length": 4096,
+    }, indent=1))
+    (out / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab_size,
+        "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 2, "head_dim": 64, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+        "bos_token_id": v["<s>"], "eos_token_id": v["<|end|>"], "pad_token_id": v["<pad>"],
+        "torch_dtype": "float32", "tie_word_embeddings": False,
+    }, indent=1))
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": v["<s>"], "eos_token_id": v["<|end|>"]}))
+    return out
+
+
 def build(out: str | Path, seed: int = 0, hidden: int = 128, layers: int = 2) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -67,8 +105,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-weights", action="store_true", help="config and tokenizer only (Dynamo's mocker)")
     args = ap.parse_args()
-    print(build(args.dir, args.seed))
+    print(build_no_weights(args.dir) if args.no_weights else build(args.dir, args.seed))
 
 
 if __name__ == "__main__":

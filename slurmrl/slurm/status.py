@@ -20,8 +20,9 @@ from slurmrl.summary import table
 
 REFRESH_S = 2.0
 NOT_FOUND_AFTER_S = 15.0  # sacct lags a submit by ~1 s; a job unknown for this long does not exist
-FRONT_ROLES = ("router",)  # what clients talk to when the job has one (else: each server)
-SERVER_ROLES = ("inference",)  # OpenAI-compatible servers
+FRONT_ROLES = ("router", "dynamo-frontend")  # what clients talk to when the job has one (else: each server)
+SERVER_ROLES = ("inference", "dynamo-worker")  # OpenAI-compatible servers, and Dynamo's workers
+MODEL_FLAGS = ("--served-model-name", "--model-name")  # the name workers serve under (Dynamo's mocker: the second)
 
 
 def resolve(target: str | None) -> tuple[Path | None, str]:
@@ -116,20 +117,20 @@ def served_model(run_dir: Path, plan: Plan) -> str | None:
     except OSError:
         script = ""
     for line in script.splitlines():
-        if "--served-model-name" in line:
+        if any(flag in line for flag in MODEL_FLAGS):
             try:
                 words = shlex.split(line.rstrip().removesuffix("\\"), comments=True)
             except ValueError:
                 continue
             for i, w in enumerate(words):
-                if w == "--served-model-name" and i + 1 < len(words) and "$" not in words[i + 1]:
+                if w in MODEL_FLAGS and i + 1 < len(words) and "$" not in words[i + 1]:
                     return words[i + 1]
-                if w.startswith("--served-model-name=") and "$" not in w:
+                if w.split("=", 1)[0] in MODEL_FLAGS and "=" in w and "$" not in w:
                     return w.split("=", 1)[1]
     for c in plan.components:
         args = list(c.task.command)
         for i, a in enumerate(args[:-1]):
-            if a == "--served-model-name" and isinstance(args[i + 1], str):
+            if a in MODEL_FLAGS and isinstance(args[i + 1], str):
                 return args[i + 1]
     return None
 

@@ -1,0 +1,437 @@
+"""NVIDIA Dynamo on Slurm (``inference.backend = "dynamo"``), in place of vLLM servers + vllm-router.
+
+On the first inference node (the prefill group's in mode ``pd``): etcd (discovery), NATS when a
+request or event plane is ``nats``, and Dynamo's OpenAI frontend (``python -m dynamo.frontend``),
+which routes to every worker registered in etcd under the job's own namespace
+(``DYN_NAMESPACE=job$SLURM_JOB_ID``, so jobs sharing an etcd never see each other's workers).
+
+Workers, aggregated (mode ``replicas``) or disaggregated (mode ``pd``: prefill and decode in their
+own het groups, replicas of each): ``python -m dynamo.vllm`` and ``python -m dynamo.mocker`` run one
+task per worker, like vLLM servers (GPU slice and ``DYN_SYSTEM_PORT`` from ``SLURM_LOCALID``);
+``python -m dynamo.trtllm`` runs one MPI rank per GPU (``srun --mpi=pmix`` and
+``trtllm-llmapi-launch``), one srun step per worker (a step is one MPI world), and a worker of
+``tp`` GPUs may span ``tp / GPUs-per-node`` nodes; every rank sees the worker's GPUs of its node,
+as TRT-LLM expects (it picks its device from its local rank).
+
+Readiness is the frontend's: the served model is listed at ``/v1/models`` and every worker is
+registered (the frontend's ``/health`` answers 200 with no worker at all, so it is not used).
+Stops run in reverse start order: the frontend, then the workers, then NATS and etcd.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from slurmrl import ports
+from slurmrl.layout import dynamo_data_dir
+from slurmrl.errors import UserError
+from slurmrl.plan import shell
+from slurmrl.plan.model import Arg, Health, Instance, Sh
+from slurmrl.plan.placement import Slot
+from slurmrl.recipe.schema import Dynamo, Inference, Recipe
+
+SERVICE_CPUS = {"etcd": 1, "nats": 1, "frontend": 2}
+MODULES = {"vllm": "dynamo.vllm", "trtllm": "dynamo.trtllm", "mocker": "dynamo.mocker"}
+NAMESPACE = Sh(sh="job${SLURM_JOB_ID}")  # one Dynamo namespace per job, the same in every het group
+OWN_ENV = ("DYN_NAMESPACE", "ETCD_ENDPOINTS", "NATS_SERVER", "DYN_SYSTEM_PORT", "DYN_REQUEST_PLANE",
+           "DYN_EVENT_PLANE")  # set by the plan; a recipe's env may not
+NIXL_CONFIG = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+WORKER_ROLE = "dynamo-worker"
+FRONTEND_ROLE = "dynamo-frontend"
+
+
+def enabled(r: Recipe) -> bool:
+    return r.inference is not None and r.inference.backend == "dynamo"
+
+
+def settings(inf: Inference) -> Dynamo:
+    return inf.dynamo or Dynamo()
+
+
+def needs_nats(d: Dynamo) -> bool:
+    return "nats" in (d.request_plane, d.event_plane)
+
+
+# ---- what makes no sense with Dynamo -----------------------------------------------------------
+def check(r: Recipe) -> None:
+    """One line naming the field for every combination Dynamo cannot honour."""
+    inf = r.inference
+    if inf is None or inf.backend != "dynamo":
+        if inf is not None and inf.dynamo is not None:
+            raise UserError("inference.dynamo", "set inference.backend = \"dynamo\" to use it")
+        return
+    d = settings(inf)
+    if r.kind != "inference":
+        raise UserError("inference.backend", f"Dynamo serves kind 'inference' only (kind is {r.kind!r}): RL reloads "
+                        "weights through vLLM's admin endpoints")
+    if getattr(r, "benchmark", None) is not None:
+        raise UserError("benchmark", "not available with inference.backend 'dynamo' yet")
+    if inf.mode == "wide_ep":
+        raise UserError("inference.mode", "Dynamo has no 'wide_ep' mode: use 'replicas' (aggregated) or 'pd', with "
+                        "engine 'trtllm' for workers spanning nodes")
+    if inf.auth != "none":
+        raise UserError("inference.auth", "Dynamo's frontend cannot check the job's secret (it has no API-key option): "
+                        "set auth = \"none\" and keep its port off networks you do not trust")
+    if inf.router != type(inf.router)():
+        raise UserError("inference.router", "Dynamo's frontend routes requests: use inference.dynamo.router_mode and "
+                        "frontend_args instead of [inference.router]")
+    if inf.kv_offload.kind != "none":
+        raise UserError("inference.kv_offload.kind", "KV offload is vLLM-server configuration; with Dynamo pass the "
+                        "engine's own flags in inference.dynamo.extra_args")
+    for name, why in (("max_lora_rank", "runtime LoRA loading goes through vLLM's admin endpoints"),
+                      ("admin_endpoints", "the admin endpoints are vLLM server routes")):
+        if getattr(inf, name):
+            raise UserError(f"inference.{name}", f"not available with Dynamo: {why}")
+    if inf.gpus_per_node == 0:
+        raise UserError("inference.gpus_per_node", "Dynamo workers take tp GPUs each (the mocker too: it stands in "
+                        "for a GPU engine); leave it out or give at least tp")
+    if inf.dp != 1:
+        raise UserError("inference.dp", "Dynamo workers are sized by tp; data parallelism is the engine's own "
+                        "(trtllm: enable_attention_dp in the engine config; vllm: extra_args)")
+    defaults = Inference.model_fields
+    for name in ("kv_connector", "share_nodes", "kv_load_failure_policy", "kv_buffer_device"):
+        if name in defaults and getattr(inf, name) != defaults[name].default:
+            raise UserError(f"inference.{name}", "vLLM P/D configuration; Dynamo's disaggregation moves KV itself")
+    for role in ("prefill", "decode"):
+        spec = getattr(inf, role)
+        for name in ("dp", "nodes_per_worker"):
+            if spec is not None and getattr(spec, name, None) not in (None, 1):
+                raise UserError(f"inference.{role}.{name}", "Dynamo workers are sized by tp (and nodes)")
+        if spec is not None and getattr(spec, "expert_parallel", False) and d.engine != "vllm":
+            raise UserError(f"inference.{role}.expert_parallel", f"engine {d.engine!r}: set expert parallelism in "
+                            "the engine config")
+    if d.engine != "vllm":
+        for name in ("gpu_memory_utilization", "expert_parallel"):
+            if getattr(inf, name) is not None:
+                raise UserError(f"inference.{name}", f"a vLLM flag; engine {d.engine!r} takes its own in "
+                                f"{'the engine config' if d.engine == 'trtllm' else 'inference.dynamo.extra_args'}")
+        if inf.enforce_eager:
+            raise UserError("inference.enforce_eager", f"a vLLM flag; engine {d.engine!r} does not take it")
+        if r.model.dtype != "auto":
+            raise UserError("model.dtype", f"engine {d.engine!r} takes the dtype from the model (or engine config)")
+        if r.model.trust_remote_code:
+            raise UserError("model.trust_remote_code", f"a vLLM flag; engine {d.engine!r} does not take it")
+    if d.engine == "trtllm":
+        configs = {"engine_config": d.engine_config}
+        if inf.mode == "pd":
+            configs = {"prefill_engine_config": d.prefill_engine_config or d.engine_config,
+                       "decode_engine_config": d.decode_engine_config or d.engine_config}
+        for name, value in configs.items():
+            if not value:
+                raise UserError(f"inference.dynamo.{name}", "engine 'trtllm' needs an engine-config YAML "
+                                "(--extra-engine-args)")
+    else:
+        for name in ("engine_config", "prefill_engine_config", "decode_engine_config"):
+            if getattr(d, name):
+                raise UserError(f"inference.dynamo.{name}", "only engine 'trtllm' reads an engine-config YAML")
+    if inf.mode != "pd" and (d.prefill_engine_config or d.decode_engine_config):
+        raise UserError("inference.dynamo.prefill_engine_config", "only used with mode 'pd'")
+    if d.speedup_ratio is not None and d.engine != "mocker":
+        raise UserError("inference.dynamo.speedup_ratio", "only engine 'mocker' simulates time")
+    if d.nats_server and not needs_nats(d):
+        raise UserError("inference.dynamo.nats_server", "no plane uses NATS: set request_plane or event_plane "
+                        "to \"nats\"")
+    for where, env in (("env", r.env), ("inference.env", inf.env), ("inference.dynamo.env", d.env),
+                       *((f"inference.{role}.env", getattr(inf, role).env)
+                         for role in ("prefill", "decode") if getattr(inf, role) is not None)):
+        for key in env:
+            if key in OWN_ENV:
+                raise UserError(f"{where}.{key}", "is set by the plan for every Dynamo process (see "
+                                "inference.dynamo)")
+
+
+# ---- where the workers go ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Role:
+    """One family of workers: aggregated (``inference``), or one side of prefill/decode."""
+
+    name: str
+    mode: str | None  # --disaggregation-mode: None (aggregated), "prefill", "decode"
+    field: str  # where its sizes live in the recipe
+    replicas: int
+    tp: int  # GPUs per worker
+    span: int  # nodes per worker (trtllm only when > 1)
+    per_node: int  # workers per node (1 when a worker spans nodes)
+    nodes: int
+    gpus_per_node: int  # GPUs the role uses on each of its nodes
+    extra_args: tuple[str, ...]
+    env: dict
+    engine_config: str | None
+    expert_parallel: bool
+
+
+def _shape(r: Recipe, field: str, tp: int, gpn: int, engine: str) -> tuple[int, int]:
+    """(nodes per worker, workers per node) of workers of ``tp`` GPUs on nodes of ``gpn`` GPUs."""
+    if tp <= gpn:
+        return 1, gpn // tp
+    if engine != "trtllm":
+        raise UserError(f"{field}.tp", f"tp={tp} needs more than the {gpn} GPUs of one node; dynamo.{engine} "
+                        "workers run on one node (engine 'trtllm' spans nodes with MPI)")
+    if tp % gpn:
+        raise UserError(f"{field}.tp", f"a worker of tp={tp} spans whole nodes of {gpn} GPUs; use a multiple of {gpn}")
+    return tp // gpn, 1
+
+
+def roles(r: Recipe) -> list[Role]:
+    inf, d = r.inference, settings(r.inference)
+    gpn = r.slurm.gpus_per_node
+    out = []
+    if inf.mode != "pd":
+        n = inf.gpus_per_node or gpn
+        span, per_node = _shape(r, "inference", inf.tp, n, d.engine)
+        if span == 1 and n % inf.tp:
+            raise UserError("inference.tp", f"tp={inf.tp} does not divide the {n} inference GPUs per node")
+        if inf.nodes % span:
+            raise UserError("inference.nodes", f"{inf.nodes} nodes do not hold whole workers of {span} nodes "
+                            f"(tp={inf.tp}); use a multiple of {span}")
+        out.append(Role("inference", None, "inference", inf.nodes // span * per_node, inf.tp, span, per_node,
+                        inf.nodes, n if span > 1 else per_node * inf.tp, (), {}, d.engine_config,
+                        bool(inf.expert_parallel)))
+    else:
+        for name in ("prefill", "decode"):
+            spec, field = getattr(inf, name), f"inference.{name}"
+            span, fit = _shape(r, field, spec.tp, gpn, d.engine)
+            if span > 1:
+                nodes = spec.nodes or spec.replicas * span
+                if nodes != spec.replicas * span:
+                    raise UserError(f"{field}.nodes", f"{spec.replicas} workers x {span} nodes each need "
+                                    f"{spec.replicas * span} nodes, not {nodes}")
+                per_node, used = 1, gpn
+            else:
+                nodes = spec.nodes or math.ceil(spec.replicas * spec.tp / gpn)
+                if spec.replicas % nodes:
+                    raise UserError(f"{field}.replicas", f"{spec.replicas} workers do not spread evenly over "
+                                    f"{nodes} nodes; use a multiple of {nodes}")
+                per_node = spec.replicas // nodes
+                used = per_node * spec.tp
+                if used > gpn:
+                    raise UserError(f"{field}.nodes", f"{per_node} workers x tp={spec.tp} per node need {used} "
+                                    f"GPUs; nodes have {gpn}")
+            config = getattr(d, f"{name}_engine_config") or d.engine_config
+            out.append(Role(name, name, field, spec.replicas, spec.tp, span, per_node, nodes, used,
+                            tuple(spec.extra_args), dict(spec.env), config, bool(getattr(spec, "expert_parallel", False))))
+    for role in out:
+        if role.per_node > ports.MAX_LOCAL:
+            raise UserError(f"{role.field}.tp", f"{role.per_node} workers per node; at most {ports.MAX_LOCAL}")
+    return out
+
+
+def layout(b) -> dict[str, Slot]:
+    """A het group per role (``inference``, or ``prefill`` and ``decode``) and its slot."""
+    check(b.r)
+    gpn = b.r.slurm.gpus_per_node
+    slots = {}
+    for role in roles(b.r):
+        g = b.group(role.name, role.nodes, gpn)
+        slots[role.name] = Slot(g.index, 0, role.nodes, tuple(range(role.gpus_per_node)))
+    return slots
+
+
+# ---- components --------------------------------------------------------------------------------
+def common_env(b, head: int) -> list:
+    """What every Dynamo process of the job reads: its namespace, etcd, NATS."""
+    d = settings(b.r.inference)
+    h = shell.head(head).sh
+    etcd = d.etcd_endpoints or Sh(sh=f"http://{h}:{shell.var('etcd_client').sh}")
+    env: list = [("DYN_NAMESPACE", NAMESPACE), ("ETCD_ENDPOINTS", etcd)]
+    if d.nats_server:
+        env.append(("NATS_SERVER", d.nats_server))
+    elif needs_nats(d):
+        env.append(("NATS_SERVER", Sh(sh=f"nats://{h}:{shell.var('nats').sh}")))
+    return env + sorted(d.env.items())
+
+
+def planes(d: Dynamo) -> list[Arg]:
+    return ["--request-plane", d.request_plane, "--event-plane", d.event_plane]
+
+
+def data_dir(service: str) -> Sh:
+    """The service's data folder in the run dir, for this attempt (the script exports both variables)."""
+    return Sh(sh=str(dynamo_data_dir("${SLURMRL_RUN_DIR}", "${SLURMRL_ATTEMPT}", service)))
+
+
+def services(b, head: int) -> None:
+    """etcd and NATS (stage 0) on the head node, unless the recipe names existing ones."""
+    d = settings(b.r.inference)
+    g = b.groups[head]
+    env = sorted(d.env.items())  # not the workers' ETCD_*: etcd reads ETCD_* as its own flags
+    host_prelude = [*shell.declare("host"), shell.HOST_LINE]
+    if not d.etcd_endpoints:
+        b.reserve(g, 0, SERVICE_CPUS["etcd"], "etcd")
+        client, peer = shell.var("etcd_client").sh, shell.var("etcd_peer").sh
+        b.add(
+            name="etcd", role="etcd", group=head, first_node=0, nodes=1, tasks_per_node=1,
+            cpus_per_task=SERVICE_CPUS["etcd"], gpus_per_node=0, stage=0,
+            health=Health(kind="http", ports=("etcd_client",), first_node_only=True, timeout=120),
+            instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={"client": "etcd_client", "peer": "etcd_peer"}),),
+            task=b.task(
+                "etcd", prelude=host_prelude, env=env,
+                supervisor=b.supervise("etcd", ready=shell.url("http", shell.var("etcd_client"))),
+                command=(
+                    "etcd", "--name", "slurmrl", "--data-dir", data_dir("etcd"),
+                    "--listen-client-urls", Sh(sh=f"http://0.0.0.0:{client}"),
+                    "--advertise-client-urls", Sh(sh=f"http://${{host}}:{client}"),
+                    # one member: peers talk over loopback only
+                    "--listen-peer-urls", Sh(sh=f"http://127.0.0.1:{peer}"),
+                    "--initial-advertise-peer-urls", Sh(sh=f"http://127.0.0.1:{peer}"),
+                    "--initial-cluster", Sh(sh=f"slurmrl=http://127.0.0.1:{peer}"),
+                ),
+            ),
+        )
+    if needs_nats(d) and not d.nats_server:
+        b.reserve(g, 0, SERVICE_CPUS["nats"], "NATS")
+        b.add(
+            name="nats", role="nats", group=head, first_node=0, nodes=1, tasks_per_node=1,
+            cpus_per_task=SERVICE_CPUS["nats"], gpus_per_node=0, stage=0,
+            health=Health(kind="tcp", ports=("nats",), first_node_only=True, timeout=120),
+            instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={"client": "nats", "monitor": "nats_monitor"}),),
+            task=b.task(
+                "nats", prelude=host_prelude, env=env,
+                supervisor=b.supervise("nats", ready=shell.url("tcp", shell.var("nats"))),
+                command=("nats-server", "-a", "0.0.0.0", "-p", shell.var("nats"), "-m", shell.var("nats_monitor"),
+                         "-js", "-sd", data_dir("nats")),
+            ),
+        )
+
+
+def engine_args(b, role: Role) -> list[Arg]:
+    """The worker's command-line arguments after ``python -m dynamo.<engine>``."""
+    r, inf, d = b.r, b.r.inference, settings(b.r.inference)
+    m = r.model
+    if d.engine == "mocker":
+        args: list[Arg] = ["--model-path", m.path, "--model-name", m.served_model_name]
+        if d.speedup_ratio is not None:
+            args += ["--speedup-ratio", f"{d.speedup_ratio:g}"]
+        if m.max_model_len:
+            args += ["--max-model-len", str(m.max_model_len)]
+    elif d.engine == "trtllm":
+        args = ["--model-path", m.path, "--served-model-name", m.served_model_name,
+                "--extra-engine-args", role.engine_config, "--tensor-parallel-size", str(role.tp),
+                "--gpus-per-node", str(role.gpus_per_node if role.span > 1 else role.tp)]
+        if m.max_model_len:
+            args += ["--max-seq-len", str(m.max_model_len)]
+    else:
+        args = ["--model", m.path, "--served-model-name", m.served_model_name, "--tensor-parallel-size", str(role.tp)]
+        if m.dtype != "auto":
+            args += ["--dtype", m.dtype]
+        if m.max_model_len:
+            args += ["--max-model-len", str(m.max_model_len)]
+        if m.trust_remote_code:
+            args.append("--trust-remote-code")
+        if inf.gpu_memory_utilization is not None:
+            args += ["--gpu-memory-utilization", f"{inf.gpu_memory_utilization:g}"]
+        if inf.enforce_eager:
+            args.append("--enforce-eager")
+        if role.expert_parallel:
+            args.append("--enable-expert-parallel")
+        if role.mode:
+            args += ["--kv-transfer-config", shell.json_word(NIXL_CONFIG)]
+    if role.mode:
+        args += ["--disaggregation-mode", role.mode]
+    return args + planes(d) + list(d.extra_args) + list(role.extra_args)
+
+
+def worker_env(b, role: Role, head: int) -> list:
+    return common_env(b, head) + sorted({**b.r.inference.env, **role.env}.items())
+
+
+def workers(b, role: Role, slot: Slot, head: int, first_index: int = 0) -> None:
+    """mocker and vllm: one task per worker, every worker of the role in one srun step."""
+    d = settings(b.r.inference)
+    prelude = [shell.HOST_LINE, f"port={shell.per_task('server', first_index)}"]
+    names = ["host", "port"]
+    env = worker_env(b, role, head) + [("DYN_SYSTEM_PORT", Sh(sh="${port}"))]
+    nixl = d.engine == "vllm" and role.mode is not None
+    if nixl:  # one side-channel port per worker, indexed by its first GPU: TP ranks add to it
+        prelude.append(f"nixl_port={shell.per_task('nixl', slot.gpus[0], role.tp)}")
+        names.append("nixl_port")
+        env += [("VLLM_NIXL_SIDE_CHANNEL_HOST", shell.HOST), ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh="${nixl_port}"))]
+    instances = []
+    for node in range(slot.nodes):
+        for local in range(role.per_node):
+            gpus = slot.gpus[local * role.tp:(local + 1) * role.tp]
+            iports = {"system": f"server_{first_index + local}"}
+            if nixl:
+                iports["kv"] = f"nixl_{gpus[0]}"
+            instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
+    b.add(
+        name=role.name, role=WORKER_ROLE, group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
+        tasks_per_node=role.per_node, gpus_per_node=len(slot.gpus), stage=2, main=True, fail_fast=False,
+        health=None, instances=tuple(instances),
+        task=b.task(
+            role.name, prelude=[*shell.declare(*names), *prelude], env=env,
+            supervisor=b.supervise(role.name, gpus=shell.gpu_slice(slot.gpus[0], role.tp, True), ready="started"),
+            command=(*b.py, "-m", MODULES[d.engine], *engine_args(b, role)),
+        ),
+    )
+
+
+def mpi_workers(b, role: Role, slot: Slot, head: int) -> None:
+    """trtllm: one srun step per worker (one MPI world), one rank per GPU; rank 0 serves Dynamo."""
+    count = role.replicas
+    for w in range(count):
+        name = role.name if count == 1 else f"{role.name}-{w}"
+        node = (w // role.per_node) * role.span
+        local = w % role.per_node
+        first = slot.gpus[0] + local * role.tp if role.span == 1 else slot.gpus[0]
+        gpus = tuple(range(first, first + (role.tp if role.span == 1 else role.gpus_per_node)))
+        ranks_per_node = len(gpus)
+        wslot = Slot(slot.group, node, role.span, gpus, shared=role.per_node > 1)
+        system = f"server_{local}"
+        instances = tuple(
+            Instance(rank=n * ranks_per_node + k, node=n, local=k, gpus=gpus,
+                     ports={"system": system} if n == 0 and k == 0 else {})
+            for n in range(role.span) for k in range(ranks_per_node)
+        )
+        env = worker_env(b, role, head) + [("DYN_SYSTEM_PORT", shell.var(system))]  # rank 0 binds it
+        b.add(
+            name=name, role=WORKER_ROLE, group=slot.group, slot=wslot, first_node=node, nodes=role.span,
+            tasks_per_node=ranks_per_node, gpus_per_node=len(gpus), stage=2, main=True, fail_fast=True,
+            mpi="pmix", health=None, instances=instances,
+            task=b.task(
+                name, env=env,
+                supervisor=b.supervise(name, gpus=shell.gpu_slice(gpus[0], len(gpus), False), ready="started"),
+                command=(*shell.tool(b.py, "trtllm-llmapi-launch"), *b.py, "-m", MODULES["trtllm"],
+                         *engine_args(b, role)),
+            ),
+        )
+
+
+def frontend(b, head: int, workers_total: int) -> None:
+    """Dynamo's OpenAI frontend on the head node; ready once the model is listed with every worker."""
+    d, m = settings(b.r.inference), b.r.model
+    b.reserve(b.groups[head], 0, SERVICE_CPUS["frontend"], "Dynamo's frontend")
+    port = shell.var("dynamo_frontend")
+    args: list[Arg] = ["--http-host", "0.0.0.0", "--http-port", port, *planes(d)]
+    if d.router_mode:
+        args += ["--router-mode", d.router_mode]
+    sup = b.supervise("frontend", ready=shell.url("http", port))
+    sup = (*sup[:-1], "--ready-model", m.served_model_name, "--ready-instances", str(workers_total), "--")
+    b.add(
+        name="frontend", role=FRONTEND_ROLE, group=head, first_node=0, nodes=1, tasks_per_node=1,
+        cpus_per_task=SERVICE_CPUS["frontend"], gpus_per_node=0, stage=3,
+        health=Health(kind="http", ports=("dynamo_frontend",), path="/v1/models", first_node_only=True,
+                      timeout=b.r.inference.startup_timeout, urls_var="URLS_FRONTEND"),
+        instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={"http": "dynamo_frontend"}),),
+        task=b.task(
+            "frontend", prelude=[*shell.declare("host"), shell.HOST_LINE], env=common_env(b, head),
+            supervisor=sup,
+            command=(*b.py, "-m", "dynamo.frontend", *args, *d.frontend_args),
+        ),
+    )
+
+
+def components(b) -> None:
+    """Every Dynamo component, after ``layout``: services, workers, the frontend."""
+    d = settings(b.r.inference)
+    all_roles = roles(b.r)
+    head = b.slots[all_roles[0].name].group
+    services(b, head)
+    for role in all_roles:
+        slot = b.slots[role.name]
+        if d.engine == "trtllm":
+            mpi_workers(b, role, slot, head)
+        else:
+            workers(b, role, slot, head)
+    frontend(b, head, sum(r.replicas for r in all_roles))
