@@ -65,8 +65,6 @@ def check(r: Recipe) -> None:
     if r.kind != "inference":
         raise UserError("inference.backend", f"Dynamo serves kind 'inference' only (kind is {r.kind!r}): RL reloads "
                         "weights through vLLM's admin endpoints")
-    if getattr(r, "benchmark", None) is not None:
-        raise UserError("benchmark", "not available with inference.backend 'dynamo' yet")
     if inf.mode == "wide_ep":
         raise UserError("inference.mode", "Dynamo has no 'wide_ep' mode: use 'replicas' (aggregated) or 'pd', with "
                         "engine 'trtllm' for workers spanning nodes")

@@ -46,6 +46,7 @@ class HetGroup(Frozen):
     roles: tuple[str, ...]
     directives: tuple[Directive, ...]
     claim_srun: tuple[Arg, ...] = ()  # srun options of the step that claims the job's ports on each node
+    check_srun: tuple[Arg, ...] = ()  # the step that checks each node for an earlier job's leftovers (Dynamo)
 
 
 class Instance(Frozen):

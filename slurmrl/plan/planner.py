@@ -183,6 +183,7 @@ class _Builder:
                 cpus_per_node=self._group_cpus(g), roles=tuple(g.roles),
                 directives=group_directives(r, g.index, g.nodes, g.gpus_per_node, self._group_cpus(g), self.run_dir),
                 claim_srun=self.claim_srun(g),
+                check_srun=self.check_srun(g) if dynamo.enabled(r) else (),  # wide-EP leaves /dev/shm/moe_*
             )
             for g in self.groups
         )
@@ -238,6 +239,18 @@ class _Builder:
         if g.gpus_per_node:
             args.append("--gpus-per-node=0")
         args.append(Sh(sh=f"--output=${{LOG_DIR}}/ports.g{g.index}.%t.log"))
+        return tuple(args)
+
+    def check_srun(self, g: _Group) -> tuple:
+        """The short step that checks every node of group ``g`` for an earlier job's leftovers,
+        with the group's GPUs (so nvidia-smi sees the ones this job got)."""
+        args: list = [f"--het-group={g.index}"] if len(self.groups) > 1 else []
+        args += ["--job-name=leftovers", f"--nodes={g.nodes}", f"--ntasks={g.nodes}", "--ntasks-per-node=1",
+                 "--cpus-per-task=1", "--overlap"]
+        if g.gpus_per_node:
+            args.append(f"--gres=gpu:{g.gpus_per_node}" if self.r.slurm.gpu_request == "gres"
+                        else f"--gpus-per-node={g.gpus_per_node}")
+        args.append(Sh(sh=f"--output=${{LOG_DIR}}/leftovers.g{g.index}.%t.log"))
         return tuple(args)
 
     def _group_cpus(self, g: _Group) -> int:
