@@ -29,7 +29,11 @@ def gpu_map(plan: Plan) -> list[str]:
             if c.group != g.index:
                 continue
             for i in c.instances:
-                owner = f"{c.name}.{i.local}" if c.tasks_per_node > 1 and not c.mpi else c.name
+                span = c.health.nodes_per_server if c.health else 1
+                if span > 1 and c.nodes > span:  # several multi-node workers: name the worker
+                    owner = f"{c.name}.w{i.node // span}"
+                else:
+                    owner = f"{c.name}.{i.local}" if c.tasks_per_node > 1 and not c.mpi else c.name
                 for gpu in i.gpus:
                     cell = owners.setdefault((c.first_node + i.node, gpu), [])
                     if owner not in cell:  # the MPI ranks of one worker share its GPUs
@@ -57,7 +61,12 @@ def _ready(c: Component) -> str:
     h = c.health
     if h is None:
         return "-"
-    where = "first node" if h.first_node_only or c.nodes == 1 else f"each of {c.nodes} nodes"
+    if h.first_node_only or c.nodes in (1, h.nodes_per_server):
+        where = "first node"
+    elif h.nodes_per_server > 1:
+        where = f"first node of each {h.nodes_per_server}-node worker"
+    else:
+        where = f"each of {c.nodes} nodes"
     names = ",".join(h.ports)
     return f"{h.kind.upper()} {h.path + ' ' if h.kind == 'http' else ''}on {names} ({where})"
 

@@ -205,11 +205,16 @@ def listens(job: Job, c: Component, inst: Instance, e: Expanded) -> dict[str, in
     """The ports a task listens on, by purpose, read off what it execs."""
     cmd = e.command
     if c.role == "inference":
-        out = {"http": int(e.after("--port"))}
-        if "--data-parallel-rpc-port" in cmd:
+        headless = "--headless" in cmd  # a multi-node worker's follower: no API, no DP coordinator
+        out = {} if headless else {"http": int(e.after("--port"))}
+        if "--data-parallel-rpc-port" in cmd and not headless:
             out["dp_rpc"] = int(e.after("--data-parallel-rpc-port"))
-        if "VLLM_NIXL_SIDE_CHANNEL_PORT" in e.env:
-            out["kv"] = int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
+        if "VLLM_NIXL_SIDE_CHANNEL_PORT" in e.env:  # one side channel per engine: base + its DP rank
+            ranks = int(e.after("--data-parallel-size-local")) if "--data-parallel-size-local" in cmd else (
+                int(e.after("--data-parallel-size")) if "--data-parallel-size" in cmd else 1)
+            first = int(e.after("--data-parallel-start-rank")) if headless else 0
+            for k in range(ranks):
+                out[f"kv{k or ''}"] = int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) + first + k
         elif "--kv-transfer-config" in cmd and kv_cfg(e)["kv_connector"] == "P2pNcclConnector":
             out["kv"] = int(kv_cfg(e)["kv_port"])
         return out
@@ -366,10 +371,11 @@ def test_rl_not_shared_has_no_memory_fraction():
 
 
 def _rl_multi_data(placement: str) -> dict:
+    own = {"cpu_partition": "cpu"} if placement == "own" else {}  # refused where there is no CPU-only group
     return rl(cpus=32, trainer={"nodes": 2, "micro_batch_size": 1},
               orchestrator={"placement": placement, "prompts_per_step": 16, "rollouts_per_prompt": 8},
               inference={"nodes": 2, "tp": 2},
-              slurm={"gpus_per_node": 8, "cpus_per_node": 32, "partition": "gpu", "cpu_partition": "cpu"})
+              slurm={"gpus_per_node": 8, "cpus_per_node": 32, "partition": "gpu", **own})
 
 
 def _rl_multi(placement: str) -> Plan:
@@ -505,7 +511,7 @@ def test_wide_ep_one_task_per_node_headless_followers(dp):
         assert e.after("--data-parallel-size") == "32"
         assert e.after("--data-parallel-size-local") == "8"
         assert e.after("--data-parallel-address") == f"g{g}n0"  # the head node, on every node
-        assert e.after("--data-parallel-rpc-port") == str(port(p, "dp_rpc"))
+        assert e.after("--data-parallel-rpc-port") == str(port(p, "dprpc_0"))
         assert "--enable-expert-parallel" in a
         if i.node == 0:
             assert "--headless" not in a

@@ -70,6 +70,7 @@ class Health(Frozen):
     ports: tuple[str, ...] = ()  # port-table names the tasks are checked on (for the summary)
     path: str = "/health"
     first_node_only: bool = False  # only the first node serves (wide-EP: the rest are headless)
+    nodes_per_server: int = 1  # a server spans this many nodes; only the first of each serves
     timeout: int = 600
     urls_var: str | None = None  # the batch shell exports the ready URLs in this variable
 

@@ -44,27 +44,77 @@ def colocated(b) -> dict[str, Slot]:
     }
 
 
-def pd_role(b, role: str) -> Slot:
-    """Nodes of one side of prefill/decode: as few as fit its replicas, unless given."""
+def worker_span(field: str, tp: int, dp: int, gpn: int, span: int | None) -> tuple[int, int]:
+    """(nodes per worker, GPUs per node of a worker) for one worker of tp x dp GPUs on nodes of
+    ``gpn`` GPUs: one node when it fits, else whole nodes (or ``span`` nodes when given)."""
+    size = tp * dp
+    if tp > gpn:
+        raise UserError(f"{field}.tp", f"tp={tp} needs more than the {gpn} GPUs of one node")
+    if span is None:
+        if size <= gpn:
+            return 1, size
+        if size % gpn:
+            raise UserError(
+                f"{field}.dp",
+                f"a worker of tp x dp = {size} GPUs spans whole nodes of {gpn} GPUs; make tp x dp a multiple of {gpn}",
+            )
+        return size // gpn, gpn
+    if size % span or (size // span) % tp or size // span > gpn:
+        raise UserError(
+            f"{field}.nodes_per_worker",
+            f"{span} nodes cannot hold a worker of tp x dp = {size} GPUs evenly (whole engines of tp={tp}, "
+            f"at most {gpn} GPUs per node)",
+        )
+    return span, size // span
+
+
+def pd_role(b, role: str, group=None, first_gpu: int = 0) -> Slot:
+    """Nodes of one side of prefill/decode: as few as fit its workers, unless given."""
     gpn = b.r.slurm.gpus_per_node
     spec = getattr(b.r.inference, role)
-    nodes = spec.nodes or math.ceil(spec.replicas * spec.tp / gpn)
     field = f"inference.{role}"
-    if spec.tp > gpn:
-        raise UserError(f"{field}.tp", f"tp={spec.tp} needs more than the {gpn} GPUs of one node")
-    if spec.replicas % nodes:
-        raise UserError(
-            f"{field}.replicas",
-            f"{spec.replicas} replicas do not spread evenly over {nodes} nodes; use a multiple of {nodes}",
-        )
-    per_node = spec.replicas // nodes
-    if per_node * spec.tp > gpn:
+    span, per = worker_span(field, spec.tp, spec.dp, gpn - first_gpu, spec.nodes_per_worker)
+    if span > 1:
+        nodes = spec.nodes or spec.replicas * span
+        if nodes != spec.replicas * span:
+            raise UserError(
+                f"{field}.nodes",
+                f"{spec.replicas} workers x {span} nodes each need {spec.replicas * span} nodes, not {nodes}",
+            )
+        gpus = per
+    else:
+        nodes = spec.nodes or (group.nodes if group is not None else math.ceil(spec.replicas * per / gpn))
+        if spec.replicas % nodes:
+            raise UserError(
+                f"{field}.replicas",
+                f"{spec.replicas} workers do not spread evenly over {nodes} nodes; use a multiple of {nodes}",
+            )
+        gpus = spec.replicas // nodes * per
+        if gpus > gpn - first_gpu:
+            left = f"; {first_gpu} go to prefill" if first_gpu else ""
+            raise UserError(
+                f"{field}.nodes",
+                f"{spec.replicas // nodes} workers x {per} GPUs per node need {gpus} GPUs; nodes have {gpn}{left}",
+            )
+    if group is None:
+        group = b.group(role, nodes, gpn)
+    elif nodes != group.nodes:
         raise UserError(
             f"{field}.nodes",
-            f"{per_node} replicas x tp={spec.tp} per node need {per_node * spec.tp} GPUs; nodes have {gpn}",
+            f"with inference.share_nodes both roles run on the same nodes: decode needs {nodes}, prefill {group.nodes}",
         )
-    g = b.group(role, nodes, gpn)
-    return Slot(g.index, 0, nodes, tuple(range(per_node * spec.tp)))
+    return Slot(group.index, 0, nodes, tuple(range(first_gpu, first_gpu + gpus)), shared=first_gpu > 0)
+
+
+def pd_slots(b) -> dict[str, Slot]:
+    """Prefill and decode each on their own nodes, or sharing nodes (prefill's GPUs first)."""
+    if not b.r.inference.share_nodes:
+        return {role: pd_role(b, role) for role in ("prefill", "decode")}
+    prefill = pd_role(b, "prefill")
+    group = b.groups[prefill.group]
+    group.name = "pd"
+    decode = pd_role(b, "decode", group, first_gpu=len(prefill.gpus))
+    return {"prefill": Slot(prefill.group, 0, prefill.nodes, prefill.gpus, shared=True), "decode": decode}
 
 
 def layout(b) -> dict[str, Slot]:
@@ -77,8 +127,7 @@ def layout(b) -> dict[str, Slot]:
         slots["trainer"] = Slot(g.index, 0, g.nodes, tuple(range(r.trainer.gpus_per_node or gpn)))
     inf = r.inference
     if inf is not None and inf.mode == "pd":
-        for role in ("prefill", "decode"):
-            slots[role] = pd_role(b, role)
+        slots.update(pd_slots(b))
     elif inf is not None:
         g = b.group("inference", inf.nodes, gpn)
         slots["inference"] = Slot(g.index, 0, g.nodes, tuple(range(inf.gpus_per_node or gpn)))

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.schema import Recipe, global_batch
+from slurmrl.recipe.schema import Inference, Recipe, global_batch
 from slurmrl import envs
 from slurmrl.envs import BUILTIN
 
 SECTIONS = {
-    "sft": {"trainer": True, "orchestrator": False, "inference": False},
-    "rl": {"trainer": True, "orchestrator": None, "inference": True},
-    "inference": {"trainer": False, "orchestrator": False, "inference": True},
+    "sft": {"trainer": True, "orchestrator": False, "inference": False, "benchmark": False},
+    "rl": {"trainer": True, "orchestrator": None, "inference": True, "benchmark": False},
+    "inference": {"trainer": False, "orchestrator": False, "inference": True, "benchmark": None},
 }
 
 
@@ -68,11 +69,17 @@ def check_inference(r: Recipe) -> None:
                 raise UserError(f"inference.{role}", "mode 'pd' needs both [inference.prefill] and [inference.decode]")
         if inf.router.enabled is False:
             raise UserError("inference.router.enabled", "mode 'pd' needs the router to pair prefill and decode")
-        if inf.kv_offload.kind != "none":
-            raise UserError("inference.kv_offload.kind", "KV offload together with mode 'pd' is not supported yet")
         if inf.dp != 1:
-            raise UserError("inference.dp", "mode 'pd' sizes each role with prefill/decode replicas and tp; remove dp")
+            raise UserError("inference.dp", "mode 'pd' sizes each role with prefill/decode dp, tp and replicas; remove dp")
+        if inf.kv_connector == "P2pNcclConnector":
+            for role in ("prefill", "decode"):
+                if getattr(inf, role).dp > 1:
+                    raise UserError(f"inference.{role}.dp", "P2pNcclConnector pairs single-rank servers; use NixlConnector "
+                                    "for data-parallel workers")
     else:
+        for name in ("share_nodes", "kv_load_failure_policy", "kv_buffer_device", "kv_connector"):
+            if getattr(inf, name) != Inference.model_fields[name].default:
+                raise UserError(f"inference.{name}", f"only applies to mode 'pd' (mode is {inf.mode!r})")
         for role in ("prefill", "decode"):
             if getattr(inf, role) is not None:
                 raise UserError(f"inference.{role}", f"only used with mode 'pd' (mode is {inf.mode!r})")
@@ -81,8 +88,11 @@ def check_inference(r: Recipe) -> None:
         raise UserError("inference.kv_offload.cpu_gb", f"kind {off.kind!r} needs a CPU budget > 0 GB")
     if off.kind == "cpu_disk" and (not off.disk_path or off.disk_gb <= 0):
         raise UserError("inference.kv_offload.disk_path", "kind 'cpu_disk' needs disk_path and disk_gb > 0")
-    if inf.expert_parallel and inf.mode == "pd":
-        raise UserError("inference.expert_parallel", "set expert parallel per role through prefill/decode extra_args")
+    if inf.expert_parallel is not None and inf.mode == "pd":
+        raise UserError("inference.expert_parallel", "mode 'pd' sets it per role: prefill.expert_parallel, "
+                        "decode.expert_parallel")
+    if inf.kv_buffer_device != "gpu" and inf.kv_connector != "NixlConnector":
+        raise UserError("inference.kv_buffer_device", "only applies to kv_connector 'NixlConnector'")
 
 
 def check_trainer(r: Recipe) -> None:
@@ -151,6 +161,87 @@ def check_orchestrator(r: Recipe) -> None:
         raise UserError("orchestrator.environment", envs.unknown(o.environment))
 
 
+def check_benchmark(r: Recipe) -> None:
+    bench, limit = r.benchmark, r.model.max_model_len
+    if bench is None or limit is None:
+        return
+    longest = max(bench.input_lens) + max(bench.output_lens)
+    if longest > limit:
+        raise UserError("benchmark.input_lens",
+                        f"the longest prompt plus output is {longest} tokens, more than model.max_model_len ({limit})")
+
+
+def changed(section, name: str) -> bool:
+    """``section.name`` is not its field's default (a resolved recipe.toml repeats the defaults)."""
+    return getattr(section, name) != type(section).model_fields[name].get_default(call_default_factory=True)
+
+
+# Fields of [inference.kv_offload] and the offload kinds that use them.
+OFFLOAD_FIELDS = {
+    "cpu_gb": ("cpu", "cpu_disk", "mooncake"),
+    "disk_path": ("cpu_disk", "mooncake"),
+    "disk_gb": ("cpu_disk",),
+    "mooncake_protocol": ("mooncake",),
+    "mooncake_device": ("mooncake",),
+}
+
+
+def check_applies(r: Recipe) -> None:
+    """No silent knobs: a field set where this shape never uses it is refused, saying what applies instead."""
+    s, o, t, inf = r.slurm, r.orchestrator, r.trainer, r.inference
+    if changed(s, "cpu_partition") and (o is None or o.placement != "own"):
+        raise UserError("slurm.cpu_partition", "only applies to the orchestrator's own CPU-only group "
+                        "(orchestrator.placement = 'own'); the GPU groups use slurm.partition")
+    if changed(s, "heartbeat_timeout") and t is None and o is None:
+        raise UserError("slurm.heartbeat_timeout", f"watches the trainer and orchestrator, which kind {r.kind!r} does "
+                        "not run; inference servers have inference.startup_timeout")
+    if inf is None:
+        for name, instead in (("served_name", ""), ("max_model_len", "; the trainer packs to trainer.seq_len"),
+                              ("dtype", "; the trainer trains in trainer.dtype")):
+            if changed(r.model, name):
+                raise UserError(f"model.{name}", f"only applies to inference servers, which kind {r.kind!r} does not "
+                                f"run{instead}")
+    if t is not None and r.kind == "sft":
+        for name in ("clip_eps", "kl_coef"):
+            if changed(t, name):
+                raise UserError(f"trainer.{name}", "only applies to kind 'rl' (the SFT loss has no clip or KL term)")
+    if t is not None and r.kind != "sft" and t.dataset is not None:
+        raise UserError("trainer.dataset", f"only applies to kind 'sft'; kind {r.kind!r} trains on the orchestrator's "
+                        "rollouts (orchestrator.environment)")
+    if inf is None:
+        return
+    if inf.mode == "pd":
+        for name in ("nodes", "tp"):
+            if changed(inf, name):
+                raise UserError(f"inference.{name}", f"mode 'pd' sizes each role: set inference.prefill.{name} and "
+                                f"inference.decode.{name}")
+    off = inf.kv_offload
+    for name, kinds in OFFLOAD_FIELDS.items():
+        if changed(off, name) and off.kind not in kinds:
+            raise UserError(f"inference.kv_offload.{name}", f"only applies to kv_offload.kind "
+                            f"{' or '.join(map(repr, kinds))} (kind is {off.kind!r})")
+
+
+# A hub id (``org/name``) or a URL: what a trainer reading local files cannot open.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_FILE_SUFFIX = re.compile(r"\.[A-Za-z][A-Za-z0-9]*$")  # .jsonl, .json, .gz; not a version such as -v1.5
+
+
+def check_dataset(r: Recipe) -> None:
+    """The trainer opens ``trainer.dataset`` as a local JSONL file (slurmrl/runtime/trainer/data.py); it downloads
+    nothing. Decided on the text alone (plan does no I/O); ``submit --preflight`` looks for the file on the node."""
+    t = r.trainer
+    if t is None or r.kind != "sft" or not t.dataset:
+        return
+    reads = ("the trainer reads one local JSONL file (prompt/completion or chat messages): an absolute path, or one "
+             "relative to the directory the job starts in or to the run dir")
+    d = t.dataset
+    if "://" in d:
+        raise UserError("trainer.dataset", f"{d!r} is a URL; {reads}")
+    if _HUB_ID.match(d) and not d.startswith((".", "~")) and not _FILE_SUFFIX.search(d):
+        raise UserError("trainer.dataset", f"{d!r} looks like a hub id; {reads} (write './{d}' for a local path)")
+
+
 def check(r: Recipe) -> None:
     check_sections(r)
     check_placement(r)
@@ -158,3 +249,6 @@ def check(r: Recipe) -> None:
     check_inference(r)
     check_trainer(r)
     check_orchestrator(r)
+    check_benchmark(r)
+    check_applies(r)
+    check_dataset(r)

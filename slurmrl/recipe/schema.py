@@ -349,12 +349,30 @@ class Orchestrator(OrchestratorKnobs):
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the orchestrator step.")
 
 
+RouterPolicy = Literal[
+    "consistent_hash", "round_robin", "random", "power_of_two", "cache_aware", "kv_aware", "sticky_least_loaded"
+]
+
+
 class Router(Section):
+    """vllm-router (0.1.17). Each option belongs to a policy; `plan` refuses an option no policy in use
+    reads, and renders only values that differ from vllm-router's defaults (the defaults here)."""
+
     enabled: bool | None = Field(
         None, description="Run vllm-router on the first inference node; default: when there is more than one server."
     )
-    policy: Literal["consistent_hash", "round_robin"] = Field(
-        "consistent_hash", description="Routing policy; `consistent_hash` keys on `session_header`."
+    policy: RouterPolicy = Field(
+        "consistent_hash",
+        description="Routing policy: `consistent_hash` keys on `session_header`; `round_robin`, `random`; "
+        "`power_of_two` (the less loaded of two random workers); `cache_aware` (prefix tree of past requests "
+        "per worker); `kv_aware` (the servers' KV-cache events: each server publishes them over ZMQ); "
+        "`sticky_least_loaded` (a session stays on the least loaded worker it first got).",
+    )
+    prefill_policy: RouterPolicy | None = Field(
+        None, description="Mode `pd`: the policy that picks a prefill server; default: `policy`."
+    )
+    decode_policy: RouterPolicy | None = Field(
+        None, description="Mode `pd`: the policy that picks a decode server; default: `policy`."
     )
     session_header: Literal[
         "X-Session-ID", "X-User-ID", "X-Tenant-ID", "X-Request-ID", "X-Correlation-ID", "X-Trace-ID"
@@ -362,6 +380,79 @@ class Router(Section):
         "X-Session-ID",
         description="Header clients send to key consistent hashing (the headers vllm-router reads, "
         "in its priority order).",
+    )
+    cache_threshold: float = Field(
+        0.3, ge=0, le=1,
+        description="`cache_aware`: prefix-match rate above which a request goes to the worker holding the prefix, "
+        "else to the worker with the smallest tree (0-1).",
+    )
+    balance_abs_threshold: int = Field(
+        64, ge=0, le=1_000_000,
+        description="`cache_aware`: balance load instead of caching when the most and least loaded workers differ "
+        "by more than this many requests and by `balance_rel_threshold` (0-1000000).",
+    )
+    balance_rel_threshold: float = Field(
+        1.5, ge=1, le=1000,
+        description="`cache_aware`: ... and when the most loaded worker has more than this many times the least "
+        "loaded's requests (1-1000).",
+    )
+    eviction_interval_secs: int = Field(
+        120, ge=1, le=86400, description="`cache_aware`: seconds between prefix-tree evictions (1-86400)."
+    )
+    max_tree_size: int = Field(
+        2**25, ge=1, le=2**32,
+        description=f"`cache_aware`: characters each worker's prefix tree keeps, per model (1-{2**32}).",
+    )
+    router_temperature: float = Field(
+        0.0, ge=0, le=100,
+        description="`kv_aware`, mode `replicas`: softmax temperature over worker costs; 0 picks the cheapest (0-100).",
+    )
+    kv_penalty_host: float = Field(
+        0.8, ge=0, le=1,
+        description="`kv_aware` where it reads KV events: credit for KV blocks held in host memory (0-1).",
+    )
+    kv_penalty_external: float = Field(
+        0.6, ge=0, le=1,
+        description="`kv_aware` where it reads KV events: credit for KV blocks in an external store (0-1).",
+    )
+    kv_penalty_disk: float = Field(
+        0.3, ge=0, le=1, description="`kv_aware` where it reads KV events: credit for KV blocks on disk (0-1)."
+    )
+    kv_aware_session_affinity_ttl_secs: Annotated[int, Field(ge=1, le=31_536_000)] | None = Field(
+        None,
+        description="`kv_aware` (mode `pd`: the decode policy): keep a session on its worker while it is idle "
+        "less than this many seconds; default: no affinity (1-31536000).",
+    )
+    kv_event_block_size: int = Field(
+        16, ge=1, le=1024,
+        description="`kv_aware`, mode `replicas`: tokens per KV block; the servers get the same `--block-size` "
+        "(mode `pd`: vllm-router reads prefill events in blocks of 16, the prefill servers get 16) (1-1024).",
+    )
+    kv_event_model: Annotated[str, Field(min_length=1)] | None = Field(
+        None,
+        description="`kv_aware`, mode `replicas`: the model identity the router keys KV events by; default: the "
+        "served model name.",
+    )
+    request_timeout_secs: int = Field(
+        1800, ge=1, le=7 * 86400, description="Seconds a request may take through the router (1-604800)."
+    )
+    max_payload_size: int = Field(
+        512 * 2**20, ge=1024, le=2**34, description=f"Largest request body the router takes (bytes; 1024-{2**34})."
+    )
+    retry_max_retries: int = Field(
+        5, ge=1, le=100, description="Attempts per request across workers; 1 = no retry (1-100)."
+    )
+    retry_initial_backoff_ms: int = Field(
+        50, ge=1, le=3_600_000, description="Milliseconds before the first retry (1-3600000)."
+    )
+    retry_max_backoff_ms: int = Field(
+        30_000, ge=1, le=3_600_000, description="Longest wait between retries, in milliseconds (1-3600000)."
+    )
+    retry_backoff_multiplier: float = Field(
+        1.5, ge=1, le=100, description="Each retry waits this many times longer than the one before (1-100)."
+    )
+    retry_jitter_factor: float = Field(
+        0.2, ge=0, le=1, description="Random share of each retry wait (0-1)."
     )
     extra_args: list[str] = Field(default_factory=list, description="Extra `vllm-router` arguments.")
 
@@ -382,11 +473,24 @@ class KVOffload(Section):
 class PDRole(Section):
     """One side of prefill/decode disaggregation."""
 
-    replicas: int = Field(1, ge=1, le=MAX_JOB_GPUS, description=f"vLLM servers of this role (1-{MAX_JOB_GPUS}).")
+    replicas: int = Field(
+        1, ge=1, le=MAX_JOB_GPUS, description=f"Workers of this role: vLLM servers, each tp x dp GPUs (1-{MAX_JOB_GPUS})."
+    )
     tp: int = Field(
         1, ge=1, le=MAX_GPUS_PER_NODE,
-        description=f"Tensor-parallel size per server, within one node (1-{MAX_GPUS_PER_NODE}).",
+        description=f"Tensor-parallel size per engine, within one node (1-{MAX_GPUS_PER_NODE}).",
     )
+    dp: int = Field(
+        1, ge=1, le=MAX_JOB_GPUS,
+        description="Data-parallel ranks in one server (worker); a worker of tp x dp GPUs larger than a node "
+        f"spans tp x dp / GPUs-per-node nodes: one vLLM deployment, headless ranks on its other nodes (1-{MAX_JOB_GPUS}).",
+    )
+    nodes_per_worker: Annotated[int, Field(ge=1, le=MAX_NODES)] | None = Field(
+        None,
+        description="Nodes one worker spans; default: as few as hold its tp x dp GPUs. Give it to spread a worker "
+        f"thinner, e.g. when prefill and decode share nodes (1-{MAX_NODES}).",
+    )
+    expert_parallel: bool = Field(False, description="`--enable-expert-parallel` for this role's workers.")
     nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] | None = Field(
         None, description=f"Nodes for this role; default: as few as fit the replicas (1-{MAX_NODES})."
     )
@@ -474,7 +578,9 @@ class Inference(Section):
     )
     dp: int = Field(
         1, ge=1, le=MAX_JOB_GPUS,
-        description="`replicas`: vLLM data-parallel ranks inside one server; `wide_ep`: the total DP size across nodes "
+        description="Data-parallel ranks in one server (worker). A worker of tp x dp GPUs larger than a node spans "
+        "tp x dp / GPUs-per-node nodes (one vLLM deployment, headless ranks on its other nodes) and `nodes` holds "
+        "nodes / that many workers. `wide_ep`: default all ranks of all nodes, one deployment "
         f"(1-{MAX_JOB_GPUS}).",
     )
     expert_parallel: bool | None = Field(
@@ -504,6 +610,21 @@ class Inference(Section):
     kv_connector: Literal["NixlConnector", "P2pNcclConnector"] = Field(
         "NixlConnector", description="P/D: KV transfer connector."
     )
+    kv_load_failure_policy: Literal["fail", "recompute"] = Field(
+        "fail",
+        description="P/D: when KV from the peer cannot be loaded, fail the request or recompute the missing blocks "
+        "(vLLM's `kv_load_failure_policy`).",
+    )
+    kv_buffer_device: Literal["gpu", "cpu"] = Field(
+        "gpu",
+        description="P/D with NixlConnector: stage KV in GPU memory, or in host memory (`cpu`: for fabrics "
+        "without GPUDirect RDMA).",
+    )
+    share_nodes: bool = Field(
+        False,
+        description="P/D: prefill and decode servers on the same nodes, each role on its own GPUs (prefill's "
+        "first); the roles' `nodes` must agree.",
+    )
     prefill: PDRole | None = Field(None, description="P/D: the prefill role.")
     decode: PDRole | None = Field(None, description="P/D: the decode role.")
     dynamo: Dynamo | None = Field(None, description="Dynamo's services and workers (`backend = \"dynamo\"`).")
@@ -514,6 +635,82 @@ class Inference(Section):
     startup_timeout: int = Field(
         1800, ge=1, le=86400, description="Seconds to wait for servers to answer /health (1-86400, one day)."
     )
+
+
+# vllm bench serve flags the [benchmark] table sets itself: per grid point, or where results go
+BENCH_MANAGED_FLAGS = (
+    "--base-url", "--host", "--port", "--max-concurrency", "--num-prompts", "--input-len", "--output-len",
+    "--random-input-len", "--random-output-len", "--request-rate", "--save-result", "--append-result",
+    "--save-detailed", "--result-dir", "--result-filename",
+)
+MAX_BENCH_POINTS = 256  # grid points (concurrencies x input_lens x output_lens)
+MAX_BENCH_REQUESTS = 10**7  # requests over the whole grid
+
+
+class Benchmark(Section):
+    """A load test of the job's own endpoint once every server is ready: vLLM's load generator
+    (`vllm bench serve`, random prompts) over a grid of concurrency x input length x output length."""
+
+    concurrencies: list[Annotated[int, Field(ge=1, le=65536)]] = Field(
+        default_factory=lambda: [1, 8, 32], min_length=1, max_length=64,
+        description="Requests in flight at once (`--max-concurrency`), one grid point each (1-64 values, "
+        "each 1-65536).",
+    )
+    input_lens: list[Annotated[int, Field(ge=1, le=MAX_TOKENS)]] = Field(
+        default_factory=lambda: [512], min_length=1, max_length=64,
+        description=f"Prompt lengths in tokens, random prompts (1-64 values, each 1-{MAX_TOKENS}).",
+    )
+    output_lens: list[Annotated[int, Field(ge=1, le=MAX_TOKENS)]] = Field(
+        default_factory=lambda: [128], min_length=1, max_length=64,
+        description=f"Tokens generated per request, end of sequence ignored (1-64 values, each 1-{MAX_TOKENS}).",
+    )
+    num_prompts: int = Field(200, ge=1, le=1_000_000, description="Requests per grid point (1-1000000).")
+    request_rate: float | None = Field(
+        None, gt=0, le=1_000_000,
+        description="Requests per second each point sends (Poisson arrivals); default: all at once, held to "
+        "the point's concurrency (above 0, at most 1000000).",
+    )
+    then: Literal["stop", "serve"] = Field(
+        "stop",
+        description="After the benchmark: `stop` ends the job (it completes when the benchmark succeeds); "
+        "`serve` keeps the servers serving until the job is cancelled or runs out of time.",
+    )
+    timeout: int = Field(
+        3600, ge=1, le=7 * 86400,
+        description="Seconds the whole grid may take; past it the benchmark fails the job (1-604800, 7 days).",
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="Extra `vllm bench serve` arguments for every point, e.g. `--temperature 0` or "
+        "`--num-warmups 4`; the flags the grid sets itself are refused.",
+    )
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra(cls, v: list[str]) -> list[str]:
+        for a in v:
+            flag = a.split("=", 1)[0]
+            if flag in BENCH_MANAGED_FLAGS:
+                raise ValueError(f"{flag} is set by the benchmark itself (grid point, target or results folder)")
+        return v
+
+    @model_validator(mode="after")
+    def _grid(self) -> Benchmark:
+        points = len(self.concurrencies) * len(self.input_lens) * len(self.output_lens)
+        if points > MAX_BENCH_POINTS:
+            raise UserError("benchmark.concurrencies", f"a grid of {points} points; at most {MAX_BENCH_POINTS}")
+        if points * self.num_prompts > MAX_BENCH_REQUESTS:
+            raise UserError("benchmark.num_prompts", f"{points} points x {self.num_prompts} requests is more than "
+                            f"{MAX_BENCH_REQUESTS} requests")
+        for name in ("concurrencies", "input_lens", "output_lens"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                raise UserError(f"benchmark.{name}", f"{values} lists a value twice")
+        return self
+
+    def points(self) -> list[tuple[int, int, int]]:
+        """(concurrency, input length, output length) of every grid point, in run order."""
+        return [(c, i, o) for i in self.input_lens for o in self.output_lens for c in self.concurrencies]
 
 
 class Placement(Section):
@@ -548,6 +745,9 @@ class Recipe(Section):
     trainer: Trainer | None = Field(None, description="Trainer (kinds `sft`, `rl`).")
     orchestrator: Orchestrator | None = Field(None, description="Orchestrator (kind `rl`).")
     inference: Inference | None = Field(None, description="Inference servers (kinds `rl`, `inference`).")
+    benchmark: Benchmark | None = Field(
+        None, description="Load test of the job's endpoint once it is ready (kind `inference`)."
+    )
 
     @model_validator(mode="after")
     def _size(self) -> Recipe:
