@@ -94,7 +94,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         e.add_argument("dir")
 
     if wanted("plot"):
-        p = sub.add_parser("plot", help="reward curve of an RL run: terminal chart and RUN_DIR/reward.png")
+        p = sub.add_parser("plot", help="reward curve of an RL run (terminal chart, RUN_DIR/reward.png), or the "
+                           "results of its [benchmark] (table, RUN_DIR/benchmark/benchmark.png)")
         p.add_argument("run_dir")
 
     if only is None:

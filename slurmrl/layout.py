@@ -21,6 +21,8 @@ steps and the login-node commands (submit, status, logs, preflight) all go throu
       heartbeat/attempt-N/<comp>.<task>  touched by a program's main loop; watched by its supervisor
       preflight/<comp>.<task>.json   probe reports
       dynamo/etcd-attempt-N/ dynamo/nats-attempt-N/  data of the etcd and NATS a Dynamo job starts
+      benchmark/summary.json         the [benchmark] grid: status and one line of numbers per point
+      benchmark/c<C>-in<I>-out<O>.json  vllm bench serve's result for one point; benchmark.png the plot
       rollouts/ weights/ checkpoints/ metrics*.jsonl   RL and SFT outputs
 """
 
@@ -40,10 +42,11 @@ COMPONENTS = "components"
 LOGS = "logs"
 READY = "ready"
 PREFLIGHT = "preflight"
+BENCHMARK = "benchmark"  # the [benchmark] results (slurmrl.runtime.bench)
 FAILED = "FAILED"
 PREEMPTED = "PREEMPTED"
 STOPPED = "STOPPED"  # Slurm ended the attempt (SIGTERM to the batch shell): cancel, time limit, preemption
-JOB_OUTPUTS = (READY, PREFLIGHT)  # written by a job; stale once another job runs in the run dir
+JOB_OUTPUTS = (READY, PREFLIGHT, BENCHMARK)  # written by a job; stale once another job runs in the run dir
 
 
 def component_config(run_dir: Path, name: str) -> Path:
@@ -111,6 +114,28 @@ def set_aside_dir(run_dir: Path, job_id: str) -> Path:
 
 def preflight_dir(run_dir: Path) -> Path:
     return Path(run_dir) / PREFLIGHT
+
+
+# The benchmark's folder, RUN_DIR/benchmark (the job passes it to slurmrl.runtime.bench as --out).
+BENCHMARK_SUMMARY = "summary.json"  # status and one line of numbers per grid point (`slurmrl status`)
+BENCHMARK_PLOT = "benchmark.png"
+
+
+def benchmark_point_name(concurrency: int, input_len: int, output_len: int) -> str:
+    """vllm bench serve's result for one grid point (per-request lists left out)."""
+    return f"c{concurrency}-in{input_len}-out{output_len}.json"
+
+
+def benchmark_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / BENCHMARK
+
+
+def benchmark_summary(run_dir: Path) -> Path:
+    return benchmark_dir(run_dir) / BENCHMARK_SUMMARY
+
+
+def benchmark_plot(run_dir: Path) -> Path:
+    return benchmark_dir(run_dir) / BENCHMARK_PLOT
 
 
 DYNAMO = "dynamo"  # data of the etcd and NATS servers a Dynamo job starts, one folder per attempt

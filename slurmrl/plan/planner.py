@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from slurmrl.errors import UserError
 from slurmrl import ports
-from slurmrl.plan import dynamo, placement, rules, servers, services, shell, training
+from slurmrl.plan import benchmark, dynamo, placement, rules, servers, services, shell, training
 from slurmrl.plan.directives import group_directives
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep, Task
 from slurmrl.recipe.schema import Recipe, time_seconds
@@ -23,6 +23,7 @@ STAGES = (
     (2, "inference servers"),
     (3, "router"),
     (4, "trainer and orchestrator"),
+    (5, "benchmark"),
 )
 
 
@@ -160,6 +161,7 @@ class _Builder:
             servers.inference(self)
             services.mooncake(self)
             services.router(self)
+        benchmark.benchmark(self)  # after the router or Dynamo's frontend: what it loads
         if r.trainer is not None:
             training.trainer(self)
         if r.orchestrator is not None:

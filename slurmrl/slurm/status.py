@@ -1,5 +1,5 @@
 """`slurmrl status`: where the job serves, its het components, per plan component its step and
-readiness, and the start-up phases of the current attempt."""
+readiness, the start-up phases of the current attempt, and the [benchmark] results when there are any."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.plan.vllm import AUTH_MIDDLEWARE
+from slurmrl.plot import benchmark_rows, benchmark_status_line, read_benchmark
 from slurmrl.slurm import jobs, tools
 from slurmrl.slurm.watch import Snapshot, Watch
 from slurmrl.summary import table
@@ -168,6 +169,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["model"] = None
     out["secret_file"] = None
     out["phases"] = []
+    out["benchmark"] = None
     names = {g.index: g.name for g in plan.groups} if plan else {}
     for p in out["parts"]:
         p["name"] = names.get(p["group"], "")
@@ -179,6 +181,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["failed"] = failed_reason(run_dir, attempt)
     out["stopped"] = stopped_reason(run_dir, attempt, snap.state)
     out["phases"] = phases(run_dir, attempt)
+    out["benchmark"] = read_benchmark(run_dir)
     if plan is not None:
         out["model"] = served_model(run_dir, plan) if any(c.role in SERVER_ROLES for c in plan.components) else None
         out["secret_file"] = secret_file(run_dir)
@@ -230,6 +233,19 @@ def phase_lines(rep: dict) -> list[str]:
     return ["", f"  phases of attempt {rep['attempt']} (time, seconds since allocation):"] + table(rows, indent="    ")
 
 
+def benchmark_lines(rep: dict) -> list[str]:
+    """The benchmark's state and one row per grid point done (RUN_DIR/benchmark/summary.json)."""
+    summary = rep.get("benchmark")
+    if not summary:
+        return []
+    lines = ["", "  " + benchmark_status_line(summary) + " (ms: median/p99; `slurmrl plot RUN_DIR` draws them)"]
+    if summary.get("points"):
+        lines += table(benchmark_rows(summary), indent="    ")
+    if summary.get("error"):
+        lines.append(f"    error: {summary['error']}")
+    return lines
+
+
 def text(rep: dict) -> str:
     head = f"job {rep['job_id']}: {rep['state']}"
     if rep["run_dir"]:
@@ -266,6 +282,7 @@ def text(rep: dict) -> str:
         lines.append("")
         lines += table(rows)
     lines += phase_lines(rep)
+    lines += benchmark_lines(rep)
     if rep["failed"]:
         lines.append(f"FAILED: {rep['failed']}")
     elif rep.get("stopped"):

@@ -15,7 +15,7 @@ from slurmrl.slurm.diff import is_edited
 from slurmrl.slurm.script import read_groups
 from slurmrl.slurm.watch import Watch
 
-JOB_OUTPUTS = ("ready", "preflight")  # written by a job; stale once another job runs in the run dir
+JOB_OUTPUTS = ("ready", "preflight", "benchmark")  # written by a job; stale once another job runs in the run dir
 
 
 @dataclass(frozen=True)

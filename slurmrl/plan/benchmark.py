@@ -1,0 +1,93 @@
+"""The benchmark: vLLM's load generator (``vllm bench serve``) against the job's own endpoint
+(vllm-router, Dynamo's frontend, or the one server), once it is ready, over the recipe's grid of
+concurrency x input length x output length. CPU only, on the node of that endpoint (the head
+node of the first inference group). ``slurmrl.runtime.bench`` runs one ``vllm bench serve`` per grid point and writes the
+results under RUN_DIR/benchmark/ (``slurmrl.layout``).
+
+With ``then = "stop"`` the benchmark is the job's one main component: the job completes when it
+exits 0 and then stops the servers. With ``then = "serve"`` the servers stay the main components
+and the benchmark, its results written, waits for the job to end. A benchmark that fails fails
+the job either way (``--kill-on-bad-exit=1``; the script's FAILED file names it).
+"""
+
+from __future__ import annotations
+
+from slurmrl import layout
+from slurmrl.errors import UserError
+from slurmrl.plan.model import Arg, Instance, Sh
+from slurmrl.recipe.schema import time_seconds
+
+BENCH_CPUS = 2  # the asyncio client and the tokenizer that makes the random prompts
+STAGE = 5
+# vllm bench serve reports mean, median and p99 of these (the summary takes median as p50)
+PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
+FRONTS = ("router", "frontend")  # what clients talk to when the job has one: vllm-router, Dynamo's frontend
+
+
+def endpoint(b) -> tuple[dict, Sh]:
+    """(the component the load goes to, its URL as the batch shell exports it once it is ready):
+    the router's or frontend's, else the one vLLM server's."""
+    front = next((c for c in b.comps if c["name"] in FRONTS), None)
+    if front is not None:
+        return front, Sh(sh=f"${{{front['health'].urls_var}}}")
+    servers = [c for c in b.comps if c["role"] == "inference"]
+    serving = [i for c in servers for i in c["instances"]
+               if "http" in i.ports and not (c["health"].first_node_only and i.node)]
+    if len(serving) != 1:
+        raise UserError(
+            "inference.router.enabled",
+            f"the benchmark needs one address to load, and the job has {len(serving)} servers without a router; "
+            "enable the router",
+        )
+    return servers[0], Sh(sh=f"${{{servers[0]['health'].urls_var}}}")
+
+
+def benchmark(b) -> None:
+    r, bench = b.r, b.r.benchmark
+    if bench is None:
+        return
+    front, url = endpoint(b)
+    head = b.groups[front["group"]]
+    b.reserve(head, 0, BENCH_CPUS, "the benchmark")
+    if bench.num_prompts < max(bench.concurrencies):
+        b.warnings.append(
+            f"benchmark.num_prompts ({bench.num_prompts}) is below the largest concurrency "
+            f"({max(bench.concurrencies)}): that point never has that many requests in flight"
+        )
+    if bench.timeout > time_seconds(r.slurm.time):
+        b.warnings.append(f"benchmark.timeout ({bench.timeout} s) is longer than slurm.time ({r.slurm.time})")
+    if bench.then == "stop":  # the job completes with the benchmark, not with the servers
+        for c in b.comps:
+            c["main"] = False
+    vllm_args: list[Arg] = [
+        "--base-url", url,
+        "--dataset-name", "random",
+        "--model", r.model.path,
+        "--served-model-name", r.model.served_model_name,
+        "--num-prompts", str(bench.num_prompts),
+    ]
+    if bench.request_rate is not None:
+        vllm_args += ["--request-rate", f"{bench.request_rate:g}"]
+    if r.model.trust_remote_code:
+        vllm_args.append("--trust-remote-code")
+    vllm_args += ["--percentile-metrics", PERCENTILE_METRICS, "--disable-tqdm", *bench.extra_args]
+    command = [
+        *b.py, "-m", "slurmrl.runtime.bench",
+        "--out", Sh(sh="${RUN_DIR}/" + layout.BENCHMARK),
+        "--concurrencies", *map(str, bench.concurrencies),
+        "--input-lens", *map(str, bench.input_lens),
+        "--output-lens", *map(str, bench.output_lens),
+        "--timeout", str(bench.timeout),
+        "--then", bench.then,
+        "--", *vllm_args,
+    ]
+    b.add(
+        name="benchmark", role="benchmark", group=head.index, first_node=0, nodes=1, tasks_per_node=1,
+        cpus_per_task=BENCH_CPUS, gpus_per_node=0, stage=STAGE, main=bench.then == "stop", health=None,
+        instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={}),),
+        task=b.task(
+            "benchmark",
+            supervisor=b.supervise("benchmark", ready="started"),
+            command=tuple(command),
+        ),
+    )

