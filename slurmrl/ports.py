@@ -9,8 +9,8 @@ grow with the node count.
 from __future__ import annotations
 
 BASE_MIN = 10000
-STRIDE = 80
-SLOTS = 272  # 10000 + 272*80 = 31760: below Linux's ephemeral range (32768+)
+STRIDE = 96
+SLOTS = 237  # 10000 + 237*96 = 32752: the last block ends below Linux's ephemeral range (32768+)
 MAX_LOCAL = 16  # servers (and GPUs) per node the table has room for
 
 _FIXED = {
@@ -30,9 +30,11 @@ _FIXED = {
     "dynamo_frontend": 13,  # Dynamo's OpenAI frontend
 }
 
-# Per-node blocks: one HTTP port, one KV port and one data-parallel RPC port per local
-# server, one NIXL side-channel port per GPU position.
-_BLOCKS = {"server": 16, "kv": 32, "nixl": 48, "dprpc": 64}
+# Per-node blocks: one HTTP port, one KV port, one data-parallel RPC port and one KV-event port
+# (vllm-router's kv_aware policy) per local server, one NIXL side-channel port per GPU position.
+# Blocks sit at fixed offsets from one base, so server k's KV-event port is its HTTP port plus
+# offset("kv_events_0") - offset("server_0"): the router derives it from the server's URL.
+_BLOCKS = {"server": 16, "kv": 32, "nixl": 48, "dprpc": 64, "kv_events": 80}
 
 
 def offset(name: str) -> int:

@@ -1,7 +1,8 @@
-"""Test double for a vLLM server: answers 200 with its own port on every GET (``/health`` too).
-Used where a test checks the script's mechanics (tasks, ports, readiness), not the engine.
+"""Test double for a vLLM server: answers 200 with its own port on every GET (``/health`` too)
+and every POST (a request a router passes on). Used where a test checks the script's mechanics
+(tasks, ports, readiness, routing), not the engine.
 
-    python tests/ok_server.py PORT
+    python tests/ok_server.py PORT [HOST]     (HOST: the address to listen on, default all)
 """
 
 import sys
@@ -17,9 +18,13 @@ class Ok(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.do_GET()
+
     def log_message(self, *args):
         pass
 
 
 if __name__ == "__main__":
-    ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), Ok).serve_forever()
+    ThreadingHTTPServer((sys.argv[2] if len(sys.argv) > 2 else "0.0.0.0", int(sys.argv[1])), Ok).serve_forever()

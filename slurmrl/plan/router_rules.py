@@ -1,0 +1,158 @@
+"""vllm-router's policies and their options: which pool routes by which policy, which options a
+policy in use reads, and a refusal for every option none reads (it would be silently ignored).
+
+What vllm-router 0.1.17 reads (its ``--help`` and what it logs at start):
+
+- ``cache_aware``: ``cache_threshold``, ``balance_abs_threshold``, ``balance_rel_threshold``,
+  ``eviction_interval_secs``, ``max_tree_size``.
+- ``kv_aware`` in regular mode (``replicas``): every server's KV-cache events over ZMQ
+  (``--kv-event-source WORKER_URL=tcp://HOST:PORT``, blocks of ``kv_event_block_size`` tokens,
+  keyed by ``--kv-event-model``, which the router requires), ``router_temperature``, the
+  ``kv_penalty_*`` credits and the session-affinity TTL.
+- ``kv_aware`` in P/D mode: as the prefill policy, the prefill servers' events
+  (``--pd-kv-events``, blocks of 16) and the ``kv_penalty_*`` credits; as the decode policy, the
+  session-affinity TTL (decode-only soft affinity). ``router_temperature`` is regular mode only.
+- every policy: the request timeout, the payload size, retries.
+"""
+
+from __future__ import annotations
+
+from slurmrl.errors import UserError
+from slurmrl.recipe.schema import Inference, Router
+
+PD_EVENT_BLOCK_SIZE = 16  # vllm-router 0.1.17: "--pd-kv-events ... Block size is 16"
+
+CACHE_AWARE = ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold", "eviction_interval_secs",
+               "max_tree_size")
+KV_EVENTS = ("kv_penalty_host", "kv_penalty_external", "kv_penalty_disk")  # read with the events
+KV_REGULAR = ("router_temperature", "kv_event_block_size", "kv_event_model")  # kv_aware, regular mode only
+KV_AFFINITY = ("kv_aware_session_affinity_ttl_secs",)
+ANY_POLICY = ("request_timeout_secs", "max_payload_size", "retry_max_retries", "retry_initial_backoff_ms",
+              "retry_max_backoff_ms", "retry_backoff_multiplier", "retry_jitter_factor")
+OPTIONS = frozenset(CACHE_AWARE + KV_EVENTS + KV_REGULAR + KV_AFFINITY + ANY_POLICY)
+
+
+def field(name: str) -> str:
+    return f"inference.router.{name}"
+
+
+def flag(name: str) -> str:
+    """The vllm-router flag of a Router field (they are named alike)."""
+    return "--" + name.replace("_", "-")
+
+
+def policies(inf: Inference) -> dict[str, str]:
+    """The policy of each pool the router picks a server from, by component name."""
+    r = inf.router
+    if inf.mode == "pd":
+        return {"prefill": r.prefill_policy or r.policy, "decode": r.decode_policy or r.policy}
+    return {"inference": r.policy}
+
+
+def reads_events(inf: Inference, name: str) -> bool:
+    """Whether the router subscribes to the KV-cache events of component ``name``'s servers."""
+    return name in ("inference", "prefill") and policies(inf).get(name) == "kv_aware"
+
+
+def event_block_size(inf: Inference) -> int:
+    """Tokens per KV block in the events the router reads (the servers' ``--block-size``)."""
+    return PD_EVENT_BLOCK_SIZE if inf.mode == "pd" else inf.router.kv_event_block_size
+
+
+def changed(r: Router) -> list[str]:
+    """Options set away from vllm-router's defaults, in the recipe's field order."""
+    return [n for n, f in Router.model_fields.items() if n in OPTIONS and getattr(r, n) != f.default]
+
+
+def option_args(inf: Inference) -> list[str]:
+    """``--flag VALUE`` for every option that differs from vllm-router's default (``check`` has
+    refused those no policy in use reads). ``kv_event_model`` is not here: the caller always gives
+    the router a model identity with static event sources."""
+    out: list[str] = []
+    for name in changed(inf.router):
+        if name == "kv_event_model":
+            continue
+        value = getattr(inf.router, name)
+        out += [flag(name), repr(value) if isinstance(value, float) else str(value)]
+    return out
+
+
+def _describe(pol: dict[str, str]) -> str:
+    return ", ".join(f"{k} {v!r}" for k, v in pol.items()) if len(pol) > 1 else f"policy {next(iter(pol.values()))!r}"
+
+
+def _needs(name: str, inf: Inference, pol: dict[str, str]) -> str | None:
+    """Why option ``name`` would be ignored with these policies (and what would use it), or None."""
+    pd = inf.mode == "pd"
+    used = f"the router routes by {_describe(pol)}"
+    if name in CACHE_AWARE and "cache_aware" not in pol.values():
+        return f"only the cache_aware policy reads it, and {used}; set a policy to cache_aware or leave it out"
+    if name in KV_REGULAR:
+        if pd:
+            blocks = f" (it reads P/D KV events in blocks of {PD_EVENT_BLOCK_SIZE})" \
+                if name == "kv_event_block_size" else ""
+            return f"vllm-router reads it only with kv_aware in mode 'replicas', not in mode 'pd'{blocks}; leave it out"
+        if pol["inference"] != "kv_aware":
+            return (f"only the kv_aware policy reads it, and {used}; set inference.router.policy = 'kv_aware' "
+                    "or leave it out")
+    if name in KV_EVENTS and not any(reads_events(inf, n) for n in pol):
+        where = "prefill_policy" if pd else "policy"
+        return (f"vllm-router reads it only where kv_aware reads KV events (inference.router.{where} = 'kv_aware'), "
+                f"and {used}; leave it out")
+    if name in KV_AFFINITY and (pol.get("decode") if pd else pol["inference"]) != "kv_aware":
+        where = "decode_policy" if pd else "policy"
+        return (f"vllm-router reads it only with inference.router.{where} = 'kv_aware'"
+                f"{' (P/D affinity is decode-only)' if pd else ''}, and {used}; leave it out")
+    return None
+
+
+def _block_size_arg(args: list[str]) -> str | None:
+    """The ``--block-size`` extra arguments give vLLM (its parser takes the last)."""
+    found = None
+    for i, a in enumerate(args):
+        if a == "--block-size" and i + 1 < len(args):
+            found = args[i + 1]
+        elif a.startswith("--block-size="):
+            found = a.split("=", 1)[1]
+    return found
+
+
+def check(inf: Inference) -> None:
+    """Refuse, naming the field, every setting the router that runs would silently ignore (when no
+    router runs, ``services.router`` refuses every router setting)."""
+    r = inf.router
+    pol = policies(inf)
+    if inf.mode != "pd":
+        for name in ("prefill_policy", "decode_policy"):
+            if getattr(r, name) is not None:
+                raise UserError(field(name), f"only mode 'pd' has prefill and decode pools; mode {inf.mode!r} routes "
+                                "by inference.router.policy")
+    elif r.prefill_policy and r.decode_policy and r.policy != Router.model_fields["policy"].default:
+        raise UserError(field("policy"), "mode 'pd' with both prefill_policy and decode_policy set does not use it; "
+                        "leave it out")
+    for name in changed(r):
+        why = _needs(name, inf, pol)
+        if why:
+            raise UserError(field(name), why)
+    if r.retry_initial_backoff_ms > r.retry_max_backoff_ms:
+        raise UserError(field("retry_initial_backoff_ms"), f"{r.retry_initial_backoff_ms} ms is longer than "
+                        f"retry_max_backoff_ms ({r.retry_max_backoff_ms})")
+    for name in pol:
+        if not reads_events(inf, name):
+            continue
+        which = field("policy") if name == "inference" or not r.prefill_policy else field("prefill_policy")
+        spec = inf.prefill if name == "prefill" else None
+        dp = getattr(spec, "dp", 1) if spec is not None else inf.dp
+        if inf.mode == "wide_ep" or dp > 1:
+            fix = "mode 'replicas'" if inf.mode == "wide_ep" else "dp = 1"
+            raise UserError(which, f"kv_aware reads one KV-event stream per {name} server, but a server with "
+                            f"data-parallel ranks publishes one per rank, which the plan does not wire; use "
+                            f"cache_aware, or {fix}")
+        block = event_block_size(inf)
+        for where, args in (("inference.extra_args", inf.extra_args),
+                            (f"inference.{name}.extra_args", spec.extra_args if spec is not None else [])):
+            given = _block_size_arg(list(args))
+            if given is not None and given != str(block):
+                raise UserError(where, f"--block-size {given}, but kv_aware reads the {name} servers' KV events in "
+                                f"blocks of {block} tokens and gives them --block-size {block}"
+                                + ("" if inf.mode == "pd" else "; set inference.router.kv_event_block_size instead"))
