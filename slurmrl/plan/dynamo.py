@@ -337,14 +337,12 @@ def worker_env(b, role: Role, head: int) -> list:
 def workers(b, role: Role, slot: Slot, head: int, first_index: int = 0) -> None:
     """mocker and vllm: one task per worker, every worker of the role in one srun step."""
     d = settings(b.r.inference)
-    prelude = [shell.HOST_LINE, f"port={shell.per_task('server', first_index)}"]
-    names = ["host", "port"]
-    env = worker_env(b, role, head) + [("DYN_SYSTEM_PORT", Sh(sh="${port}"))]
+    # per-task values straight in the environment (a preflight runs the probe with the same env, no prelude)
+    env = worker_env(b, role, head) + [("DYN_SYSTEM_PORT", Sh(sh=shell.per_task("server", first_index)))]
     nixl = d.engine == "vllm" and role.mode is not None
     if nixl:  # one side-channel port per worker, indexed by its first GPU: TP ranks add to it
-        prelude.append(f"nixl_port={shell.per_task('nixl', slot.gpus[0], role.tp)}")
-        names.append("nixl_port")
-        env += [("VLLM_NIXL_SIDE_CHANNEL_HOST", shell.HOST), ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh="${nixl_port}"))]
+        env += [("VLLM_NIXL_SIDE_CHANNEL_HOST", Sh(sh="$(hostname)")),
+                ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh=shell.per_task("nixl", slot.gpus[0], role.tp)))]
     instances = []
     for node in range(slot.nodes):
         for local in range(role.per_node):
@@ -358,7 +356,7 @@ def workers(b, role: Role, slot: Slot, head: int, first_index: int = 0) -> None:
         tasks_per_node=role.per_node, gpus_per_node=len(slot.gpus), stage=2, main=True, fail_fast=False,
         health=None, instances=tuple(instances),
         task=b.task(
-            role.name, prelude=[*shell.declare(*names), *prelude], env=env,
+            role.name, env=env,
             supervisor=b.supervise(role.name, gpus=shell.gpu_slice(slot.gpus[0], role.tp, True), ready="started"),
             command=(*b.py, "-m", MODULES[d.engine], *engine_args(b, role)),
         ),
