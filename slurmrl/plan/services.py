@@ -14,6 +14,15 @@ ROUTER_HEALTH_INTERVAL_S = 5
 KV_CONNECTOR_FLAG = {"NixlConnector": "nixl"}  # vllm-router knows nixl, mooncake, moriio
 
 
+def router_program(b) -> tuple[str, ...]:
+    """``vllm-router``; in P/D mode with the job's secret, our module that runs it with the secret as
+    the key it sends to the servers (it does not forward the client's Authorization there)."""
+    inf = b.r.inference
+    if inf.mode == "pd" and inf.auth == "job_secret":
+        return (*b.py, "-m", "slurmrl.runtime.router_key")
+    return shell.tool(b.py, "vllm-router")
+
+
 def router_enabled(b) -> bool:
     inf = b.r.inference
     if inf.router.enabled is not None:
@@ -82,7 +91,7 @@ def router(b) -> None:
         task=b.task(
             "router", prelude=prelude,
             supervisor=b.supervise("router", ready=shell.url("http", port)),
-            command=(*shell.tool(b.py, "vllm-router"), *args),
+            command=(*router_program(b), *args),
         ),
     )
 

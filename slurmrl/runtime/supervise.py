@@ -237,8 +237,10 @@ def command_pid(guard: subprocess.Popen) -> int | None:
 
 def mark_ready(name: str, check, url: str | None, child: subprocess.Popen) -> None:
     """Poll ``check`` while the command runs; once true, write this task's ready file."""
+    started = time.monotonic()
     while child.poll() is None:
-        if check():
+        # the command's pid too: a check that passes at once (``started``) must not beat the guard's fork
+        if check() and (command_pid(child) or time.monotonic() - started > 10):
             run_dir = layout.run_dir_from_env()
             task = int(os.environ.get("SLURM_PROCID", "0"))
             ntasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
@@ -246,7 +248,7 @@ def mark_ready(name: str, check, url: str | None, child: subprocess.Popen) -> No
                                command_pid(child))
             log(name, f"ready{' at ' + url if url else ''}")
             return
-        time.sleep(1)
+        time.sleep(0.2 if url is None else 1)
 
 
 if __name__ == "__main__":
