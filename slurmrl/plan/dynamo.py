@@ -84,6 +84,9 @@ def check(r: Recipe) -> None:
     if inf.gpus_per_node == 0:
         raise UserError("inference.gpus_per_node", "Dynamo workers take tp GPUs each (the mocker too: it stands in "
                         "for a GPU engine); leave it out or give at least tp")
+    if inf.extra_args:
+        raise UserError("inference.extra_args", "vLLM-server arguments; Dynamo workers take inference.dynamo.extra_args "
+                        "(every worker) and prefill/decode extra_args")
     if inf.dp != 1:
         raise UserError("inference.dp", "Dynamo workers are sized by tp; data parallelism is the engine's own "
                         "(trtllm: enable_attention_dp in the engine config; vllm: extra_args)")
@@ -123,6 +126,9 @@ def check(r: Recipe) -> None:
         for name in ("engine_config", "prefill_engine_config", "decode_engine_config"):
             if getattr(d, name):
                 raise UserError(f"inference.dynamo.{name}", "only engine 'trtllm' reads an engine-config YAML")
+    if inf.mode == "pd" and d.engine_config and d.prefill_engine_config and d.decode_engine_config:
+        raise UserError("inference.dynamo.engine_config", "both roles have their own (prefill_engine_config, "
+                        "decode_engine_config)")
     if inf.mode != "pd" and (d.prefill_engine_config or d.decode_engine_config):
         raise UserError("inference.dynamo.prefill_engine_config", "only used with mode 'pd'")
     if d.speedup_ratio is not None and d.engine != "mocker":
