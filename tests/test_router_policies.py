@@ -82,8 +82,17 @@ def server(out: Rendered, name: str, node: int = 0, local: int = 0) -> list[str]
 
 
 def router(out: Rendered) -> list[str]:
-    """What the router task execs: ``vllm-router ARGS``."""
+    """What the router task execs: ``vllm-router ARGS``, or a Python module that runs vllm-router
+    with ``ARGS`` (``python3 -m MODULE ARGS``)."""
     return expand(out.script, out.plan, "router", env=pools(out)).command
+
+
+def router_args(argv: list[str]) -> list[str]:
+    """vllm-router's own arguments in the router task's command."""
+    if Path(argv[0]).name == "vllm-router":
+        return argv[1:]
+    assert argv[1] == "-m", argv[:4]
+    return argv[3:]
 
 
 def values(args: list[str], flag: str) -> list[str]:
@@ -355,8 +364,7 @@ def parse_with_the_router(args: list[str]):
     launch = pytest.importorskip("vllm_router.launch_router")
     from vllm_router.router import Router
 
-    assert Path(args[0]).name == "vllm-router"
-    parsed = launch.parse_router_args(args[1:])  # argparse: exits 2 on a bad argument
+    parsed = launch.parse_router_args(router_args(args))  # argparse: exits 2 on a bad argument
     parsed._validate_router_args()
     Router.from_args(dataclasses.replace(parsed))  # from_args rewrites what it is given
     return parsed
@@ -461,7 +469,7 @@ def test_the_router_starts_with_the_rendered_flags_and_routes(policy, tmp_path):
     # loopback only: the rendered router listens on every address, here on 127.0.0.1
     for flag in ("--host", "--prometheus-host"):
         args[args.index(flag) + 1] = "127.0.0.1"
-    args[0] = str(Path(sys.executable).parent / "vllm-router")
+    args = [str(Path(sys.executable).parent / "vllm-router"), *router_args(args)]
     procs, socks = [], []
     ctx = zmq.Context()
     try:
