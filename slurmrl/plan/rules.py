@@ -91,6 +91,30 @@ def check_inference(r: Recipe) -> None:
     if inf.expert_parallel is not None and inf.mode == "pd":
         raise UserError("inference.expert_parallel", "mode 'pd' sets it per role: prefill.expert_parallel, "
                         "decode.expert_parallel")
+    given = [("inference.extra_args", inf.extra_args)] + [
+        (f"inference.{role}.extra_args", getattr(inf, role).extra_args)
+        for role in ("prefill", "decode") if getattr(inf, role) is not None]
+    for key in inf.vllm_extra:
+        flag = "--" + key.replace("_", "-")
+        for where, args in given:
+            if any(a == flag or a.startswith(flag + "=") or a == "--no-" + flag[2:] for a in args):
+                raise UserError("inference.vllm_extra", f"{key} is also in {where} ({flag}); give it once")
+    if inf.return_routed_experts and inf.mode == "pd":
+        raise UserError("inference.return_routed_experts", "vLLM returns routed experts without P/D only "
+                        "(its KV connectors do not carry them)")
+    if inf.return_routed_experts and inf.kv_offload.kind != "none":
+        raise UserError("inference.return_routed_experts", "vLLM does not return routed experts with KV offload; "
+                        "set inference.kv_offload.kind = 'none'")
+    for name in ("enable_eplb", "enable_dbo"):
+        if getattr(inf, name):
+            if inf.mode == "pd":
+                off = [role for role in ("prefill", "decode") if not getattr(inf, role).expert_parallel]
+            else:
+                ep = inf.expert_parallel if inf.expert_parallel is not None else inf.mode == "wide_ep"
+                off = [] if ep else ["inference"]
+            if off:
+                where = " and ".join(f"{r}.expert_parallel" for r in off) if inf.mode == "pd" else "expert_parallel"
+                raise UserError(f"inference.{name}", f"needs expert parallel; set inference.{where} = true")
     if inf.kv_buffer_device != "gpu" and inf.kv_connector != "NixlConnector":
         raise UserError("inference.kv_buffer_device", "only applies to kv_connector 'NixlConnector'")
 
@@ -189,9 +213,10 @@ OFFLOAD_FIELDS = {
 def check_applies(r: Recipe) -> None:
     """No silent knobs: a field set where this shape never uses it is refused, saying what applies instead."""
     s, o, t, inf = r.slurm, r.orchestrator, r.trainer, r.inference
-    if changed(s, "cpu_partition") and (o is None or o.placement != "own"):
+    if s.cpu_partition and (o is None or o.placement != "own"):  # '' is left out, like None
         raise UserError("slurm.cpu_partition", "only applies to the orchestrator's own CPU-only group "
-                        "(orchestrator.placement = 'own'); the GPU groups use slurm.partition")
+                        "(orchestrator.placement = 'own'); the GPU groups use slurm.partition. Remove it "
+                        "(or --set slurm.cpu_partition='')")
     if changed(s, "heartbeat_timeout") and t is None and o is None:
         raise UserError("slurm.heartbeat_timeout", f"watches the trainer and orchestrator, which kind {r.kind!r} does "
                         "not run; inference servers have inference.startup_timeout")
@@ -220,6 +245,10 @@ def check_applies(r: Recipe) -> None:
         if changed(off, name) and off.kind not in kinds:
             raise UserError(f"inference.kv_offload.{name}", f"only applies to kv_offload.kind "
                             f"{' or '.join(map(repr, kinds))} (kind is {off.kind!r})")
+    if changed(inf.router, "session_header"):  # vllm-router 0.1.17 has no flag for it
+        raise UserError("inference.router.session_header", "vllm-router cannot be told which header to hash: "
+                        "consistent_hash reads the session headers it knows (X-Session-ID, X-User-ID, X-Tenant-ID, ...) "
+                        "in its own order, whichever a request sends; leave it out")
 
 
 # A hub id (``org/name``) or a URL: what a trainer reading local files cannot open.

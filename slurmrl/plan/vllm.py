@@ -7,6 +7,8 @@ and the port table, written into the task function's prelude. Everything else is
 
 from __future__ import annotations
 
+import json
+
 from slurmrl import ports
 from slurmrl.plan import router_rules
 from slurmrl.plan import shell
@@ -38,7 +40,28 @@ def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
         args += ["--enable-lora", "--max-lora-rank", str(inf.max_lora_rank)]
     if inf.auth == "job_secret":
         args += ["--middleware", AUTH_MIDDLEWARE]
-    return args
+    for on, flag in ((inf.enable_eplb, "--enable-eplb"), (inf.enable_dbo, "--enable-dbo"),
+                     (inf.return_routed_experts, "--enable-return-routed-experts")):
+        if on:
+            args.append(flag)
+    return args + extra_args(inf.vllm_extra)
+
+
+def extra_args(table: dict) -> list[Arg]:
+    """``inference.vllm_extra``: ``{max_num_seqs = 256}`` -> ``--max-num-seqs 256``; true -> the flag,
+    false -> ``--no-`` flag; lists and tables as one JSON word."""
+    out: list[Arg] = []
+    for key, value in table.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, (list, dict)):
+            out += [flag, json.dumps(value, separators=(",", ":"))]
+        elif isinstance(value, float):
+            out += [flag, f"{value:g}"]
+        else:
+            out += [flag, str(value)]
+    return out
 
 
 def local_dp(dp: int, first_index: int = 0) -> tuple[list[str], list[Arg]]:

@@ -84,6 +84,38 @@ class Section(BaseModel):
 
 EnvMap = Annotated[dict[str, str], AfterValidator(_check_env)]
 
+VLLM_ARG_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# vLLM arguments slurmrl writes itself, and the recipe field that sets each
+VLLM_OWNED = {
+    "model": "model.path", "served_model_name": "model.served_name", "host": "(slurmrl: every interface)",
+    "port": "(slurmrl: the port table)", "tensor_parallel_size": "tp", "data_parallel_size": "dp",
+    "data_parallel_size_local": "dp", "data_parallel_address": "(slurmrl: the worker's first node)",
+    "data_parallel_rpc_port": "(slurmrl: the port table)", "data_parallel_start_rank": "(slurmrl: per node)",
+    "headless": "(slurmrl: per node)", "enable_expert_parallel": "expert_parallel", "dtype": "model.dtype",
+    "max_model_len": "model.max_model_len", "trust_remote_code": "model.trust_remote_code",
+    "gpu_memory_utilization": "inference.gpu_memory_utilization", "enforce_eager": "inference.enforce_eager",
+    "enable_lora": "inference.max_lora_rank", "max_lora_rank": "inference.max_lora_rank",
+    "middleware": "inference.auth", "kv_transfer_config": "inference.kv_connector / inference.kv_offload",
+    "kv_offloading_backend": "inference.kv_offload", "kv_offloading_size": "inference.kv_offload",
+    "kv_events_config": "inference.router.policy", "enable_eplb": "inference.enable_eplb",
+    "enable_dbo": "inference.enable_dbo", "enable_return_routed_experts": "inference.return_routed_experts",
+}
+
+
+def _check_vllm_extra(args: dict) -> dict:
+    for key in args:
+        if not VLLM_ARG_RE.match(key):
+            raise ValueError(f"{key!r} is not a vLLM argument name (lower case, underscores: max_num_seqs)")
+        if key in VLLM_OWNED:
+            owner = VLLM_OWNED[key]
+            how = f" ({owner[1:-1].removeprefix('slurmrl: ')})" if owner.startswith("(") else f"; use {owner}"
+            raise ValueError(f"{key} is set by slurmrl{how}")
+    return args
+
+
+VllmScalar = bool | Annotated[int, Field(ge=INT64[0], le=INT64[1])] | float | str
+VllmExtra = Annotated[dict[str, VllmScalar | list[VllmScalar] | dict[str, VllmScalar]], AfterValidator(_check_vllm_extra)]
+
 
 class Slurm(Section):
     """Directives for sbatch. Every het group gets the same account/partition/qos/time."""
@@ -264,7 +296,11 @@ class TrainerKnobs(Section):
     """The trainer fields its program reads. ``slurmrl.settings.trainer.TrainerSettings`` extends
     this with what the planner derives, so a default lives here and nowhere else."""
 
-    dataset: str | None = Field(None, description="SFT: JSONL file (prompt/completion or chat messages).")
+    dataset: str | None = Field(
+        None,
+        description="SFT: one local JSONL file (prompt/completion or chat messages): an absolute path, or relative "
+        "to where the job starts or to the run dir. The trainer downloads nothing: a hub id or URL is refused.",
+    )
     lr: float = Field(1e-5, gt=0, le=1, description="AdamW learning rate (above 0, at most 1).")
     weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay (0-1).")
     max_grad_norm: float = Field(
@@ -378,8 +414,8 @@ class Router(Section):
         "X-Session-ID", "X-User-ID", "X-Tenant-ID", "X-Request-ID", "X-Correlation-ID", "X-Trace-ID"
     ] = Field(
         "X-Session-ID",
-        description="Header clients send to key consistent hashing (the headers vllm-router reads, "
-        "in its priority order).",
+        description="Header clients send to key consistent hashing. vllm-router reads these headers itself, in "
+        "this order, and has no option to pick one: any value but the default is refused.",
     )
     cache_threshold: float = Field(
         0.3, ge=0, le=1,
@@ -630,6 +666,23 @@ class Inference(Section):
     dynamo: Dynamo | None = Field(None, description="Dynamo's services and workers (`backend = \"dynamo\"`).")
     router: Router = Field(default_factory=Router, description="vllm-router in front of the servers.")
     kv_offload: KVOffload = Field(default_factory=KVOffload, description="KV-cache offload.")
+    enable_eplb: bool = Field(
+        False, description="`--enable-eplb`: expert-parallel load balancing (needs expert parallel in every worker)."
+    )
+    enable_dbo: bool = Field(
+        False, description="`--enable-dbo`: dual-batch overlap of compute and expert all-to-all (needs expert parallel)."
+    )
+    return_routed_experts: bool = Field(
+        False,
+        description="`--enable-return-routed-experts`: responses carry the experts each token was routed to (router "
+        "replay for MoE RL); not with mode `pd` or KV offload, which vLLM does not support with it.",
+    )
+    vllm_extra: VllmExtra = Field(
+        default_factory=dict,
+        description="vLLM engine arguments by name, e.g. `{ max_num_seqs = 256, enable_chunked_prefill = true }`: "
+        "`--max-num-seqs 256`, `--enable-chunked-prefill` (false: `--no-...`; tables and lists as JSON). Names "
+        "slurmrl sets itself are refused with the field that sets them.",
+    )
     extra_args: list[str] = Field(default_factory=list, description="Extra `vllm serve` arguments.")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the inference steps.")
     startup_timeout: int = Field(

@@ -1,0 +1,76 @@
+"""vLLM knobs MoE users set (expert-parallel load balancing, dual-batch overlap, router replay,
+a free-form `vllm_extra` table) and the multi-node worker command line, as vLLM's own parser reads
+them: a flag vLLM does not have fails here, not on a GPU cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from task_expand import expand
+
+from slurmrl.render import build
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ROOT / "recipes"
+KNOBS = ["inference.enable_eplb=true", "inference.enable_dbo=true",
+         "inference.vllm_extra={seed=96, enable_chunked_prefill=false, cpu_offload_gb=4.5, "
+         "compilation_config={cudagraph_mode='FULL_DECODE_ONLY'}}"]
+
+
+def command(recipe: str, sets: list[str], name: str, node: int = 0) -> list[str]:
+    with tempfile.TemporaryDirectory() as run_dir:  # the script's prologue writes its secret there
+        out = build(RECIPES / f"{recipe}.toml", sets, run_dir=run_dir)
+        return expand(out.script, out.plan, name, node).command
+
+
+def test_knobs_reach_every_server_of_both_roles_once():
+    for node in (0, 1):
+        cmd = command("inference-pd-wide-ep", KNOBS, "decode", node)
+        for flag in ("--enable-eplb", "--enable-dbo", "--no-enable-chunked-prefill"):
+            assert cmd.count(flag) == 1, (flag, cmd)
+        assert cmd[cmd.index("--seed") + 1] == "96" and cmd[cmd.index("--cpu-offload-gb") + 1] == "4.5"
+        assert json.loads(cmd[cmd.index("--compilation-config") + 1]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    assert "--enable-eplb" in command("inference-pd-wide-ep", KNOBS, "prefill")
+
+
+VLLM_PARSE = """
+import json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+from vllm.engine.arg_utils import AsyncEngineArgs
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])
+validate_parsed_serve_args(args)
+e = AsyncEngineArgs.from_cli_args(args)
+print(json.dumps({"headless": getattr(args, "headless", None), "dp": e.data_parallel_size,
+                  "dp_local": e.data_parallel_size_local, "start": e.data_parallel_start_rank,
+                  "address": e.data_parallel_address, "ep": e.enable_expert_parallel, "eplb": e.enable_eplb,
+                  "dbo": e.enable_dbo, "seed": e.seed, "kv": e.kv_transfer_config is not None}))
+"""
+
+
+def vllm_reads(argv: list[str]) -> dict:
+    p = subprocess.run([sys.executable, "-c", VLLM_PARSE, *argv], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.vllm
+def test_vllm_parses_a_multi_node_worker_leader_and_follower():
+    got = {}
+    for node in (0, 1):
+        cmd = command("inference-pd-wide-ep", KNOBS, "decode", node)
+        argv = cmd[cmd.index("serve") + 1:]  # python -m slurmrl.runtime.vllm_cli serve ARGS: vLLM's serve
+        got[node] = vllm_reads(argv)
+    lead, follow = got[0], got[1]
+    assert lead["headless"] is False and follow["headless"] is True
+    assert (lead["dp"], lead["dp_local"], lead["start"]) == (16, 8, None)
+    assert (follow["dp"], follow["dp_local"], follow["start"]) == (16, 8, 8)
+    assert lead["address"] == follow["address"] == "g1n0"  # the worker's first node
+    assert all(g["ep"] and g["eplb"] and g["dbo"] and g["kv"] and g["seed"] == 96 for g in got.values()), json.dumps(got)
