@@ -37,6 +37,7 @@ NAMESPACE = Sh(sh="job${SLURM_JOB_ID}")  # one Dynamo namespace per job, the sam
 OWN_ENV = ("DYN_NAMESPACE", "ETCD_ENDPOINTS", "NATS_SERVER", "DYN_SYSTEM_PORT", "DYN_REQUEST_PLANE",
            "DYN_EVENT_PLANE")  # set by the plan; a recipe's env may not
 NIXL_CONFIG = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+VLLM_SERVER_KNOBS = ("return_routed_experts", "enable_eplb", "enable_dbo", "vllm_extra")  # vLLM servers' (when set)
 WORKER_ROLE = "dynamo-worker"
 FRONTEND_ROLE = "dynamo-frontend"
 
@@ -94,6 +95,10 @@ def check(r: Recipe) -> None:
     for name in ("kv_connector", "share_nodes", "kv_load_failure_policy", "kv_buffer_device"):
         if name in defaults and getattr(inf, name) != defaults[name].default:
             raise UserError(f"inference.{name}", "vLLM P/D configuration; Dynamo's disaggregation moves KV itself")
+    for name in VLLM_SERVER_KNOBS:
+        if name in defaults and getattr(inf, name) != defaults[name].get_default(call_default_factory=True):
+            raise UserError(f"inference.{name}", "a vLLM-server knob; Dynamo workers take their engine's flags in "
+                            "inference.dynamo.extra_args")
     for role in ("prefill", "decode"):
         spec = getattr(inf, role)
         for name in ("dp", "nodes_per_worker"):
