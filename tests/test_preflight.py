@@ -78,6 +78,10 @@ def test_preflight_matches_plan(slurm_cluster, tmp_path, recipe):
     with_container = recipe.stem == "rl-debug"
     if with_container:
         overrides += ["--set", f'container.image="{IMAGE}"']
+    planned_recipe = build(recipe, []).recipe
+    dataset = planned_recipe.trainer.dataset if planned_recipe.kind == "sft" else None
+    if dataset and not Path(dataset).is_absolute():  # the trainer's probe looks for it where the job starts
+        (tmp_path / dataset).write_text('{"prompt": "1+1=", "completion": "2"}\n')
     r = slurmrl(slurm_cluster, "submit", "--preflight", str(recipe), *overrides, "--timeout", "180", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "preflight ok" in r.stdout

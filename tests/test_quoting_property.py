@@ -529,9 +529,10 @@ def test_kv_offload_paths_reach_json_args_and_env(disk, device):
         r = {
             "name": "q", "kind": "inference", "slurm": {"gpus_per_node": 2, "cpus_per_node": 8},
             "model": {"path": "m"},
-            "inference": {"tp": 1, "kv_offload": {"kind": kind, "cpu_gb": 4, "disk_gb": 8, "disk_path": disk,
-                                                  "mooncake_device": device}},
+            "inference": {"tp": 1, "kv_offload": {"kind": kind, "cpu_gb": 4, "disk_path": disk}},
         }
+        # each kind takes only its own fields (the others are refused: no silent knobs)
+        r["inference"]["kv_offload"].update({"disk_gb": 8} if kind == "cpu_disk" else {"mooncake_device": device})
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
             out = render_or_skip(r, tmp)

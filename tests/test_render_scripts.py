@@ -80,7 +80,7 @@ def test_variant_scripts_are_shellcheck_clean(tmp_path):
                      'python.modules=["cuda/12.4", "nccl"]', 'python.setup=["ulimit -n 65536"]',
 'env.WANDB_PROJECT="it\'s $(x)"', "slurm.requeue=false"],
         "inference-pd": ['slurm.extra_directives=["--reservation=big", "--exclusive"]', 'slurm.comment="a b"'],
-        "rl-multinode": ["orchestrator.placement=inference", 'trainer.env.NCCL_DEBUG="INFO"'],
+        "rl-multinode": ["orchestrator.placement=inference", "slurm.cpu_partition=''", 'trainer.env.NCCL_DEBUG="INFO"'],
     }
     paths = []
     for stem, overrides in variants.items():

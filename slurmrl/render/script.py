@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import jinja2
@@ -15,6 +16,16 @@ ENTRY = "job.sbatch.j2"
 
 
 def environment(templates_dir: Path | None = None) -> jinja2.Environment:
+    """The package's templates compile once per process; an ejected copy is read afresh (it may be edited)."""
+    return _environment(templates_dir) if templates_dir is not None else _package_environment()
+
+
+@functools.cache
+def _package_environment() -> jinja2.Environment:
+    return _environment(None)
+
+
+def _environment(templates_dir: Path | None) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir or PACKAGE_TEMPLATES)),
         undefined=jinja2.StrictUndefined,

@@ -128,7 +128,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str]) -> int:
 
     run_dir = s.root
     env = envs.load(s.environment, s.environment_args)
-    tok = AutoTokenizer.from_pretrained(s.model)
+    tok = AutoTokenizer.from_pretrained(s.model, trust_remote_code=s.trust_remote_code)
     sampler = Sampler(urls, tok, s)
     metrics = Metrics(run_dir, "orchestrator", s.model_dump(mode="json"), log)
     max_steps, max_off = s.max_steps, s.max_off_policy_steps

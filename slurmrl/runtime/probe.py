@@ -111,6 +111,24 @@ def environment_problems(run_dir) -> list[str]:
     return []
 
 
+def dataset_problems(run_dir) -> list[str]:
+    """SFT: the trainer's dataset, looked up here as the trainer will (same node, container and start
+    directory): plan can only tell a hub id from a path, not whether the file is there."""
+    import tomllib
+
+    from slurmrl.runtime.trainer import dataset
+
+    try:
+        with open(layout.component_config(run_dir, "trainer"), "rb") as f:
+            settings = tomllib.load(f)
+    except (OSError, ValueError) as e:
+        return [f"cannot read the trainer's settings: {e}"]
+    if settings.get("kind") != "sft" or not settings.get("dataset"):
+        return []
+    why = dataset.problem(settings["dataset"], Path(run_dir))
+    return [why] if why else []
+
+
 def gpu_spec(positions: list[int]) -> str | None:
     return f"{positions[0]}:{len(positions)}" if positions else None
 
@@ -139,6 +157,8 @@ def main() -> int:
             errors = [str(e)]
     if comp.name == "orchestrator":
         errors += environment_problems(comp.run_dir)
+    if comp.name == "trainer":  # every node reads the file
+        errors += dataset_problems(comp.run_dir)
     my_ports = {purpose: rt.port(name) for purpose, name in comp.instance["ports"].items()}
     servers, bind_errors = serve(my_ports, comp.name)
     errors += bind_errors

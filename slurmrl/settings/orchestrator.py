@@ -18,6 +18,7 @@ class OrchestratorSettings(OrchestratorKnobs):
     run_dir: str = Field(description="The run dir (absolute).")
     model: str = Field(description="Where the tokenizer comes from: recipe model.path (hub id or folder).")
     served_model_name: str = Field(description="The model name the inference servers answer to.")
+    trust_remote_code: bool = Field(False, description="Allow tokenizer code from the checkpoint: model.trust_remote_code.")
     max_steps: PosInt = Field(description="Batches to produce: trainer.max_steps.")
 
     @property
@@ -30,6 +31,7 @@ def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
     return OrchestratorSettings(
         **recipe.orchestrator.model_dump(include=set(OrchestratorKnobs.model_fields)),
         run_dir=run_dir, model=recipe.model.path, served_model_name=recipe.model.served_model_name,
+        trust_remote_code=recipe.model.trust_remote_code,
         max_steps=recipe.trainer.max_steps,
     )
 

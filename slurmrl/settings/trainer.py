@@ -17,6 +17,7 @@ class TrainerSettings(TrainerKnobs):
     run_dir: str = Field(description="The run dir (absolute).")
     kind: Literal["sft", "rl"] = Field(description="SFT from trainer.dataset, or RL from the orchestrator's batches.")
     model: str = Field(description="The model to start from: recipe model.path (hub id or folder).")
+    trust_remote_code: bool = Field(False, description="Allow model code from the checkpoint: model.trust_remote_code.")
     world_size: PosInt = Field(description="Trainer processes the plan starts (nodes x GPUs per node).")
     global_batch: PosInt = Field(
         description="Sequences per optimizer step (SFT: trainer.batch_size; RL: prompts x rollouts per step)."
@@ -31,7 +32,8 @@ def trainer_settings(recipe: Recipe, run_dir: str, world_size: int, global_batch
     """What the planner writes for ``recipe``'s trainer (``recipe.trainer`` must be set)."""
     return TrainerSettings(
         **recipe.trainer.model_dump(include=set(TrainerKnobs.model_fields)),
-        run_dir=run_dir, kind=recipe.kind, model=recipe.model.path, world_size=world_size, global_batch=global_batch,
+        run_dir=run_dir, kind=recipe.kind, model=recipe.model.path, trust_remote_code=recipe.model.trust_remote_code,
+        world_size=world_size, global_batch=global_batch,
     )
 
 

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from slurmrl import heartbeat, layout
 from slurmrl.runtime import steps
 from slurmrl.runtime.metrics import Metrics
-from slurmrl.runtime.trainer import losses, rollouts, state
+from slurmrl.runtime.trainer import dataset, losses, rollouts, state
 from slurmrl.runtime.trainer.ready import mark_ready
 from slurmrl.settings.trainer import TrainerSettings
 
@@ -101,10 +101,11 @@ def shard(model, d: Dist) -> None:
     fully_shard(model, mesh=mesh, mp_policy=mp)
 
 
-def load_model(path: str, d: Dist, gradient_checkpointing: bool, trainable: bool = True):
+def load_model(path: str, d: Dist, gradient_checkpointing: bool, trainable: bool = True,
+               trust_remote_code: bool = False):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
     untie(model)
     model.config.use_cache = False
     if trainable and gradient_checkpointing:
@@ -172,9 +173,9 @@ class Trainer:
                  f"{'FSDP2' if self.world > 1 else 'no sharding'}; model {source}"
                  + (f" (resuming after step {self.start})" if ckpt else ""))
         t = time.perf_counter()
-        self.tok = AutoTokenizer.from_pretrained(self.model_id)
+        self.tok = AutoTokenizer.from_pretrained(self.model_id, trust_remote_code=s.trust_remote_code)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else (self.tok.eos_token_id or 0)
-        self.model = load_model(source, self.d, s.gradient_checkpointing)
+        self.model = load_model(source, self.d, s.gradient_checkpointing, trust_remote_code=s.trust_remote_code)
         self.config = self.model.config
         try:
             self.gen_config = GenerationConfig.from_pretrained(self.model_id)
@@ -183,7 +184,7 @@ class Trainer:
         self.ref = None
         self.kl_coef = s.kl_coef
         if self.kind == "rl" and self.kl_coef > 0:
-            self.ref = load_model(self.model_id, self.d, False, trainable=False)
+            self.ref = load_model(self.model_id, self.d, False, trainable=False, trust_remote_code=s.trust_remote_code)
         self.optim = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad], lr=s.lr, betas=(0.9, 0.999),
             weight_decay=s.weight_decay,
@@ -194,9 +195,10 @@ class Trainer:
 
             if not s.dataset:
                 raise SystemExit("slurmrl: trainer: SFT needs trainer.dataset (a JSONL file)")
-            path, local = resolve(s.dataset, self.run_dir)
-            if local is None:
-                raise SystemExit(f"slurmrl: trainer: dataset {s.dataset} not found")
+            why = dataset.problem(s.dataset, self.run_dir)
+            if why:
+                raise SystemExit(f"slurmrl: trainer: {why}")
+            local = dataset.locate(s.dataset, self.run_dir)
             self.data = SFTData(load_jsonl(local, self.tok), self.seq_len, self.pad_id, self.seed)
             self.log(f"dataset {local}: {len(self.data.examples)} examples")
         if ckpt:

@@ -1,0 +1,480 @@
+"""No silent knobs (issue 15): every recipe field takes effect in every shape that accepts it, or
+`plan` refuses it there with one line naming it.
+
+The walk: every leaf field of the recipe schema (nested sections and optional ones, so fields
+added later are walked too) x every gallery recipe. For each, a value other than the recipe's is
+applied the way ``--set`` applies it (``slurmrl.recipe.load.apply_overrides``), then validated,
+planned and rendered in-process. The field passes when the rendered run dir differs from the
+recipe's own, or when validation/planning refuses it with a ``UserError`` naming the field (or its
+section). A value the schema itself refuses (out of range, malformed) says nothing about the
+shape, nor does a refusal naming another field (the value conflicts with the recipe): the walk
+tries the next value. A field no value of which could be tried in a recipe must take effect in
+another one. Fields of an optional section the recipe lacks are walked too (setting one adds the
+section), except where the section needs a field of its own first (``[container]`` its image).
+
+"The rendered run dir" is every file ``render`` writes except ``recipe.toml``, which echoes the
+recipe itself. ``job.sbatch`` is a function of the plan alone (``render_script``), so the plan is
+compared first (plan.json and components/*.toml are the plan) and the script is rendered only
+when the plans are equal. Keys of components/<name>.toml that the program does not read in a kind
+(``UNREAD``) do not count as an effect.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import types
+import typing
+from functools import cache
+from pathlib import Path
+
+import annotated_types
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from slurmrl import envs
+from slurmrl.errors import UserError
+from slurmrl.plan import plan, rules
+from slurmrl.recipe.load import apply_overrides, check_numbers, read_toml
+from slurmrl.recipe.schema import Recipe
+from slurmrl.render import planned, tomlw
+from slurmrl.render.script import render_script
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = sorted((ROOT / "recipes").glob("*.toml"))
+RUN_DIR = "/cluster/runs/knobs"  # planning is pure: the run dir is only a name here
+
+# Fields whose effect is outside the run dir's files, each with the reason.
+OUTSIDE_RUN_DIR = {
+    # Where the run dir goes (<output_dir>/<name>/); no file inside it names its parent.
+    "output_dir": "chooses the run dir's parent folder",
+    # Another copy of the templates renders the same script until the copy is edited;
+    # tests/test_cli.py renders with an ejected copy, tests/test_bad_recipes.py refuses a missing one.
+    "templates_dir": "chooses the templates job.sbatch is rendered with",
+}
+
+# Capacities: what the cluster has, not what the job asks for. Where the recipe sizes every
+# component itself they only bound those sizes (a smaller one is refused), so a larger value may
+# change nothing; each must still take effect in some gallery recipe.
+CAPACITIES = {
+    "slurm.gpus_per_node": "GPUs on each node: the default for trainer/inference.gpus_per_node and their bound",
+}
+
+# Fields whose every other value needs other sections: refusals naming those sections answer for them.
+REFUSED_AS = {"kind": set(rules.SECTIONS["rl"])}
+
+# Keys of components/<component>.toml the program does not read for a recipe kind
+# (slurmrl/runtime/trainer/loop.py: the SFT step has no clip or KL term, RL reads no dataset).
+UNREAD = {
+    ("trainer", "sft"): {"clip_eps", "kl_coef"},
+    ("trainer", "rl"): {"dataset"},
+}
+
+# Plausible values for fields a generic value does not fit (formats checked by the schema).
+PLAUSIBLE: dict[str, list] = {
+    "name": ["other-run"],
+    "slurm.time": ["02:30:00", "45"],
+    "slurm.max_total_time": ["3-00:00:00"],
+    "slurm.signal": ["USR2@300"],
+    "slurm.mem": ["200G", "0"],
+    "slurm.extra_directives": [["--reservation=big"]],
+    "slurm.mail_user": ["me@example.org"],
+    "slurm.mail_type": ["END,FAIL", "ALL"],
+    "slurm.dependency": ["afterok:1234"],
+    "container.image": ["/images/other.sqsh"],
+    "container.mounts": [["/scratch:/scratch"]],
+    "container.env": [["HF_HOME"]],
+    "python.venv": ["/opt/venvs/other"],
+    "python.uv_project": ["/opt/project"],
+    "python.modules": [["cuda/12.4"]],
+    "python.setup": [["ulimit -n 65536"]],
+    "python.executable": ["/usr/bin/python3.12"],
+    "model.path": ["org/other-model", "/models/other"],
+    "trainer.dataset": ["/data/other.jsonl"],
+    "orchestrator.environment": [*envs.BUILTIN, "my_envs.countdown:Countdown"],
+    "inference.kv_offload.disk_path": ["/local/kv"],
+    "inference.kv_offload.mooncake_device": ["mlx5_1"],
+}
+ENV_VALUE = {"KNOB_TEST": "1"}
+LIST_VALUE = ["--knob-test"]
+TRIES = 6  # values tried per field before the walk gives up on finding one the schema accepts
+
+
+# ---- the schema --------------------------------------------------------------------------------
+
+
+def section_model(annotation) -> type[BaseModel] | None:
+    """The section model a field holds (``X`` or ``X | None``), else None."""
+    for cand in typing.get_args(annotation) or (annotation,):
+        if isinstance(cand, type) and issubclass(cand, BaseModel):
+            return cand
+    return None
+
+
+def leaves(model: type[BaseModel] = Recipe, prefix: str = "") -> list[tuple[str, object]]:
+    """(dotted path, FieldInfo) of every leaf field, sections walked."""
+    out = []
+    for name, f in model.model_fields.items():
+        sub = section_model(f.annotation)
+        if sub is not None:
+            out += leaves(sub, f"{prefix}{name}.")
+        else:
+            out.append((f"{prefix}{name}", f))
+    return out
+
+
+def field_at(path: str):
+    model, f = Recipe, None
+    for part in path.split("."):
+        f = model.model_fields[part]
+        model = section_model(f.annotation)
+    return f
+
+
+def _strip(ann) -> tuple[list, list]:
+    """(the non-None types of an annotation, with Annotated unwrapped; their constraints)."""
+    kinds, meta = [], []
+    for a in typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,):
+        if typing.get_origin(a) is typing.Annotated:
+            base, *extra = typing.get_args(a)
+            for e in extra:
+                meta += getattr(e, "metadata", [e])
+            a = base
+        if a is not type(None):
+            kinds.append(a)
+    return kinds, meta
+
+
+def bounds(f) -> tuple[float | None, float | None, bool, bool]:
+    """(low, high, low is strict, high is strict) from ge/gt/le/lt."""
+    lo = hi = None
+    lo_strict = hi_strict = False
+    _, meta = _strip(f.annotation)
+    for m in [*f.metadata, *meta]:
+        if isinstance(m, annotated_types.Ge):
+            lo = m.ge
+        elif isinstance(m, annotated_types.Gt):
+            lo, lo_strict = m.gt, True
+        elif isinstance(m, annotated_types.Le):
+            hi = m.le
+        elif isinstance(m, annotated_types.Lt):
+            hi, hi_strict = m.lt, True
+    return lo, hi, lo_strict, hi_strict
+
+
+def default_of(f):
+    """The field's default; None for a required field."""
+    if f.is_required():
+        return None
+    return f.default_factory() if f.default_factory is not None else f.default
+
+
+def candidates(path: str, f, current, recipe: Recipe) -> list:
+    """Values to try for ``path``, most telling first; none equal to ``current``."""
+    kinds, _ = _strip(f.annotation)
+    kind = kinds[0] if kinds else None
+    default = default_of(f)
+    if path in PLAUSIBLE:
+        vals = list(PLAUSIBLE[path])
+    elif path == "orchestrator.environment_args":
+        vals = [environment_args(recipe)]
+    elif typing.get_origin(kind) is typing.Literal:
+        choices = list(typing.get_args(kind))
+        vals = [c for c in choices if c != default] + ([default] if default is not None else [])
+    elif kind is bool:
+        vals = [True, False] if current is None else [not current]
+    elif kind in (int, float):
+        vals = numbers(f, current, default, kind)
+    elif kind is str:  # a word, else the shapes of text a validator may ask for
+        vals = [f"{current}x" if current else "knob-test", "/knob/test", "http://knob-test:2379",
+                "nats://knob-test:4222"]
+    elif typing.get_origin(kind) is list:
+        item, _ = _strip(typing.get_args(kind)[0])
+        base = current if current is not None else default
+        if item and item[0] is int:  # e.g. a grid of lengths: each value changed, or one more
+            vals = [[v * 2 for v in base], [*base, max(base, default=0) * 2 + 1]]
+        else:
+            vals = [LIST_VALUE]
+    elif typing.get_origin(kind) is dict:  # environment variables, else arguments by name
+        vals = [ENV_VALUE, {"knob_test": "1"}]
+    else:
+        raise AssertionError(f"{path}: the walk has no value for {f.annotation}; add one to PLAUSIBLE")
+    out = []
+    for v in vals:
+        if v != current and v not in out:
+            out.append(v)
+    return out
+
+
+def numbers(f, current, default, kind) -> list:
+    lo, hi, lo_strict, hi_strict = bounds(f)
+    base = current if current is not None else default
+    if base is None:
+        base = lo if lo is not None else 1
+    raw = [base * 2, base + 1, base - 1, base // 2 if kind is int else base / 2, 1, 2, 4, 8, 0.5, lo, hi]
+    if base == 0:
+        raw = [1, 2, 0.5, *raw]
+    out = []
+    for v in raw:
+        if v is None:
+            continue
+        v = kind(v)
+        if kind is int and not float(v).is_integer():
+            continue
+        if lo is not None and (v < lo or (lo_strict and v == lo)):
+            continue
+        if hi is not None and (v > hi or (hi_strict and v == hi)):
+            continue
+        out.append(v)
+    return out
+
+
+def environment_args(recipe: Recipe) -> dict:
+    """An argument the recipe's environment takes, with another value of its kind."""
+    o = recipe.orchestrator
+    name = o.environment if o is not None else default_of(field_at("orchestrator.environment"))
+    if name not in envs.BUILTIN:
+        return {"knob_test": 1}
+    for p in inspect.signature(envs.BUILTIN[name]).parameters.values():
+        now = (o.environment_args if o is not None else {}).get(p.name, p.default)
+        if isinstance(now, bool):
+            return {p.name: not now}
+        if isinstance(now, int):
+            return {p.name: now + 1}
+        if isinstance(now, str):
+            return {p.name: now + now[:1]}
+    raise AssertionError(f"environment {name!r} takes no argument the walk can vary")
+
+
+def value_at(recipe: Recipe, path: str):
+    """The recipe's value at ``path``; None where a section on the way is absent."""
+    node = recipe
+    for part in path.split("."):
+        if node is None:
+            return None
+        node = getattr(node, part)
+    return node
+
+
+def absent_section(recipe: Recipe, path: str) -> str | None:
+    """The first optional section on ``path`` the recipe does not have."""
+    parts = path.split(".")
+    node = recipe
+    for i, part in enumerate(parts[:-1]):
+        node = getattr(node, part)
+        if node is None:
+            return ".".join(parts[: i + 1])
+    return None
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+
+
+def override(path: str, value) -> str:
+    """``--set PATH=VALUE`` with VALUE as TOML."""
+    return f"{path}={tomlw._value(value)}"
+
+
+def plan_view(p) -> dict:
+    """plan.json and components/*.toml (the plan), less what the programs do not read."""
+    data = p.model_dump(mode="json")
+    for c in data["components"]:
+        for key in UNREAD.get((c["name"], p.kind), ()):
+            (c.get("settings") or {}).pop(key, None)
+    return data
+
+
+@cache
+def baseline(recipe: Path):
+    r, p, run_dir = planned(recipe, [], run_dir=RUN_DIR)
+    return r, p, plan_view(p), read_toml(recipe)
+
+
+@cache
+def baseline_script(recipe: Path) -> str:
+    return render_script(baseline(recipe)[1], RUN_DIR, recipe.name)
+
+
+def names(err: UserError, path: str) -> bool:
+    f = err.field or ""
+    return f == path or path.startswith(f + ".") or f.startswith(path + ".") or f in REFUSED_AS.get(path, ())
+
+
+def outcome(recipe: Path, path: str, value) -> tuple[str, str]:
+    """("changed" | "refused" | "same" | "invalid" | "other", detail)."""
+    r0, p0, view0, raw = baseline(recipe)
+    text = override(path, value)
+    data = apply_overrides(copy.deepcopy(raw), [text])
+    try:  # what load_recipe and planned do for `--set TEXT`, with the run dir fixed
+        check_numbers(data)
+        p = plan(Recipe.model_validate(data), RUN_DIR)
+    except ValidationError as e:  # the schema refuses the value itself: not a shape's answer
+        return "invalid", str(e.errors()[0]["msg"])
+    except UserError as e:
+        return ("refused" if names(e, path) else "other"), str(e)
+    if plan_view(p) != view0:
+        return "changed", ""
+    if render_script(p, RUN_DIR, recipe.name) != baseline_script(recipe):
+        return "changed", ""
+    return "same", text
+
+
+def check_field(recipe: Path, path: str) -> tuple[str, str]:
+    """("acts" | "silent" | "bound" | "untested", what was tried) for ``path`` in this recipe's shape.
+    "untested": no value could be tried (each invalid, or refused for another field's sake);
+    "bound": a capacity (CAPACITIES) that changed nothing here."""
+    r0, *_ = baseline(recipe)
+    f = field_at(path)
+    current = value_at(r0, path)
+    auto = current is None and default_of(f) is None  # None means "decided for you": one value may match it
+    tried, decisive = [], []
+    for value in candidates(path, f, current, r0)[:TRIES]:
+        what, detail = outcome(recipe, path, value)
+        tried.append(f"{value!r}: {what}{' (' + detail + ')' if detail and what != 'same' else ''}")
+        if what in ("changed", "refused", "same"):
+            decisive.append(what)
+            if what != "same" or not auto:
+                break
+    detail = "; ".join(tried) or "no value to try"
+    if not decisive:
+        return "untested", detail
+    if decisive[-1] == "same" and path not in CAPACITIES:
+        return "silent", detail
+    return ("acts" if "same" not in decisive or auto else "bound"), detail
+
+
+def walk(recipes=RECIPES, paths=None) -> list[str]:
+    """Every silent knob, with its recipe; and every field that acts in no recipe at all."""
+    problems: list[str] = []
+    acted: dict[str, list[str]] = {}  # path -> recipes where it took effect or was refused
+    untested: dict[str, list[str]] = {}  # path -> what was tried where no value could be tried
+    for recipe in recipes:
+        r0, *_ = baseline(recipe)
+        for path, f in leaves():
+            if (paths is not None and path not in paths) or path in OUTSIDE_RUN_DIR:
+                continue
+            absent = absent_section(r0, path)
+            if absent is not None:
+                model = section_model(field_at(absent).annotation)
+                if any(x.is_required() for x in model.model_fields.values()):
+                    continue  # e.g. [container] needs an image first: walked in recipes that have one
+            what, detail = check_field(recipe, path)
+            untested.setdefault(path, [])
+            if what == "silent":
+                problems.append(f"{recipe.name}: {path}: neither changes the run dir nor is refused: {detail}")
+                acted.setdefault(path, [])  # reported already
+            elif what == "acts":
+                acted.setdefault(path, []).append(recipe.name)
+            elif what == "untested":
+                untested[path].append(f"{recipe.name}: {detail}")
+    for path, why in untested.items():  # every field walked must act somewhere
+        if path not in acted:
+            problems.append(f"{path}: takes effect in no gallery recipe; no value tried was accepted, or each was "
+                            f"refused for another field: {' | '.join(why) or 'it only bounded other fields'}")
+    return problems
+
+
+# ---- tests -------------------------------------------------------------------------------------
+
+
+def test_the_walk_sees_every_section():
+    paths = {p for p, _ in leaves()}
+    for known in ("name", "slurm.time", "container.image", "trainer.dataset", "orchestrator.environment_args",
+                  "inference.kv_connector", "inference.prefill.tp", "inference.router.policy",
+                  "inference.kv_offload.cpu_gb", "placement.port_base"):
+        assert known in paths
+    assert set(OUTSIDE_RUN_DIR) <= paths, "a field named in OUTSIDE_RUN_DIR is gone from the schema"
+    assert set(PLAUSIBLE) <= paths, "a field named in PLAUSIBLE is gone from the schema"
+
+
+def test_every_field_acts_or_is_refused_in_every_gallery_shape():
+    problems = walk()
+    assert not problems, "silent knobs (a field that changes nothing and is not refused):\n" + "\n".join(problems)
+
+
+def test_the_walk_finds_a_silent_knob(monkeypatch):
+    """The walk itself: a rule that stops refusing makes its field a finding, here one that only
+    reaches a key of components/trainer.toml the SFT trainer never reads (UNREAD)."""
+    recipe = ROOT / "recipes" / "sft-1node.toml"
+    assert walk([recipe], {"trainer.kl_coef", "trainer.lr"}) == []
+    monkeypatch.setattr(rules, "check_applies", lambda r: None)
+    problems = walk([recipe], {"trainer.kl_coef", "trainer.lr"})
+    assert len(problems) == 1 and problems[0].startswith("sft-1node.toml: trainer.kl_coef: neither changes"), problems
+
+
+@pytest.mark.parametrize("recipe, overrides, field, says", [
+    ("sft-1node", ["trainer.kl_coef=0.1"], "trainer.kl_coef", "only applies to kind 'rl'"),
+    ("sft-1node", ["trainer.clip_eps=0.3"], "trainer.clip_eps", "only applies to kind 'rl'"),
+    ("sft-1node", ["model.dtype='bfloat16'"], "model.dtype", "the trainer trains in trainer.dtype"),
+    ("sft-1node", ["model.max_model_len=4096"], "model.max_model_len", "trainer.seq_len"),
+    ("sft-1node", ["model.served_name='x'"], "model.served_name", "inference servers"),
+    ("sft-1node", ["slurm.cpu_partition='cpu'"], "slurm.cpu_partition", "orchestrator.placement = 'own'"),
+    ("rl-debug", ["trainer.dataset='/d.jsonl'"], "trainer.dataset", "only applies to kind 'sft'"),
+    ("inference-replicas", ["slurm.heartbeat_timeout=60"], "slurm.heartbeat_timeout", "inference.startup_timeout"),
+    ("inference-replicas", ["inference.kv_offload.cpu_gb=8"], "inference.kv_offload.cpu_gb", "(kind is 'none')"),
+    ("inference-kv-offload", ["inference.kv_offload.mooncake_device='mlx5_0'"], "inference.kv_offload.mooncake_device",
+     "only applies to kv_offload.kind 'mooncake'"),
+    ("inference-pd", ["inference.tp=2"], "inference.tp", "inference.prefill.tp and inference.decode.tp"),
+    ("inference-pd", ["inference.nodes=2"], "inference.nodes", "inference.prefill.nodes"),
+    ("rl-debug", ["inference.router.extra_args=['--x']"], "inference.router.extra_args", "no router runs"),
+    ("inference-replicas", ["inference.router.session_header='X-User-ID'"], "inference.router.session_header",
+     "cannot be told which header"),
+])
+def test_a_field_the_shape_does_not_use_is_refused_saying_what_applies(recipe, overrides, field, says):
+    with pytest.raises(UserError) as e:
+        planned(ROOT / "recipes" / f"{recipe}.toml", overrides, run_dir=RUN_DIR)
+    assert e.value.field == field and says in e.value.message, e.value
+
+
+def test_an_empty_cpu_partition_is_left_out():
+    """What lets `--set orchestrator.placement=...` move rl-multinode's orchestrator off its own group."""
+    planned(ROOT / "recipes" / "rl-multinode.toml", ["orchestrator.placement=trainer", "slurm.cpu_partition=''"],
+            run_dir=RUN_DIR)
+
+
+# ---- the SFT dataset: a local JSONL file ------------------------------------------------------
+
+SFT = ROOT / "recipes" / "sft-1node.toml"
+
+
+@pytest.mark.parametrize("dataset", ["HuggingFaceH4/ultrachat_200k", "tatsu-lab/alpaca", "org/data-v1.5"])
+def test_plan_refuses_a_hub_id_as_the_dataset(dataset):
+    with pytest.raises(UserError) as e:
+        planned(SFT, [override("trainer.dataset", dataset)], run_dir=RUN_DIR)
+    assert e.value.field == "trainer.dataset"
+    assert "looks like a hub id" in e.value.message and "local JSONL file" in e.value.message, e.value
+    assert f"'./{dataset}'" in e.value.message  # how to say it is a local path after all
+
+
+def test_plan_refuses_a_url_as_the_dataset():
+    with pytest.raises(UserError, match=r"trainer.dataset: 'https://example.org/d.jsonl' is a URL; the trainer reads"):
+        planned(SFT, [override("trainer.dataset", "https://example.org/d.jsonl")], run_dir=RUN_DIR)
+
+
+@pytest.mark.parametrize("dataset", ["/data/sft.jsonl", "sft.jsonl", "data/sft.jsonl", "./org/name", "../data/x",
+                                     "~/data/sft.jsonl", "train", "data/part-1.json.gz"])
+def test_plan_takes_local_dataset_paths(dataset):
+    r, p, _ = planned(SFT, [override("trainer.dataset", dataset)], run_dir=RUN_DIR)
+    assert p.component("trainer").settings["dataset"] == dataset
+
+
+def test_the_trainer_and_the_preflight_probe_look_for_the_dataset_file(tmp_path, monkeypatch):
+    from slurmrl import layout
+    from slurmrl.runtime import probe
+    from slurmrl.runtime.trainer import dataset
+
+    run_dir = tmp_path / "run"
+    monkeypatch.chdir(tmp_path)
+    r, p, _ = planned(SFT, [override("trainer.dataset", "sft.jsonl")], run_dir=run_dir)
+    config = layout.component_config(run_dir, "trainer")
+    config.parent.mkdir(parents=True)
+    config.write_text(tomlw.dumps(p.component("trainer").settings))
+    [why] = probe.dataset_problems(run_dir)
+    assert why.startswith("dataset 'sft.jsonl' not found (looked for ") and "local JSONL file" in why, why
+    (tmp_path / "sft.jsonl").mkdir()
+    assert "is " + str(tmp_path / "sft.jsonl") + ", not a file" in probe.dataset_problems(run_dir)[0]
+    (tmp_path / "sft.jsonl").rmdir()
+    (run_dir / "sft.jsonl").write_text("{}\n")  # relative to the run dir
+    assert probe.dataset_problems(run_dir) == [] and dataset.locate("sft.jsonl", run_dir) == run_dir / "sft.jsonl"
+    (tmp_path / "sft.jsonl").write_text("{}\n")  # relative to where the job starts: that one first
+    assert dataset.locate("sft.jsonl", run_dir) == tmp_path / "sft.jsonl"
