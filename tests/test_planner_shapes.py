@@ -215,15 +215,15 @@ def listens(job: Job, c: Component, inst: Instance, e: Expanded) -> dict[str, in
             first = int(e.after("--data-parallel-start-rank")) if headless else 0
             for k in range(ranks):
                 out[f"kv{k or ''}"] = int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) + first + k
-        elif "--kv-transfer-config" in cmd and kv_cfg(e)["kv_connector"] == "P2pNcclConnector":
-            out["kv"] = int(kv_cfg(e)["kv_port"])
+        elif "VLLM_MOONCAKE_BOOTSTRAP_PORT" in e.env and not headless:  # a prefill worker's first engine
+            out["kv"] = int(e.env["VLLM_MOONCAKE_BOOTSTRAP_PORT"])
         return out
     if c.role == "router":
         return {"http": int(e.after("--port")), "metrics": int(e.after("--prometheus-port"))}
     if c.name == "mooncake-master":
         return {"rpc": int(prefixed(cmd, "-rpc_port=")), "metadata": int(prefixed(cmd, "-http_metadata_server_port=")),
                 "admin": int(prefixed(cmd, "-metrics_port="))}
-    if c.name == "mooncake-client":
+    if c.name.startswith("mooncake-client"):
         return {"client": int(prefixed(cmd, "--port="))}
     if c.role == "dynamo-worker":  # Dynamo's system port; an MPI worker's rank 0 alone binds it
         if c.mpi and inst.rank:
@@ -571,27 +571,28 @@ def test_pd_nixl_separate_groups_and_router_lists():
     assert "--worker-urls" not in r
 
 
-def test_pd_p2pnccl_producer_consumer():
-    job = _pd("P2pNcclConnector")
+def test_pd_mooncake_producer_consumer_and_bootstrap_ports():
+    job = _pd("MooncakeConnector")
     p = job.plan
     pre, dec = p.component("prefill"), p.component("decode")
     for c, role in ((pre, "kv_producer"), (dec, "kv_consumer")):
         for i, e in job.tasks(c.name):
             cfg = kv_cfg(e)
-            assert cfg["kv_connector"] == "P2pNcclConnector"
-            assert cfg["kv_role"] == role
-            assert cfg["kv_port"] == str(port(p, f"kv_{i.local}"))
-            extra = cfg["kv_connector_extra_config"]
-            assert extra["proxy_ip"] == f"g{pre.group}n0"  # the router, on the prefill group's head
-            assert extra["proxy_port"] == str(port(p, "router"))
-            assert extra["http_port"] == e.after("--port") == str(port(p, i.ports["http"]))
+            assert cfg == {"kv_connector": "MooncakeConnector", "kv_role": role,
+                           "kv_connector_extra_config": {"mooncake_protocol": "rdma"}}
+            if c is pre:
+                assert e.env["VLLM_MOONCAKE_BOOTSTRAP_PORT"] == str(port(p, f"kv_{i.local}"))
+            else:
+                assert "VLLM_MOONCAKE_BOOTSTRAP_PORT" not in e.env
             assert "VLLM_NIXL_SIDE_CHANNEL_PORT" not in e.env
         assert_tasks_match_instances(job, c.name)
-    r = p.component("router")
-    assert r.group == pre.group and r.first_node == 0
     cmd = job.run("router").command
-    assert len(pools(cmd, "--prefill")) == 4 and len(pools(cmd, "--decode")) == 4
-    assert "--kv-connector" not in cmd  # vllm-router's flag knows nixl, mooncake, moriio
+    assert cmd[cmd.index("--kv-connector") + 1] == "mooncake"
+    # each --prefill URL is followed by that server's bootstrap port
+    pairs = [(cmd[k + 1], cmd[k + 2]) for k, a in enumerate(cmd) if a == "--prefill"]
+    want = [(f"http://{job.host(pre, i)}:{e.after('--port')}", e.env["VLLM_MOONCAKE_BOOTSTRAP_PORT"])
+            for i, e in job.tasks("prefill")]
+    assert pairs == want and len(pools(cmd, "--decode")) == 4
 
 
 # ---- KV offload --------------------------------------------------------------------------------
@@ -668,8 +669,23 @@ def _shapes() -> list[dict]:
         make("inference", inference={"nodes": 2, "tp": 2, "dp": 2, "router": {"enabled": True}}),
         make("inference", inference={"mode": "pd", "prefill": {"replicas": 8, "tp": 1},
                                      "decode": {"replicas": 2, "tp": 4}}),
-        make("inference", inference={"mode": "pd", "kv_connector": "P2pNcclConnector",
+        make("inference", inference={"mode": "pd", "kv_connector": "MooncakeConnector",
                                      "prefill": {"replicas": 4, "tp": 2}, "decode": {"replicas": 8, "tp": 1}}),
+        # workers spanning nodes, replicas of them, P/D sharing nodes, offload with P/D
+        make("inference", inference={"nodes": 4, "tp": 1, "dp": 16}),
+        make("inference", inference={"mode": "pd", "prefill": {"replicas": 2, "tp": 1, "dp": 16, "expert_parallel": True},
+                                     "decode": {"replicas": 1, "tp": 2, "dp": 8, "expert_parallel": True}}),
+        make("inference", inference={"mode": "pd", "kv_connector": "MooncakeConnector",
+                                     "prefill": {"replicas": 2, "tp": 2, "dp": 8}, "decode": {"replicas": 1, "dp": 16}}),
+        make("inference", inference={"mode": "pd", "share_nodes": True, "kv_offload": {"kind": "cpu", "cpu_gb": 8},
+                                     "prefill": {"replicas": 6, "tp": 1, "nodes": 2},
+                                     "decode": {"replicas": 2, "tp": 1, "dp": 2}}),
+        make("inference", inference={"mode": "pd", "share_nodes": True,
+                                     "kv_offload": {"kind": "mooncake", "cpu_gb": 8},
+                                     "prefill": {"replicas": 1, "tp": 2, "dp": 4, "nodes_per_worker": 2},
+                                     "decode": {"replicas": 1, "tp": 2, "dp": 4, "nodes_per_worker": 2}}),
+        make("inference", inference={"mode": "pd", "kv_offload": {"kind": "mooncake", "cpu_gb": 8},
+                                     "prefill": {"replicas": 2, "tp": 4}, "decode": {"replicas": 2, "tp": 8}}),
         make("inference", inference={"nodes": 2, "kv_offload": {"kind": "mooncake", "cpu_gb": 8}}),
         rl(placement={"colocate": True}, inference={"gpus_per_node": 6}, trainer={"gpus_per_node": 2}),
         rl(placement={"colocate": True}, inference={"gpus_per_node": 4, "tp": 2}),
@@ -706,17 +722,12 @@ def test_ports_unique_per_plan_and_per_node(data):
             heard = listens(job, c, i, e)
             assert heard == {k: port(p, n) for k, n in i.ports.items()}, (c.name, i)
             per_node.setdefault(key, []).extend(heard.values())
-            if "VLLM_NIXL_SIDE_CHANNEL_PORT" in e.env:
-                tp = int(e.after("--tensor-parallel-size"))
-                start = int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
-                nixl.setdefault(key, []).append(range(start, start + tp))
+            if "VLLM_NIXL_SIDE_CHANNEL_PORT" in e.env:  # one side channel per engine (data-parallel rank)
+                nixl.setdefault(key, []).extend(v for k, v in heard.items() if k.startswith("kv"))
     for key, used in per_node.items():
-        assert len(used) == len(set(used)), (key, used)
-    for key, ranges in nixl.items():
-        used = [o for r in ranges for o in r]
-        assert len(used) == len(set(used)), (key, ranges)  # TP ranks of two servers never share a port
-        others = set(per_node[key]) - {r.start for r in ranges}
-        assert not (set(used) & others), (key, used, others)
+        assert len(used) == len(set(used)), (key, used)  # engines of two servers never share a port
+    for key, used in nixl.items():
+        assert base(p) + ports.offset("nixl_0") <= min(used), used
         assert max(used) < base(p) + ports.offset("dprpc_0"), used  # stays inside the NIXL block
 
 

@@ -71,13 +71,9 @@ def check_inference(r: Recipe) -> None:
             raise UserError("inference.router.enabled", "mode 'pd' needs the router to pair prefill and decode")
         if inf.dp != 1:
             raise UserError("inference.dp", "mode 'pd' sizes each role with prefill/decode dp, tp and replicas; remove dp")
-        if inf.kv_connector == "P2pNcclConnector":
-            for role in ("prefill", "decode"):
-                if getattr(inf, role).dp > 1:
-                    raise UserError(f"inference.{role}.dp", "P2pNcclConnector pairs single-rank servers; use NixlConnector "
-                                    "for data-parallel workers")
     else:
-        for name in ("share_nodes", "kv_load_failure_policy", "kv_buffer_device", "kv_connector"):
+        for name in ("share_nodes", "kv_load_failure_policy", "kv_buffer_device", "kv_connector",
+                     "kv_transfer_protocol"):
             if getattr(inf, name) != Inference.model_fields[name].default:
                 raise UserError(f"inference.{name}", f"only applies to mode 'pd' (mode is {inf.mode!r})")
         for role in ("prefill", "decode"):
@@ -115,6 +111,8 @@ def check_inference(r: Recipe) -> None:
             if off:
                 where = " and ".join(f"{r}.expert_parallel" for r in off) if inf.mode == "pd" else "expert_parallel"
                 raise UserError(f"inference.{name}", f"needs expert parallel; set inference.{where} = true")
+    if inf.kv_transfer_protocol != "rdma" and inf.kv_connector != "MooncakeConnector":
+        raise UserError("inference.kv_transfer_protocol", "only applies to kv_connector 'MooncakeConnector'")
     if inf.kv_buffer_device != "gpu" and inf.kv_connector != "NixlConnector":
         raise UserError("inference.kv_buffer_device", "only applies to kv_connector 'NixlConnector'")
 

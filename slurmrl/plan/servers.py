@@ -92,7 +92,7 @@ def servers(b, name: str, slot: Slot, tp: int, dp: int, extra: list[str], role_e
         args.append("--enable-expert-parallel")
     transfer = None
     if pd_role:
-        p, transfer, e = vllm.pd(inf, pd_role, slot.gpus[0], shape.gpus, b.slots["prefill"].group, multi)
+        p, transfer, e = vllm.pd(inf, pd_role, slot.gpus[0], shape.gpus, first_index, multi)
         prelude += p
         names += [line.split("=")[0] for line in p]
         env += e
@@ -109,9 +109,9 @@ def servers(b, name: str, slot: Slot, tp: int, dp: int, extra: list[str], role_e
             iports = {"http": f"server_{index}"} if lead else {}
             if lead and shape.dp > 1:
                 iports["dp_rpc"] = f"dprpc_{index}"
-            if pd_role and inf.kv_connector == "P2pNcclConnector":
-                iports["kv"] = f"kv_{index}"
-            elif pd_role:  # NIXL: one side-channel port per engine (data-parallel rank) of the task
+            if pd_role == "prefill" and inf.kv_connector == "MooncakeConnector" and lead:
+                iports["kv"] = f"kv_{index}"  # the Mooncake bootstrap port
+            elif pd_role and inf.kv_connector == "NixlConnector":  # NIXL: one side-channel port per engine (data-parallel rank) of the task
                 iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(shape.dp_local)})
             instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
     health = Health(

@@ -11,7 +11,7 @@ from slurmrl.plan.servers import server_names
 
 SERVICE_CPUS = {"router": 2, "mooncake-master": 1, "mooncake-client": 1}
 ROUTER_HEALTH_INTERVAL_S = 5
-KV_CONNECTOR_FLAG = {"NixlConnector": "nixl"}  # vllm-router knows nixl, mooncake, moriio
+KV_CONNECTOR_FLAG = {"NixlConnector": "nixl", "MooncakeConnector": "mooncake"}  # vllm-router: nixl, mooncake, moriio
 
 
 def router_program(b) -> tuple[str, ...]:
@@ -63,7 +63,10 @@ def router(b) -> None:
             "pools=()",
             'read -ra prefill <<<"${URLS_PREFILL}"',
             'read -ra decode <<<"${URLS_DECODE}"',
-            'for url in "${prefill[@]}"; do pools+=(--prefill "${url}"); done',
+            'for url in "${prefill[@]}"; do pools+=(--prefill "${url}"); done'
+            if inf.kv_connector != "MooncakeConnector" else
+            # each prefill server's Mooncake bootstrap port: its HTTP port + the distance between the two blocks
+            'for url in "${prefill[@]}"; do pools+=(--prefill "${url}" "$((${url##*:} + PORT_KV_0 - PORT_SERVER_0))"); done',
             'for url in "${decode[@]}"; do pools+=(--decode "${url}"); done',
         ]
         args += ["--vllm-pd-disaggregation", "--prefill-policy", policy["prefill"],

@@ -93,7 +93,7 @@ def multi_node(dp: int, dp_local: int, span: int, group: int, first_node: int, i
     return prelude, args
 
 
-def pd(inf: Inference, role: str, first_gpu: int, gpus: int, proxy_group: int,
+def pd(inf: Inference, role: str, first_gpu: int, gpus: int, first_index: int,
        multi: bool) -> tuple[list[str], dict, list]:
     """KV transfer for a prefill or decode component: (prelude, connector config, env).
 
@@ -108,18 +108,16 @@ def pd(inf: Inference, role: str, first_gpu: int, gpus: int, proxy_group: int,
         port = shell.per_task("nixl", first_gpu, gpus)
         prelude = [f"nixl_port=$(({port[3:-2]}{rank}))"]
         env = [("VLLM_NIXL_SIDE_CHANNEL_HOST", shell.HOST), ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh="${nixl_port}"))]
-    else:
+    else:  # Mooncake: prefill pushes; its first engine serves a bootstrap port the router asks
         cfg = {
-            "kv_connector": "P2pNcclConnector",
+            "kv_connector": "MooncakeConnector",
             "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
-            "kv_port": Sh(sh="${kv_port}"),
-            "kv_connector_extra_config": {
-                "proxy_ip": shell.head(proxy_group),
-                "proxy_port": shell.var("router"),
-                "http_port": PORT,
-            },
+            "kv_connector_extra_config": {"mooncake_protocol": inf.kv_transfer_protocol},
         }
-        prelude, env = [f"kv_port={shell.per_task('kv')}"], []
+        prelude, env = [], []
+        if role == "prefill":  # every node of a worker names its leader's port: LOCALID is 0 there
+            prelude = [f"bootstrap={shell.per_task('kv', first_index)}"]
+            env = [("VLLM_MOONCAKE_BOOTSTRAP_PORT", Sh(sh="${bootstrap}"))]
     if inf.kv_load_failure_policy != "fail":
         cfg["kv_load_failure_policy"] = inf.kv_load_failure_policy
     return prelude, cfg, env

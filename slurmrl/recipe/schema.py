@@ -643,8 +643,13 @@ class Inference(Section):
         description="Enable LoRA adapters loaded at run time (`slurmrl.runtime.admin lora-load`) up to this rank: "
         f"one of {', '.join(map(str, VLLM_LORA_RANKS))} (what vLLM accepts).",
     )
-    kv_connector: Literal["NixlConnector", "P2pNcclConnector"] = Field(
-        "NixlConnector", description="P/D: KV transfer connector."
+    kv_connector: Literal["NixlConnector", "MooncakeConnector"] = Field(
+        "NixlConnector",
+        description="P/D: KV transfer connector: NIXL (decode pulls), or Mooncake's transfer engine (prefill pushes; "
+        "vllm-router asks each prefill server's bootstrap port). vLLM 0.32 removed P2pNcclConnector.",
+    )
+    kv_transfer_protocol: Literal["rdma", "tcp"] = Field(
+        "rdma", description="P/D with MooncakeConnector: the transfer engine's protocol."
     )
     kv_load_failure_policy: Literal["fail", "recompute"] = Field(
         "fail",
