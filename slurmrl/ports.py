@@ -28,6 +28,7 @@ _FIXED = {
     "nats": 11,  # Dynamo: NATS, when a request or event plane is nats
     "nats_monitor": 12,
     "dynamo_frontend": 13,  # Dynamo's OpenAI frontend
+    "router_upstream": 14,  # vllm-router itself, on 127.0.0.1, behind the secret's gate on "router"
 }
 
 # Per-node blocks: one HTTP port, one KV port, one data-parallel RPC port and one KV-event port

@@ -48,9 +48,7 @@ startup_timeout = 600
 admin_endpoints = true
 {lora}[inference.env]
 VLLM_CPU_KVCACHE_SPACE = "1"
-[inference.router]
-policy = "{policy}"
-"""
+""" + (f'[inference.router]\npolicy = "{policy}"\n' if servers > 1 else "")  # one server: no router to configure
 
 
 def transformers_logprobs(model_dir, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:

@@ -27,4 +27,5 @@ class Ok(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
-    ThreadingHTTPServer((sys.argv[2] if len(sys.argv) > 2 else "0.0.0.0", int(sys.argv[1])), Ok).serve_forever()
+    host = sys.argv[2] if len(sys.argv) > 2 and not sys.argv[2].startswith("-") else "0.0.0.0"  # a script edit may leave vLLM flags after the port
+    ThreadingHTTPServer((host, int(sys.argv[1])), Ok).serve_forever()

@@ -219,7 +219,10 @@ def listens(job: Job, c: Component, inst: Instance, e: Expanded) -> dict[str, in
             out["kv"] = int(e.env["VLLM_MOONCAKE_BOOTSTRAP_PORT"])
         return out
     if c.role == "router":
-        return {"http": int(e.after("--port")), "metrics": int(e.after("--prometheus-port"))}
+        out = {"http": int(e.after("--port")), "metrics": int(e.after("--prometheus-port"))}
+        if "--listen" in cmd:  # the secret's gate listens on the job's router port, vllm-router behind it
+            out = {**out, "upstream": out["http"], "http": int(e.after("--listen").rpartition(":")[2])}
+        return out
     if c.name == "mooncake-master":
         return {"rpc": int(prefixed(cmd, "-rpc_port=")), "metadata": int(prefixed(cmd, "-http_metadata_server_port=")),
                 "admin": int(prefixed(cmd, "-metrics_port="))}

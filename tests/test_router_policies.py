@@ -88,7 +88,10 @@ def router(out: Rendered) -> list[str]:
 
 
 def router_args(argv: list[str]) -> list[str]:
-    """vllm-router's own arguments in the router task's command."""
+    """vllm-router's own arguments in the router task's command (behind the secret's gate, when
+    there is one: ``python -m slurmrl.runtime.auth_gate ... -- ROUTER ARGS``)."""
+    if "slurmrl.runtime.auth_gate" in argv[:3]:
+        argv = argv[argv.index("--") + 1:]
     if Path(argv[0]).name == "vllm-router":
         return argv[1:]
     assert argv[1] == "-m", argv[:4]

@@ -47,8 +47,9 @@ def router(b) -> None:
     head = b.groups[b.comp(server_names(b)[0])["group"]]
     b.reserve(head, 0, SERVICE_CPUS["router"], "the router")
     port = shell.var("router")
+    gate = inf.auth == "job_secret"  # vllm-router checks no credential on its management routes
     args = [
-        "--host", "0.0.0.0", "--port", port,
+        "--host", "127.0.0.1" if gate else "0.0.0.0", "--port", shell.var("router_upstream") if gate else port,
         "--prometheus-host", "0.0.0.0", "--prometheus-port", shell.var("router_metrics"),
         "--health-check-interval-secs", str(ROUTER_HEALTH_INTERVAL_S), "--health-failure-threshold", "1",
         "--worker-startup-timeout-secs", str(inf.startup_timeout),
@@ -90,13 +91,22 @@ def router(b) -> None:
         name="router", role="router", group=head.index, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=SERVICE_CPUS["router"], gpus_per_node=0, stage=3,
         health=Health(kind="http", ports=("router",), first_node_only=True, timeout=300, urls_var="URLS_ROUTER"),
-        instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={"http": "router", "metrics": "router_metrics"}),),
+        instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={
+            "http": "router", "metrics": "router_metrics",
+            **({"upstream": "router_upstream"} if gate else {})}),),
         task=b.task(
             "router", prelude=prelude,
             supervisor=b.supervise("router", ready=shell.url("http", port)),
-            command=(*router_program(b), *args),
+            command=(*(gate_program(b, port) if gate else ()), *router_program(b), *args),
         ),
     )
+
+
+def gate_program(b, port: Sh) -> tuple:
+    """``python -m slurmrl.runtime.auth_gate --listen 0.0.0.0:PORT --upstream PORT --``: the job's
+    port, where every request but /health and /metrics needs the secret, in front of the router."""
+    return (*b.py, "-m", "slurmrl.runtime.auth_gate", "--listen", Sh(sh=f"0.0.0.0:{port.sh}"),
+            "--upstream", shell.var("router_upstream"), "--")
 
 
 def _event_sources(flag: str, workers: str) -> list[str]:

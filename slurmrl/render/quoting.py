@@ -45,7 +45,9 @@ def shlines(values, indent: str) -> str:
     words = [shq(v) for v in values]
     out = ""
     for i, (value, word) in enumerate(zip(values, words)):
-        if i and (_is_option(value) or (value == "-m" and i > 1)):
+        if i and values[i - 1] == "--":  # a wrapper's `--`: the command it runs starts a line
+            out += " \\\n" + indent
+        elif i and (_is_option(value) or (value == "-m" and i > 1)):
             out += " \\\n" + indent
         elif i:
             out += " "
