@@ -44,33 +44,49 @@ import json, sys
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
 from vllm.engine.arg_utils import AsyncEngineArgs
-args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])
-validate_parsed_serve_args(args)
-e = AsyncEngineArgs.from_cli_args(args)
-print(json.dumps({"headless": getattr(args, "headless", None), "dp": e.data_parallel_size,
-                  "dp_local": e.data_parallel_size_local, "start": e.data_parallel_start_rank,
-                  "address": e.data_parallel_address, "ep": e.enable_expert_parallel, "eplb": e.enable_eplb,
-                  "dbo": e.enable_dbo, "seed": e.seed, "kv": e.kv_transfer_config is not None}))
+out = []
+for argv in json.load(sys.stdin):  # one vLLM import for every command line
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+    validate_parsed_serve_args(args)
+    e = AsyncEngineArgs.from_cli_args(args)
+    kv = e.kv_transfer_config
+    if kv is not None and kv.kv_connector == "MultiConnector":  # each child as vLLM builds it
+        from vllm.config.kv_transfer import KVTransferConfig
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+        for child in kv.kv_connector_extra_config["connectors"]:
+            KVConnectorFactory.get_connector_class(KVTransferConfig(**child))
+    out.append({"headless": getattr(args, "headless", None), "dp": e.data_parallel_size,
+                "dp_local": e.data_parallel_size_local, "start": e.data_parallel_start_rank,
+                "address": e.data_parallel_address, "ep": e.enable_expert_parallel, "eplb": e.enable_eplb,
+                "dbo": e.enable_dbo, "seed": e.seed, "kv": e.kv_transfer_config is not None})
+print(json.dumps(out))
 """
 
 
-def vllm_reads(argv: list[str]) -> dict:
-    p = subprocess.run([sys.executable, "-c", VLLM_PARSE, *argv], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+def vllm_reads(argvs: list[list[str]]) -> list[dict]:
+    p = subprocess.run([sys.executable, "-c", VLLM_PARSE], input=json.dumps(argvs), capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.vllm
 def test_vllm_parses_a_multi_node_worker_leader_and_follower():
-    got = {}
+    argvs = []
     for node in (0, 1):
         cmd = command("inference-pd-wide-ep", KNOBS, "decode", node)
-        argv = cmd[cmd.index("serve") + 1:]  # python -m slurmrl.runtime.vllm_cli serve ARGS: vLLM's serve
-        got[node] = vllm_reads(argv)
+        argvs.append(cmd[cmd.index("serve") + 1:])  # python -m slurmrl.runtime.vllm_cli serve ARGS: vLLM's serve
+    # P/D on shared nodes with KV offload: NIXL and the offload connector under vLLM's MultiConnector
+    shared = command("inference-pd", ["inference.share_nodes=true", "inference.prefill={replicas=2, tp=2}",
+                                      "inference.decode={replicas=1, tp=4}", 'inference.kv_offload.kind="cpu"',
+                                      "inference.kv_offload.cpu_gb=30"], "decode")
+    assert json.loads(shared[shared.index("--kv-transfer-config") + 1])["kv_connector"] == "MultiConnector"
+    argvs.append(shared[shared.index("vllm.entrypoints.openai.api_server") + 1:])
+    got = dict(enumerate(vllm_reads(argvs)))
+    assert got[2]["kv"]
     lead, follow = got[0], got[1]
     assert lead["headless"] is False and follow["headless"] is True
     assert (lead["dp"], lead["dp_local"], lead["start"]) == (16, 8, None)
     assert (follow["dp"], follow["dp_local"], follow["start"]) == (16, 8, 8)
     assert lead["address"] == follow["address"] == "g1n0"  # the worker's first node
-    assert all(g["ep"] and g["eplb"] and g["dbo"] and g["kv"] and g["seed"] == 96 for g in got.values()), json.dumps(got)
+    assert all(g["ep"] and g["eplb"] and g["dbo"] and g["kv"] and g["seed"] == 96 for g in (lead, follow)), json.dumps(got)
