@@ -353,6 +353,7 @@ def test_python_fields_reach_the_shell_verbatim(venv, venv_abs, module, exe, exe
     """venv, modules and the interpreter reach what each task runs: the venv is really sourced, the
     module really loaded, and the interpreter (a name on PATH, or a path, absolute or relative to
     where the job starts) really exec'd, with torchrun taken from beside it."""
+    assume(exe != "--")  # the task recorder splits the supervisor from the command at the first "--"
     if exe_dir is None:
         assume(shutil.which(exe) is None and exe != "module")  # a new name: it shadows nothing the script runs
     else:  # the test makes venv/bin/activate and exe_dir/{exe,torchrun}: no file where a folder must be

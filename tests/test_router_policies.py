@@ -487,7 +487,8 @@ def test_the_router_starts_with_the_rendered_flags_and_routes(policy, tmp_path):
         log = tmp_path / "router.log"
         with open(log, "wb") as f:
             procs.append(subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT))
-        router_url = f"http://127.0.0.1:{table['PORT_ROUTER']}"
+        # vllm-router itself, where it listens behind the secret's gate (router_args took the gate off)
+        router_url = f"http://127.0.0.1:{table.get('PORT_ROUTER_UPSTREAM', table['PORT_ROUTER'])}"
         wait_http(f"{router_url}/health", procs[-1], log)
         body = json.dumps({"model": out.recipe.model.served_model_name, "prompt": "hello", "max_tokens": 2}).encode()
         req = urllib.request.Request(f"{router_url}/v1/completions", data=body,

@@ -271,13 +271,6 @@ class Python(Section):
     )
     executable: str = Field("python3", description="Python interpreter name or path.")
 
-    @field_validator("executable")
-    @classmethod
-    def _executable(cls, v: str) -> str:
-        if not v or v.startswith("-"):
-            raise ValueError(f"{v!r} is not a program name or path (it would read as an option)")
-        return v
-
     @field_validator("setup")
     @classmethod
     def _setup(cls, v: list[str]) -> list[str]:
