@@ -12,6 +12,7 @@ becomes ready.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -169,8 +170,14 @@ def test_a_failing_component_ends_the_job_and_status_names_it(slurm_cluster, job
     assert comps["trainer"]["ready"] == []
     assert all(p["state"] == "FAILED" for p in rep["parts"])
     assert rep["failed"] == "trainer exited with code 3"
-    # the other steps were stopped, none is left running
+    # the other steps were stopped, none is left running, and status says the script stopped them
     assert all(c["step"] is None or c["step"]["state"] != "RUNNING" for c in rep["components"])
+    assert not comps["trainer"]["torn_down"]
+    others = [c for c in rep["components"] if c["name"] != "trainer" and c["step"] is not None]
+    assert others and all(c["torn_down"] for c in others), rep["components"]
+    for c in others:
+        if c["step"]["state"] not in ("COMPLETED", "RUNNING"):
+            assert re.search(rf"^\s*{re.escape(c['name'])} .*\(stopped by the script\)", final, re.M), final
     r = slurm_cluster.slurmrl("logs", str(run_dir), "--component", "trainer", cwd=tmp_path)
     assert "trainer.0.log: trainer: failing on purpose" in r.stdout
 

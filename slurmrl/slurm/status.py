@@ -146,6 +146,15 @@ def secret_file(run_dir: Path) -> str | None:
     return str(run_dir / layout.SECRET) if AUTH_MIDDLEWARE in script else None
 
 
+def torn_down(phase_list: list[dict]) -> set[str]:
+    """Components the script itself stopped (``phase "teardown: NAME..."`` in stop_all): their
+    steps end CANCELLED or with a signal's exit code because the job was ending, not on their own."""
+    for p in reversed(phase_list):
+        if p["what"].startswith("teardown: "):
+            return set(p["what"].removeprefix("teardown: ").split())
+    return set()
+
+
 def phases(run_dir: Path, attempt: int) -> list[dict]:
     """The attempt's start-up milestones, each with seconds since the allocation (the first phase
     when the allocation is not among them)."""
@@ -191,9 +200,11 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
             out["endpoints"] = endpoints(run_dir, attempt, plan)
         out["serving"] = serving(plan, out["endpoints"])
         out["serving_url"] = out["serving"]["url"]
+    stopped_by_script = torn_down(out["phases"])
     for c in plan.components if plan else []:
         step = snap.step(c.name)
         out["components"].append({
+            "torn_down": c.name in stopped_by_script,
             "name": c.name, "group": c.group, "main": c.main, "instances": len(c.instances),
             "step": None if step is None else {"id": step.id, "state": step.state, "exit_code": step.exit_code,
                                                "elapsed": step.elapsed, "nodes": step.nodes},
@@ -271,6 +282,8 @@ def text(rep: dict) -> str:
                 ready += f" (ranks {','.join(map(str, c['ready']))})"
             # no step yet but a ready file: it runs, sacct has not listed its step yet
             state = s.get("state") or ("started" if c["ready"] else "not started")
+            if c.get("torn_down") and state not in ("COMPLETED", "RUNNING"):
+                state += " (stopped by the script)"
             rows.append([c["name"], str(c["group"]), s.get("id", "-"), state,
                          s.get("exit_code") or "-", s.get("elapsed") or "-", ready])
         lines.append("")
