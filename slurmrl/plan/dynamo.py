@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from slurmrl import ports
 from slurmrl.layout import dynamo_data_dir
 from slurmrl.errors import UserError
-from slurmrl.plan import shell
+from slurmrl.plan import shell, vllm
 from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.placement import Slot
 from slurmrl.recipe.schema import Dynamo, Inference, Recipe
@@ -321,17 +321,8 @@ def engine_args(b, role: Role) -> list[Arg]:
         if m.max_model_len:
             args += ["--max-seq-len", str(m.max_model_len)]
     else:
-        args = ["--model", m.path, "--served-model-name", m.served_model_name, "--tensor-parallel-size", str(role.tp)]
-        if m.dtype != "auto":
-            args += ["--dtype", m.dtype]
-        if m.max_model_len:
-            args += ["--max-model-len", str(m.max_model_len)]
-        if m.trust_remote_code:
-            args.append("--trust-remote-code")
-        if inf.gpu_memory_utilization is not None:
-            args += ["--gpu-memory-utilization", f"{inf.gpu_memory_utilization:g}"]
-        if inf.enforce_eager:
-            args.append("--enforce-eager")
+        args = ["--model", m.path, "--served-model-name", m.served_model_name, "--tensor-parallel-size", str(role.tp),
+                *vllm.engine_args(m, inf)]
         if role.expert_parallel:
             args.append("--enable-expert-parallel")
         if role.mode:

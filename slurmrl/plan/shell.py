@@ -35,12 +35,14 @@ def head(group: int) -> Sh:
     return Sh(sh="${HEAD_G%d}" % group)
 
 
-def per_task(block: str, first: int = 0, step: int = 1) -> str:
-    """Arithmetic for this task's entry in a per-node port block: block_<first + LOCALID*step>."""
+def per_task(block: str, first: int = 0, step: int = 1, less: str = "") -> str:
+    """Arithmetic for this task's entry in a per-node port block: block_<first + LOCALID*step>,
+    minus the shell variable ``less`` when given."""
     base = ports.shell_var(f"{block}_0")
     offset = f"{first} + " if first else ""
     times = f" * {step}" if step != 1 else ""
-    return f"$(({base} + {offset}SLURM_LOCALID{times}))"
+    minus = f" - {less}" if less else ""
+    return f"$(({base} + {offset}SLURM_LOCALID{times}{minus}))"
 
 
 def gpu_slice(first: int, count: int, per_task: bool) -> str | Sh:

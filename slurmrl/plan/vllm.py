@@ -25,7 +25,21 @@ AUTH_MIDDLEWARE = "slurmrl.runtime.job_auth.RequireJobSecret"  # every path but 
 
 def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
     args: list[Arg] = ["--model", model.path, "--served-model-name", model.served_model_name]
-    args += ["--host", "0.0.0.0", "--port", PORT, "--tensor-parallel-size", str(tp)]
+    args += ["--host", "0.0.0.0", "--port", PORT, "--tensor-parallel-size", str(tp), *engine_args(model, inf)]
+    if inf.max_lora_rank:
+        args += ["--enable-lora", "--max-lora-rank", str(inf.max_lora_rank)]
+    if inf.auth == "job_secret":
+        args += ["--middleware", AUTH_MIDDLEWARE]
+    for on, flag in ((inf.enable_eplb, "--enable-eplb"), (inf.enable_dbo, "--enable-dbo"),
+                     (inf.return_routed_experts, "--enable-return-routed-experts")):
+        if on:
+            args.append(flag)
+    return args + extra_args(inf.vllm_extra)
+
+
+def engine_args(model: Model, inf: Inference) -> list[Arg]:
+    """The engine flags [model] and [inference] give every vLLM server (ours, and Dynamo's vllm workers)."""
+    args: list[Arg] = []
     if model.dtype != "auto":
         args += ["--dtype", model.dtype]
     if model.max_model_len:
@@ -36,15 +50,7 @@ def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
         args += ["--gpu-memory-utilization", f"{inf.gpu_memory_utilization:g}"]
     if inf.enforce_eager:
         args.append("--enforce-eager")
-    if inf.max_lora_rank:
-        args += ["--enable-lora", "--max-lora-rank", str(inf.max_lora_rank)]
-    if inf.auth == "job_secret":
-        args += ["--middleware", AUTH_MIDDLEWARE]
-    for on, flag in ((inf.enable_eplb, "--enable-eplb"), (inf.enable_dbo, "--enable-dbo"),
-                     (inf.return_routed_experts, "--enable-return-routed-experts")):
-        if on:
-            args.append(flag)
-    return args + extra_args(inf.vllm_extra)
+    return args
 
 
 def extra_args(table: dict) -> list[Arg]:
@@ -104,9 +110,7 @@ def pd(inf: Inference, role: str, first_gpu: int, gpus: int, first_index: int,
         cfg: dict = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
         if inf.kv_buffer_device == "cpu":
             cfg["kv_buffer_device"] = "cpu"
-        rank = " - rank" if multi else ""
-        port = shell.per_task("nixl", first_gpu, gpus)
-        prelude = [f"nixl_port=$(({port[3:-2]}{rank}))"]
+        prelude = [f"nixl_port={shell.per_task('nixl', first_gpu, gpus, less='rank' if multi else '')}"]
         env = [("VLLM_NIXL_SIDE_CHANNEL_HOST", shell.HOST), ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh="${nixl_port}"))]
     else:  # Mooncake: prefill pushes; its first engine serves a bootstrap port the router asks
         cfg = {
