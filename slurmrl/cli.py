@@ -72,7 +72,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser("plan", help="show het groups, GPU map, components, ports; write nothing")
         _recipe_args(p)
         p.add_argument("--json", action="store_true", help="print plan.json instead of the summary")
-        p.add_argument("--salloc", action="store_true", help="print the salloc line for this allocation")
+        p.add_argument("--salloc", action="store_true",
+                       help="print the salloc line for this allocation, running RUN_DIR/job.sbatch inside it")
         p.add_argument("--job-id", type=_job_id, help="show the ports this job id would get")
         p.add_argument("--run-dir", help="run dir to plan for (default: OUTPUT_DIR/NAME)")
 
@@ -137,7 +138,14 @@ def cmd_plan(args) -> int:
         return 0
     from slurmrl.summary import salloc_line, summary
 
-    print(salloc_line(p) if args.salloc else summary(p, run_dir, args.job_id))
+    if not args.salloc:
+        print(summary(p, run_dir, args.job_id))
+        return 0
+    script = Path(run_dir) / "job.sbatch"
+    print(salloc_line(p, script))
+    if not script.exists():
+        print(f"slurmrl: {script} is not rendered yet: run `slurmrl render` with the same recipe and options first",
+              file=sys.stderr)
     return 0
 
 

@@ -110,8 +110,9 @@ def summary(plan: Plan, run_dir: Path, job_id: int | None = None) -> str:
     return "\n".join(out)
 
 
-def salloc_line(plan: Plan) -> str:
-    """The salloc that gives the same allocation, het groups separated by ' : '."""
+def salloc_line(plan: Plan, script=None) -> str:
+    """The salloc that gives the same allocation, het groups separated by ' : '; with ``script``,
+    the command salloc runs inside it: ``bash SCRIPT`` (the user is one step from running)."""
     from slurmrl.render.quoting import shq
 
     parts = []
@@ -122,4 +123,5 @@ def salloc_line(plan: Plan) -> str:
             if d.option not in ("--output", "--open-mode", "--requeue", "--no-requeue", "--signal")
         ]
         parts.append(" ".join(shq(o) for o in opts))
-    return "salloc " + " : ".join(parts)
+    line = "salloc " + " : ".join(parts)
+    return f"{line} bash {shq(str(script))}" if script is not None else line

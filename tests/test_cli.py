@@ -15,7 +15,7 @@ import pytest
 from slurmrl import cli
 from slurmrl import ports
 from slurmrl.recipe.load import load_recipe
-from slurmrl.render import build
+from slurmrl.render import build, render
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
@@ -220,11 +220,15 @@ def test_plan_json_equals_rendered_plan_json(shape, tmp_path, monkeypatch, capsy
 
 
 def test_plan_salloc_for_a_het_recipe(capsys):
-    rc, out, err = run_main(["plan", str(RECIPES / "rl-multinode.toml"), "--salloc"], capsys)
+    rc, out, err = run_main(["plan", str(RECIPES / "rl-multinode.toml"), "--salloc", "--run-dir", "/x/my run"], capsys)
     assert rc == 0, err
     line = out.strip()
     assert "\n" not in line and line.startswith("salloc ")
     words = shlex.split(line)
+    # the command salloc runs: the run dir's script (not rendered yet: stderr says what to do first)
+    assert words[-2:] == ["bash", "/x/my run/job.sbatch"]
+    assert "/x/my run/job.sbatch is not rendered yet" in err and "slurmrl render" in err
+    words = words[:-2]
     parts, cur = [], []
     for w in words[1:]:
         if w == ":":
@@ -243,9 +247,12 @@ def test_plan_salloc_for_a_het_recipe(capsys):
     assert "--partition=cpu" in parts[2]
 
 
-def test_plan_salloc_single_group_has_no_separator(capsys):
-    rc, out, _ = run_main(["plan", str(RECIPES / "sft-1node.toml"), "--salloc"], capsys)
+def test_plan_salloc_single_group_has_no_separator(capsys, tmp_path):
+    run_dir = tmp_path / "sft"
+    render(RECIPES / "sft-1node.toml", run_dir=run_dir)
+    rc, out, err = run_main(["plan", str(RECIPES / "sft-1node.toml"), "--salloc", "--run-dir", str(run_dir)], capsys)
     assert rc == 0 and " : " not in out and out.startswith("salloc ")
+    assert out.strip().endswith(f" bash {run_dir}/job.sbatch") and err == ""  # rendered: one step from running
 
 
 def test_render_stdout_prints_the_script_and_writes_nothing(tmp_path, monkeypatch, capsys):

@@ -30,14 +30,14 @@ PY_OVERRIDE = f'python.executable="{sys.executable}"'
 def test_the_rendered_script_runs_inside_salloc(slurm_cluster, tmp_path, monkeypatch):
     recipe = ROOT / "recipes" / "rl-debug.toml"
     out = render(recipe, [PY_OVERRIDE], run_dir=tmp_path / "rl-debug-preflight", preflight=True)
-    r = slurm_cluster.run([sys.executable, "-m", "slurmrl", "plan", str(recipe), "--salloc", "--set", PY_OVERRIDE],
-                          cwd=tmp_path)
+    r = slurm_cluster.run([sys.executable, "-m", "slurmrl", "plan", str(recipe), "--salloc", "--set", PY_OVERRIDE,
+                           "--run-dir", str(out.run_dir)], cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    salloc = r.stdout.strip()
-    assert salloc.startswith("salloc ") and " : " in salloc  # a het allocation: one part per group
+    inner = r.stdout.strip()  # salloc <group 0> : <group 1> bash RUN_DIR/job.sbatch
+    assert inner.startswith("salloc ") and " : " in inner  # a het allocation: one part per group
+    assert inner.endswith(f" bash {shlex.quote(str(out.run_dir / 'job.sbatch'))}")
 
     hosts_file = slurm_cluster.state_dir / "etc" / "hosts"
-    inner = f"{salloc} bash {shlex.quote(str(out.run_dir / 'job.sbatch'))}"
     cmd = ["unshare", "--mount", "sh", "-c", f'mount --bind "$0" /etc/hosts && exec {inner}', str(hosts_file)]
     r = slurm_cluster.run(cmd, cwd=tmp_path, env={"SLURMRL_PROBE_TIMEOUT": "30"}, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
