@@ -206,6 +206,41 @@ def test_warning_signal_stops_components_then_requeues(slurm_cluster, job, tmp_p
 
 
 @pytest.mark.cluster
+def test_a_requeued_job_waiting_in_the_queue_shows_its_next_attempt(slurm_cluster, job, tmp_path):
+    """`status` showed attempt 0's end (and sacct's stale pending reason) while the job waited to
+    run attempt 1; `scontrol requeuehold` keeps it waiting so the check cannot race the restart."""
+    run_dir = job(SLURMRL_TEST_HOLD="trainer")
+    rep = wait_for(lambda: (r := status_json(slurm_cluster, run_dir))["state"] == "RUNNING"
+                   and {c["name"]: c for c in r["components"]}["trainer"]["ready"] == [0] and r,
+                   "the trainer to be up")
+    assert rep["attempt"] == 0 and not rep["attempt_waiting"]
+    r = slurm_cluster.run(["scontrol", "requeuehold", rep["job_id"]])
+    assert r.returncode == 0, r.stderr
+    rep = wait_for(lambda: (r := status_json(slurm_cluster, run_dir))["state"] == "PENDING" and r,
+                   "the job to wait in the queue", timeout=90)
+    assert rep["attempt"] == 1 and rep["attempt_waiting"], rep
+    assert rep["failed"] is None and rep["stopped"] is None and rep["phases"] == [] and rep["endpoints"] == []
+    assert all(c["ready"] == [] for c in rep["components"])
+    assert {p["reason"] for p in rep["parts"]} != {""}  # why it waits: held
+    r = slurm_cluster.slurmrl("status", str(run_dir), cwd=tmp_path)
+    assert "(attempt 1 waits in the queue" in r.stdout.splitlines()[0], r.stdout
+
+
+def test_a_reason_is_shown_only_while_a_part_waits(monkeypatch):
+    """sacct keeps the last pending reason (BeginTime) of a job that has run since."""
+    from slurmrl.slurm import watch
+
+    rows = {"State": "COMPLETED", "components": [
+        {"JobID": "9+0", "group": 0, "State": "COMPLETED", "Reason": "BeginTime", "ExitCode": "0:0"},
+        {"JobID": "9+1", "group": 1, "State": "PENDING", "Reason": "Priority", "ExitCode": "0:0"}], "steps": []}
+    monkeypatch.setattr(watch, "squeue", lambda job_id: [])
+    monkeypatch.setattr(watch.HetInfoWatcher, "get_info", lambda self, job_id, mode="standard": rows)
+    snap = watch.Watch("9").snapshot()
+    assert [p.reason for p in snap.parts] == ["", "Priority"]
+    assert snap.restarts is None  # not asked: the controller does not know the job
+
+
+@pytest.mark.cluster
 def test_a_warning_before_the_job_is_up_does_not_requeue(slurm_cluster, job, tmp_path):
     """inference-debug with a 3-minute limit requeued itself forever: the warning came before vLLM
     was ready, every attempt. Now such a warning ends the job, saying why."""

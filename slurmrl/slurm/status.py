@@ -168,6 +168,7 @@ def phases(run_dir: Path, attempt: int) -> list[dict]:
 def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out = {"job_id": snap.job_id, "run_dir": str(run_dir) if run_dir else None, **snap.to_dict()}
     out["attempt"] = None
+    out["attempt_waiting"] = False
     out["max_requeues"] = None
     out["components"] = []
     out["failed"] = None
@@ -185,7 +186,12 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     if run_dir is None:
         return out
     attempt = (jobs.attempts(run_dir) or [0])[-1]
+    # requeued and waiting: the attempt it waits to run has no files yet; the one before's end
+    # (FAILED, phases, ready files) is not the job's current state
+    waiting_for = snap.restarts if snap.restarts is not None and snap.restarts > attempt else None
+    attempt = attempt if waiting_for is None else waiting_for
     out["attempt"] = attempt
+    out["attempt_waiting"] = waiting_for is not None
     out["max_requeues"] = plan.max_requeues if plan is not None and plan.requeue else None
     out["failed"] = failed_reason(run_dir, attempt)
     out["stopped"] = stopped_reason(run_dir, attempt, snap.state)
@@ -263,7 +269,8 @@ def text(rep: dict) -> str:
         left = ""
         if rep.get("max_requeues") is not None and rep["attempt"] is not None:
             left = f", {max(rep['max_requeues'] - rep['attempt'], 0)} requeue(s) left"
-        head += f"  (attempt {rep['attempt']}{left}, run dir {rep['run_dir']})"
+        waiting = " waits in the queue" if rep.get("attempt_waiting") else ""
+        head += f"  (attempt {rep['attempt']}{waiting}{left}, run dir {rep['run_dir']})"
     lines = [head] + serving_lines(rep)
     if not rep["parts"]:
         lines.append("  not known to squeue or sacct (yet)")

@@ -162,6 +162,7 @@ class Snapshot:
     steps: list[Step] = field(default_factory=list)
     in_queue: bool = False  # the controller still knows it
     in_accounting: bool = False  # sacct has caught up with it
+    restarts: int | None = None  # Slurm's restart count while the job waits in the queue (the next attempt)
 
     @property
     def done(self) -> bool:
@@ -174,6 +175,17 @@ class Snapshot:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "done": self.done}
+
+
+WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
+
+
+def restart_count(job_id: str) -> int | None:
+    """Slurm's restart count of a job the controller knows (the attempt it will run next when it
+    waits after a requeue); None when squeue cannot say."""
+    r = tools.call(["squeue", "-j", job_id, "-h", "-O", "RestartCnt"], check=False)
+    counts = [int(w) for w in r.stdout.split() if w.isdigit()] if r.returncode == 0 else []
+    return max(counts) if counts else None
 
 
 def squeue(job_id: str) -> list[dict]:
@@ -205,7 +217,10 @@ class Watch:
             parts[row["group"]] = Part(
                 id=row["JobID"], group=row["group"], state=norm_state(row["State"]), nodes=row.get("NodeList", ""),
                 elapsed=row.get("Elapsed", ""), exit_code=row.get("ExitCode", ""),
-                reason="" if row.get("Reason") in ("None", None) else row["Reason"],
+                # sacct keeps the last pending reason (``BeginTime``) after the job ran: a reason
+                # is only current while the part waits
+                reason=row.get("Reason", "") if norm_state(row["State"]) in WAITING and
+                row.get("Reason") not in ("None", None) else "",
             )
         for q in queue:
             m = _ID.match(q["id"])
@@ -215,7 +230,7 @@ class Watch:
             # sacct's NodeList is the whole allocation; squeue's %N shrinks while a job completes
             if not p.nodes or p.nodes == "None assigned":
                 p.nodes = q["nodes"]
-            p.reason = "" if q["reason"] in ("None", "") else q["reason"]
+            p.reason = "" if q["reason"] in ("None", "") or p.state not in WAITING else q["reason"]
         ordered = [parts[g] for g in sorted(parts)]
         steps = [
             Step(id=s["JobID"], name=s["JobName"], group=s["group"], state=norm_state(s["State"]),
@@ -223,7 +238,9 @@ class Watch:
             for s in info.get("steps", [])
         ]
         state = overall([p.state for p in ordered]) if ordered else "UNKNOWN"
-        return Snapshot(self.job_id, state, ordered, steps, in_queue=bool(queue), in_accounting=bool(info))
+        restarts = restart_count(self.job_id) if queue and state in WAITING else None
+        return Snapshot(self.job_id, state, ordered, steps, in_queue=bool(queue), in_accounting=bool(info),
+                        restarts=restarts)
 
     def settled(self, snap: Snapshot) -> bool:
         """Ended, and sacct agrees (so exit codes are final)."""
