@@ -13,9 +13,11 @@ from pathlib import Path
 
 
 class Metrics:
+    opened: list["Metrics"] = []  # for close_all() on a runtime's exit path
+
     def __init__(self, run_dir: Path, role: str, config: dict, log, enabled: bool = True, wandb_prefix: str = ""):
         self.path = run_dir / "metrics" / f"{role}.jsonl"
-        self.enabled, self.wandb, self.prefix = enabled, None, wandb_prefix
+        self.enabled, self.wandb, self.prefix, self._log = enabled, None, wandb_prefix, log
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -28,6 +30,7 @@ class Metrics:
             (run_dir / "wandb").mkdir(exist_ok=True)
             self.wandb = wandb.init(project="slurmrl", name=f"{run_dir.name}-{role}", dir=str(run_dir),
                                     config=config, resume="allow", id=f"{run_dir.name}-{role}")
+            Metrics.opened.append(self)
         except Exception as e:  # optional: the JSONL is the record
             log(f"wandb off ({e.__class__.__name__}: {str(e)[:200]})")
 
@@ -63,9 +66,26 @@ class Metrics:
             except Exception:  # never let metrics stop training
                 pass
 
-    def close(self) -> None:
-        if self.wandb is not None:
+    @classmethod
+    def close_all(cls, exit_code: int) -> None:
+        while cls.opened:
+            cls.opened.pop().close(exit_code)
+
+    def close(self, exit_code: int = 0) -> None:
+        """Finish the wandb run and tear its service down now. On a planned stop Slurm's TERM
+        reaches every process of the step, wandb's service process too; its own exit hook would
+        then print a ConnectionResetError traceback and turn exit 143 into 1. Tearing down here
+        unregisters that hook whatever happens; the offline files are complete either way."""
+        if self.wandb is None:
+            return
+        import wandb
+
+        run, self.wandb, failed = self.wandb, None, None
+        for finish in (lambda: run.finish(exit_code=exit_code), lambda: wandb.teardown(exit_code)):
             try:
-                self.wandb.finish()
-            except Exception:
-                pass
+                finish()
+            except Exception as e:
+                failed = failed or e
+        if failed is not None:
+            self._log(f"wandb: its service had already stopped ({failed.__class__.__name__}); "
+                      "the metrics JSONL and the files under RUN_DIR/wandb are kept")

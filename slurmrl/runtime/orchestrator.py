@@ -202,16 +202,25 @@ def main() -> int:
         signal.signal(sig, lambda *_: STOP.set())
     args = arguments()
     s = load(args.config)
+    code = 1
     try:
-        return run(s, args.requests_url, args.admin_urls)
+        code = run(s, args.requests_url, args.admin_urls)
     except SystemExit as e:
         if isinstance(e.code, int) or e.code is None:
-            return e.code or 0
-        print(e.code, file=sys.stderr, flush=True)  # e.g. an environment that does not load: say which and why
-        return 1
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr, flush=True)  # e.g. an environment that does not load: say which and why
     except admin.AdminError as e:
         print(f"slurmrl: orchestrator: weight update failed: {e}", file=sys.stderr, flush=True)
-        return 1
+    except OSError as e:
+        if not STOP.is_set():
+            raise
+        # a planned stop: the servers it was talking to may be stopping too
+        log(f"stopped while talking to a server ({e.__class__.__name__}); exit 143")
+        code = 143
+    finally:
+        Metrics.close_all(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -372,7 +372,7 @@ class Trainer:
         if stopped and saved < step:
             self.checkpoint(step, "stop requested")
             saved = step
-        self.metrics.close()
+        self.metrics.close(EXIT_STOPPED if stopped and step < self.max_steps else 0)
         if stopped and step < self.max_steps:
             self.log(f"stopped after step {step} (checkpoint complete); exit {EXIT_STOPPED}")
             return EXIT_STOPPED
