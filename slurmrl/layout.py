@@ -24,6 +24,7 @@ steps and the login-node commands (submit, status, logs, preflight) all go throu
       benchmark/summary.json         the [benchmark] grid: status and one line of numbers per point
       benchmark/c<C>-in<I>-out<O>.json  vllm bench serve's result for one point; benchmark.png the plot
       rollouts/ weights/ checkpoints/ metrics*.jsonl   RL and SFT outputs
+      merged/                        a LoRA policy's final model: base + adapter, a plain HF folder
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ FAILED = "FAILED"
 PREEMPTED = "PREEMPTED"
 STOPPED = "STOPPED"  # Slurm ended the attempt (SIGTERM to the batch shell): cancel, time limit, preemption
 JOB_OUTPUTS = (READY, PREFLIGHT, BENCHMARK)  # written by a job; stale once another job runs in the run dir
+
+
+def merged_dir(run_dir: Path) -> Path:
+    """A LoRA policy's final model, the adapter merged into the base (written after the last step)."""
+    return Path(run_dir) / "merged"
 
 
 def component_config(run_dir: Path, name: str) -> Path:

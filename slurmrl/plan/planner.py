@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from slurmrl.errors import UserError
 from slurmrl import ports
-from slurmrl.plan import benchmark, dynamo, placement, rules, servers, services, shell, training
+from slurmrl.plan import benchmark, dynamo, lora, placement, rules, servers, services, shell, training
 from slurmrl.plan.directives import group_directives
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep, Task
 from slurmrl.recipe.schema import Recipe, time_seconds
@@ -324,4 +324,5 @@ def plan(recipe: Recipe, run_dir: str, preflight: bool = False) -> Plan:
     """
     rules.check(recipe)
     dynamo.check(recipe)
-    return _Builder(recipe, run_dir, preflight).build()
+    lora.check(recipe)
+    return _Builder(lora.apply(recipe), run_dir, preflight).build()

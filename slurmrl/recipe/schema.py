@@ -292,6 +292,37 @@ class Model(Section):
         return self.served_name or self.path
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+MODULE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+def _check_targets(names: list[str]) -> list[str]:
+    for n in names:
+        if not MODULE_NAME_RE.match(n):
+            raise ValueError(f"{n!r} is not a module name (the last part of a Linear layer's name, e.g. q_proj)")
+    if len(set(names)) != len(names):
+        raise ValueError("a module is named twice")
+    return names
+
+
+class Lora(Section):
+    """A LoRA policy: the trainer trains low-rank adapters on the frozen base model, and each step's
+    adapter (megabytes) is hot-loaded into the inference servers instead of the full weights."""
+
+    rank: int = Field(16, ge=1, le=512, description="Adapter rank r (1-512; inference.max_lora_rank must be at "
+                      "least this, and is set to the smallest rank vLLM accepts when left out).")
+    alpha: float = Field(32.0, gt=0, le=65536, description="Scaling numerator: the update is B @ A x alpha / rank "
+                         "(above 0, at most 65536).")
+    dropout: float = Field(0.0, ge=0, le=0.9, description="Dropout on the adapter's input while training "
+                           "(0-0.9).")
+    target_modules: Annotated[list[str], AfterValidator(_check_targets)] = Field(
+        default_factory=lambda: list(LORA_TARGETS), min_length=1, max_length=64,
+        description="Linear layers that get adapters, by the last part of their name (every layer whose name ends "
+        "so); default the attention and MLP projections of Llama/Qwen/Mistral-style models. vLLM loads adapters "
+        "on these modules of its supported architectures.",
+    )
+
+
 class TrainerKnobs(Section):
     """The trainer fields its program reads. ``slurmrl.settings.trainer.TrainerSettings`` extends
     this with what the planner derives, so a default lives here and nowhere else."""
@@ -322,6 +353,11 @@ class TrainerKnobs(Section):
     )
     kl_coef: float = Field(0.0, ge=0, le=10, description="RL: KL penalty to the reference model (0 = off; 0-10).")
     seed: int = Field(0, ge=0, le=MAX_SEED, description=f"Random seed (0-{MAX_SEED}).")
+    lora: Lora | None = Field(
+        None,
+        description="RL: train a LoRA adapter instead of the full weights (`[trainer.lora]`); the servers hot-load "
+        "each step's adapter, and the KL reference is the base model with adapters off. See docs/rl.md.",
+    )
 
 
 SFT_BATCH_SIZE = 32  # trainer.batch_size of kind sft when the recipe leaves it out; see global_batch()

@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slurmrl import envs, heartbeat, layout, secret
-from slurmrl.runtime import admin, steps
+from slurmrl.runtime import adapters, admin, steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
 
@@ -65,12 +65,13 @@ class Sampler:
 
     def __init__(self, urls: list[str], tokenizer, s: OrchestratorSettings):
         self.urls, self.tok, self.s = urls, tokenizer, s
+        self.adapter: str | None = None  # a LoRA policy: the adapter the servers serve the current policy as
         self.pool = ThreadPoolExecutor(max_workers=max(4, s.prompts_per_step))
 
     def _one(self, index: int, task: dict, step: int) -> list[dict]:
         prompt_ids = self.tok(task["prompt"], add_special_tokens=False)["input_ids"]
         body = {
-            "model": self.s.served_model_name, "prompt": prompt_ids, "n": self.s.rollouts_per_prompt,
+            "model": self.adapter or self.s.served_model_name, "prompt": prompt_ids, "n": self.s.rollouts_per_prompt,
             "max_tokens": self.s.max_tokens, "temperature": self.s.temperature,
             "logprobs": 0, "return_tokens_as_token_ids": True,
             "seed": self.s.seed * 1_000_003 + step * 1_009 + index,  # reproducible sampling
@@ -146,8 +147,12 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str]) -> int:
         newest, path = latest_weights(run_dir)
         if newest > loaded:
             t = time.perf_counter()
-            admin.reload_weights(admin_urls, str(path))
-            log(f"servers now on weights of step {newest} ({time.perf_counter() - t:.2f}s)")
+            if adapters.is_adapter(path):  # a LoRA policy: hot-load the adapter under a new name, unload the old
+                sampler.adapter = adapters.swap(admin_urls, path, newest, sampler.adapter)
+            else:
+                admin.reload_weights(admin_urls, str(path))
+            log(f"servers now on weights of step {newest}{f' (adapter {sampler.adapter})' if sampler.adapter else ''} "
+                f"({time.perf_counter() - t:.2f}s)")
             loaded = newest
 
     for step in range(done + 1, max_steps + 1):

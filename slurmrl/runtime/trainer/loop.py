@@ -26,6 +26,7 @@ from slurmrl import heartbeat, layout
 from slurmrl.runtime import steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.trainer import dataset, losses, rollouts, state
+from slurmrl.runtime.trainer.lora import AdaptersOff, Policy as LoRAPolicy
 from slurmrl.runtime.trainer.ready import mark_ready
 from slurmrl.settings.trainer import TrainerSettings
 
@@ -102,11 +103,13 @@ def shard(model, d: Dist) -> None:
 
 
 def load_model(path: str, d: Dist, gradient_checkpointing: bool, trainable: bool = True,
-               trust_remote_code: bool = False):
+               trust_remote_code: bool = False, prepare=None):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
     untie(model)
+    if prepare is not None:  # a LoRA policy wraps its layers (and loads its adapter) before sharding
+        prepare(model)
     model.config.use_cache = False
     if trainable and gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -167,7 +170,8 @@ class Trainer:
         self.model_id, self.model_dir = resolve(s.model, self.run_dir)
         self.start, ckpt = state.latest_checkpoint(self.ckpt_root)
         self.ckpt = ckpt
-        source = str(ckpt / "model") if ckpt else self.model_id
+        self.lora = LoRAPolicy(s.lora, self.model_id) if s.lora else None  # the base stays frozen: no model/ saved
+        source = str(ckpt / "model") if ckpt and not self.lora else self.model_id
         self.log(f"{self.kind} on {self.world} rank(s), device {self.d.device}, "
                  f"{'bfloat16 mixed precision' if self.d.bf16 else 'float32'}, "
                  f"{'FSDP2' if self.world > 1 else 'no sharding'}; model {source}"
@@ -175,7 +179,10 @@ class Trainer:
         t = time.perf_counter()
         self.tok = AutoTokenizer.from_pretrained(self.model_id, trust_remote_code=s.trust_remote_code)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else (self.tok.eos_token_id or 0)
-        self.model = load_model(source, self.d, s.gradient_checkpointing, trust_remote_code=s.trust_remote_code)
+        self.model = load_model(source, self.d, s.gradient_checkpointing, trust_remote_code=s.trust_remote_code,
+                                prepare=self.lora.prepare(ckpt) if self.lora else None)
+        if self.lora:
+            self.log(self.lora.describe(self.model))
         self.config = self.model.config
         try:
             self.gen_config = GenerationConfig.from_pretrained(self.model_id)
@@ -184,7 +191,8 @@ class Trainer:
         self.ref = None
         self.kl_coef = s.kl_coef
         if self.kind == "rl" and self.kl_coef > 0:
-            self.ref = load_model(self.model_id, self.d, False, trainable=False, trust_remote_code=s.trust_remote_code)
+            self.ref = (AdaptersOff(self.model) if self.lora else  # the base, adapters off: no second copy
+                        load_model(self.model_id, self.d, False, trainable=False, trust_remote_code=s.trust_remote_code))
         self.optim = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad], lr=s.lr, betas=(0.9, 0.999),
             weight_decay=s.weight_decay,
@@ -303,18 +311,28 @@ class Trainer:
     # ---- saving ----------------------------------------------------------------------
     def publish(self, step: int) -> float:
         t = time.perf_counter()
-        path = state.publish_weights(self.weights_root, step, self.model, self.config, self.gen_config, self.model_dir,
-                                     self.tok, self.publish_dtype, self.keep, self.rank)
+        if self.lora:  # the adapter alone (megabytes); the servers hot-load it under a new name
+            path = self.lora.publish(self.weights_root, step, self.model, self.publish_dtype, self.keep, self.rank)
+        else:
+            path = state.publish_weights(self.weights_root, step, self.model, self.config, self.gen_config,
+                                         self.model_dir, self.tok, self.publish_dtype, self.keep, self.rank)
         dt = time.perf_counter() - t
         self.log(f"weights of step {step} at {path} ({dt:.2f}s)")
         return dt
+
+    def export_merged(self) -> None:
+        t = time.perf_counter()
+        out = self.lora.export(layout.merged_dir(self.run_dir), self.model, self.config, self.gen_config,
+                               self.model_dir, self.tok, self.publish_dtype, self.rank)
+        self.log(f"merged model (base + adapter) at {out} ({time.perf_counter() - t:.2f}s)")
 
     def checkpoint(self, step: int, why: str) -> None:
         t = time.perf_counter()
         extra = {"kind": self.kind, "world_size": self.world, "seed": self.seed,
                  "data": self.data.position if self.data is not None else {"next_rollout": step + 1}}
         path = state.save_checkpoint(self.ckpt_root, step, self.model, self.optim, self.config, self.gen_config,
-                                     self.model_dir, self.tok, extra, self.keep, self.rank)
+                                     self.model_dir, self.tok, extra, self.keep, self.rank,
+                                     write_model=self.lora.checkpoint_writer(self.model) if self.lora else None)
         self.log(f"checkpoint ({why}) at {path} ({time.perf_counter() - t:.2f}s)")
 
     # ---- main loop -------------------------------------------------------------------
@@ -362,6 +380,8 @@ class Trainer:
                      f"{record['tokens_per_s']:.0f} tok/s step {step_s:.2f}s wait {wait_s:.2f}s")
             if step == self.max_steps and self.kind == "sft":  # before the last checkpoint: DONE there means all done
                 self.publish(step)
+            if step == self.max_steps and self.lora:  # the merged model, also before the last checkpoint
+                self.export_merged()
             stopped = self.d.any(STOP.is_set())
             if stopped or step % self.every == 0 or step == self.max_steps:
                 why = "stop requested" if stopped else "last step" if step == self.max_steps else "periodic"

