@@ -409,3 +409,19 @@ def test_ppo_clip_terms():
     out["loss"].backward()
     assert logp.grad[1].item() == 0.0 and logp.grad[2].item() == 0.0  # clipped tokens carry no gradient
     assert logp.grad[0].item() == pytest.approx(-1.0)
+
+
+
+def test_a_save_that_might_not_fit_before_the_time_limit_is_made_early(tmp_path, tiny, sft_data, monkeypatch):
+    """SLURMRL_JOB_END (the script reads it from squeue) already near: the trainer saves at once,
+    once, instead of waiting for a warning signal whose save would be killed half-written."""
+    overrides = [o for o in sft_overrides(tiny, sft_data, 1) if not o.startswith(("trainer.max_steps", "trainer.checkpoint"))]
+    run_dir = run_dir_for(tmp_path, "sft-1node.toml", "run", overrides + ["trainer.max_steps=3",
+                                                                          "trainer.checkpoint_every=100"])
+    monkeypatch.setenv("SLURMRL_JOB_END", str(int(time.time()) + 5))
+    t = Trainer(run_dir)
+    assert t.wait() == 0, t.tail()
+    log = t.tail(100_000)
+    assert log.count("checkpoint (early: a save at the next step might not finish before the time limit)") == 1, log
+    assert "checkpoint (last step)" in log
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-000001", "step-000003"]

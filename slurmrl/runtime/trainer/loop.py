@@ -26,6 +26,7 @@ from slurmrl import heartbeat, layout
 from slurmrl.runtime import steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.trainer import dataset, losses, rollouts, state
+from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env
 from slurmrl.runtime.trainer.lora import AdaptersOff, Policy as LoRAPolicy
 from slurmrl.runtime.trainer.ready import mark_ready
 from slurmrl.settings.trainer import TrainerSettings
@@ -333,6 +334,7 @@ class Trainer:
         path = state.save_checkpoint(self.ckpt_root, step, self.model, self.optim, self.config, self.gen_config,
                                      self.model_dir, self.tok, extra, self.keep, self.rank,
                                      write_model=self.lora.checkpoint_writer(self.model) if self.lora else None)
+        self.deadline.save_took(time.perf_counter() - t)
         self.log(f"checkpoint ({why}) at {path} ({time.perf_counter() - t:.2f}s)")
 
     # ---- main loop -------------------------------------------------------------------
@@ -345,6 +347,9 @@ class Trainer:
         step = first_step = self.start
         first_step += 1
         stopped = self.d.any(STOP.is_set())  # asked to stop while loading: nothing new to save
+        # weights + AdamW's two moments: the first estimate of a save's size, until one is timed
+        self.deadline = Deadline(job_end_from_env(),
+                                 3 * sum(p.numel() * p.element_size() for p in self.model.parameters()))
         lr = self.s.lr
         while step < self.max_steps and not stopped:
             heartbeat.beat()
@@ -364,6 +369,7 @@ class Trainer:
             if self.d.cuda:
                 torch.cuda.synchronize()
             step_s = time.perf_counter() - t
+            self.deadline.step_took(step_s)
             step = n
             publish_s = self.publish(step) if self.kind == "rl" else 0.0
             record = {"step": step, "kind": self.kind, **out, "grad_norm": norm, "lr": lr,
@@ -383,8 +389,12 @@ class Trainer:
             if step == self.max_steps and self.lora:  # the merged model, also before the last checkpoint
                 self.export_merged()
             stopped = self.d.any(STOP.is_set())
-            if stopped or step % self.every == 0 or step == self.max_steps:
-                why = "stop requested" if stopped else "last step" if step == self.max_steps else "periodic"
+            # the save the warning signal asks for might not fit before the time limit: save now
+            early = not stopped and self.d.any(self.deadline.save_now())
+            self.deadline.saved_early |= early
+            if stopped or early or step % self.every == 0 or step == self.max_steps:
+                why = ("stop requested" if stopped else "last step" if step == self.max_steps else
+                       "early: a save at the next step might not finish before the time limit" if early else "periodic")
                 self.checkpoint(step, why)
                 saved = step
             if stopped:
