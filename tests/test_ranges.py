@@ -37,7 +37,7 @@ IDS = [path for path, _ in NUMERIC]
 
 # A gallery recipe in which each section is used (kind and mode allow it).
 BASES = {"inference.prefill": "inference-pd", "inference.decode": "inference-pd",
-         "inference.kv_offload": "inference-kv-offload", "benchmark": "inference-debug"}
+         "inference.kv_offload": "inference-kv-offload", "benchmark": "inference-debug", "judge": "rl-judge"}
 
 
 def base_for(path: str) -> Path:

@@ -5,7 +5,12 @@ An environment has two methods:
     prompts(rng: random.Random, n: int) -> list[dict]   # each has "prompt" (text) plus what reward needs
     reward(task: dict, completion: str) -> float        # higher is better
 
-Built in: ``reverse_text`` (similarity to the reversed string), ``arithmetic`` (exact match).
+and may have two more: ``rewards(tasks, completions) -> list[float]``, which the orchestrator then
+calls once per step instead of ``reward`` per sample (to batch the scoring), and ``use_judge(judge)``,
+which gets the job's judge (``slurmrl.runtime.judge_client.JudgeClient``) when the recipe has a [judge].
+
+Built in: ``reverse_text`` (similarity to the reversed string), ``arithmetic`` (exact match),
+``judge`` (prompts from a dataset, rewards from the job's judge).
 Custom: ``package.module:Class``. Either is constructed with ``orchestrator.environment_args``
 as keyword arguments.
 """
@@ -15,9 +20,10 @@ from __future__ import annotations
 import importlib
 
 from slurmrl.envs.arithmetic import Arithmetic
+from slurmrl.envs.judge import Judge
 from slurmrl.envs.reverse_text import ReverseText
 
-BUILTIN = {"reverse_text": ReverseText, "arithmetic": Arithmetic}
+BUILTIN = {"reverse_text": ReverseText, "arithmetic": Arithmetic, "judge": Judge}
 
 
 def unknown(name: str) -> str | None:
@@ -50,3 +56,14 @@ def load(name: str, args: dict | None = None):
 def answer_line(completion: str) -> str:
     """What a completion answers: its text up to the first line break."""
     return completion.split("\n", 1)[0].strip()
+
+
+def rewards(env, tasks: list[dict], completions: list[str]) -> list[float]:
+    """One reward per (task, completion): the environment's ``rewards`` for all at once when it has one."""
+    if hasattr(env, "rewards"):
+        out = [float(x) for x in env.rewards(tasks, completions)]
+        if len(out) != len(completions):
+            raise SystemExit(f"slurmrl: environment {type(env).__name__}.rewards returned {len(out)} rewards for "
+                             f"{len(completions)} completions")
+        return out
+    return [env.reward(t, c) for t, c in zip(tasks, completions)]

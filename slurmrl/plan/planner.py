@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from slurmrl.errors import UserError
 from slurmrl import ports
-from slurmrl.plan import benchmark, dynamo, lora, placement, rules, servers, services, shell, training
+from slurmrl.plan import benchmark, dynamo, judge, lora, placement, rules, servers, services, shell, training
 from slurmrl.plan.directives import group_directives
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep, Task
 from slurmrl.recipe.schema import Recipe, time_seconds
@@ -162,6 +162,7 @@ class _Builder:
             services.mooncake(self)
             services.router(self)
         benchmark.benchmark(self)  # after the router or Dynamo's frontend: what it loads
+        judge.place(self)  # after the inference servers: on shared nodes its ports follow theirs
         if r.trainer is not None:
             training.trainer(self)
         if r.orchestrator is not None:
@@ -324,5 +325,6 @@ def plan(recipe: Recipe, run_dir: str, preflight: bool = False) -> Plan:
     """
     rules.check(recipe)
     dynamo.check(recipe)
+    judge.check(recipe)
     lora.check(recipe)
     return _Builder(lora.apply(recipe), run_dir, preflight).build()

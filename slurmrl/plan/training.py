@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from slurmrl.errors import UserError
-from slurmrl.plan import shell
+from slurmrl.plan import judge, shell
 from slurmrl.plan.model import Instance, Sh
 from slurmrl.plan.servers import server_names
 from slurmrl.recipe.schema import global_batch
@@ -64,7 +64,8 @@ def orchestrator(b) -> None:
     b.reserve(g, 0, o.cpus, "the orchestrator")
     servers = server_names(b)
     urls = " ".join(f"${{URLS_{n.upper()}}}" for n in servers)
-    prelude = [*shell.declare(arrays=("servers",)), f'read -ra servers <<<"{urls}"']
+    judge_prelude, judge_args = judge.orchestrator_words(b)
+    prelude = [*shell.declare(arrays=("servers",)), f'read -ra servers <<<"{urls}"', *judge_prelude]
     requests = Sh(sh="${URLS_ROUTER}") if b.has("router") else Sh(sh="${servers[@]}")
     settings = orchestrator_settings(r, b.run_dir).model_dump(mode="json", exclude_none=True)
     b.add(
@@ -76,7 +77,7 @@ def orchestrator(b) -> None:
             supervisor=b.supervise("orchestrator", heartbeat=r.slurm.heartbeat_timeout),
             command=(
                 *b.py, "-m", "slurmrl.runtime.orchestrator", "--config", config("orchestrator"),
-                "--requests-url", requests, "--admin-urls", Sh(sh="${servers[@]}"),
+                "--requests-url", requests, "--admin-urls", Sh(sh="${servers[@]}"), *judge_args,
             ),
         ),
         settings=settings,

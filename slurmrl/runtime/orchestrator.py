@@ -37,6 +37,7 @@ from pathlib import Path
 
 from slurmrl import envs, heartbeat, layout, secret
 from slurmrl.runtime import adapters, admin, steps
+from slurmrl.runtime.judge_client import JudgeError, attach as attach_judge
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
 
@@ -124,11 +125,12 @@ def wait_for(predicate, what: str) -> float:
     return waited
 
 
-def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str]) -> int:
+def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_urls: list[str] = ()) -> int:
     from transformers import AutoTokenizer
 
     run_dir = s.root
     env = envs.load(s.environment, s.environment_args)
+    judge = attach_judge(env, list(judge_urls), s.judge, secret.headers())  # the job's [judge], if it has one
     tok = AutoTokenizer.from_pretrained(s.model, trust_remote_code=s.trust_remote_code)
     sampler = Sampler(urls, tok, s)
     metrics = Metrics(run_dir, "orchestrator", s.model_dump(mode="json"), log)
@@ -165,8 +167,12 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str]) -> int:
         groups = sampler.sample(tasks, step)
         gen_s = time.perf_counter() - t
         samples, rewards = [], []
+        t = time.perf_counter()
+        scored = iter(envs.rewards(env, [task for task, group in zip(tasks, groups) for _ in group],
+                                   [g["text"] for group in groups for g in group]))
+        score_s, judged = time.perf_counter() - t, judge.take_stats() if judge else {}
         for task, group in zip(tasks, groups):
-            rs = [env.reward(task, g["text"]) for g in group]
+            rs = [next(scored) for _ in group]
             for g, r, a in zip(group, rs, advantages(rs)):
                 samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs")},
                                 "reward": r, "advantage": a})
@@ -180,12 +186,16 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str]) -> int:
             "reward_min": min(rewards), "reward_max": max(rewards),
             "samples": len(samples), "tokens": tokens, "generate_s": gen_s, "wait_s": waited,
             "tokens_per_s": tokens / gen_s if gen_s else 0.0, "samples_per_s": len(samples) / gen_s if gen_s else 0.0,
-            "time": time.time(), **trainer_metrics(run_dir),
+            "score_s": score_s, **judged, "time": time.time(), **trainer_metrics(run_dir),
         })
         if step == done + 1:
             layout.add_phase(run_dir, layout.attempt_from_env(), f"first rollout (step {step}, {gen_s:.1f}s)")
         log(f"step {step}/{max_steps} reward {statistics.fmean(rewards):.3f} "
             f"(policy {loaded}, generated in {gen_s:.1f}s, waited {waited:.1f}s)")
+        if judged:
+            log(f"judge scored {judged['judge/scored']} samples in {score_s:.2f}s: {judged['judge/requests']} requests, "
+                f"latency mean {judged['judge/latency_mean_s']:.3f}s max {judged['judge/latency_max_s']:.3f}s, "
+                f"{judged['judge/retries']} retries, {judged['judge/unparsed']} replies without a score")
     return 0
 
 
@@ -196,6 +206,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
                     metavar="URL", help="where to ask for completions: the router, else every server")
     ap.add_argument("--admin-urls", nargs="+", required=True, metavar="URL",
                     help="every inference server (each reloads new weights)")
+    ap.add_argument("--judge-urls", nargs="+", default=[], metavar="URL",
+                    help="every judge server, when the job has a [judge] (rewards are scored through it)")
     args = ap.parse_args(argv)
     args.requests_url = [u.rstrip("/") for u in args.requests_url]
     args.admin_urls = [u.rstrip("/") for u in args.admin_urls]
@@ -209,7 +221,7 @@ def main() -> int:
     s = load(args.config)
     code = 1
     try:
-        code = run(s, args.requests_url, args.admin_urls)
+        code = run(s, args.requests_url, args.admin_urls, args.judge_urls)
     except SystemExit as e:
         if isinstance(e.code, int) or e.code is None:
             code = e.code or 0
@@ -217,6 +229,12 @@ def main() -> int:
             print(e.code, file=sys.stderr, flush=True)  # e.g. an environment that does not load: say which and why
     except admin.AdminError as e:
         print(f"slurmrl: orchestrator: weight update failed: {e}", file=sys.stderr, flush=True)
+    except JudgeError as e:
+        if STOP.is_set():  # a planned stop: the judge may be stopping too
+            log(f"stopped while scoring ({e}); exit 143")
+            code = 143
+        else:
+            print(f"slurmrl: orchestrator: scoring failed: {e}", file=sys.stderr, flush=True)
     except OSError as e:
         if not STOP.is_set():
             raise

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import Field
 
 from slurmrl.recipe.schema import OrchestratorKnobs, PosInt, Recipe
+from slurmrl.settings.judge import JudgeSettings, judge_settings
 from slurmrl.settings.read import read
 
 
@@ -20,6 +21,9 @@ class OrchestratorSettings(OrchestratorKnobs):
     served_model_name: str = Field(description="The model name the inference servers answer to.")
     trust_remote_code: bool = Field(False, description="Allow tokenizer code from the checkpoint: model.trust_remote_code.")
     max_steps: PosInt = Field(description="Batches to produce: trainer.max_steps.")
+    judge: JudgeSettings | None = Field(
+        None, description="How rewards are scored through the job's judge ([judge]); None without one."
+    )
 
     @property
     def root(self) -> Path:
@@ -33,6 +37,7 @@ def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
         run_dir=run_dir, model=recipe.model.path, served_model_name=recipe.model.served_model_name,
         trust_remote_code=recipe.model.trust_remote_code,
         max_steps=recipe.trainer.max_steps,
+        judge=judge_settings(recipe),
     )
 
 

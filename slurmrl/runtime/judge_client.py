@@ -1,0 +1,185 @@
+"""Scoring through the job's judge: batched HTTP requests with a timeout, retries, and latency figures.
+
+The orchestrator builds one ``JudgeClient`` from ``--judge-urls`` (the judge's ready files) and the
+``judge`` table of its settings, and hands it to the environment (``use_judge``). An environment
+scores with ``score(items)`` (each item a dict: ``completion``, ``prompt`` and the task's fields,
+rendered through ``judge.template``) or ``score_texts(texts)``:
+
+- ``generative``: ``POST /v1/completions`` with ``batch_size`` prompts per request, greedy,
+  ``max_tokens``; the reward is the first number of each reply clamped to 0..max_score, over
+  max_score (no number: 0, counted in ``judge/unparsed``).
+- ``reward_model``: ``POST /classify`` (vLLM's pooling runner) with ``batch_size`` texts per request
+  and no activation; the reward is the model's score (one class).
+
+A step's requests go out at once, at most two per judge server, starting at the next server in
+turn. A request that fails for a reason that may pass (connection refused or reset, a timeout,
+HTTP 429 or 5xx, a reply cut short) is tried again on the next server after 1, 2, 4, ... s (at most
+30 s), ``retries`` times; then ``JudgeError`` names the judge and the last failure, and the
+orchestrator exits with it. Any other HTTP error (a 4xx: a text longer than the judge's context, a
+wrong model name) fails at once. Standard library only.
+"""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+from slurmrl.recipe.schema import template_fields
+from slurmrl.settings.judge import JudgeSettings
+
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+MAX_BACKOFF_S = 30.0
+PER_SERVER = 2  # requests in flight per judge server: vLLM batches what arrives together
+
+
+class JudgeError(Exception):
+    """The judge could not score: down, refusing, or answering something else than scores."""
+
+
+def parse_score(text: str, max_score: float) -> float | None:
+    """The first number of a judge's reply, clamped to 0..max_score and over max_score; None without one."""
+    m = NUMBER.search(text)
+    if m is None:
+        return None
+    return min(max(float(m.group()), 0.0), max_score) / max_score
+
+
+class JudgeClient:
+    def __init__(self, urls: list[str], settings: JudgeSettings, headers: dict[str, str] | None = None,
+                 backoff_s: float = 1.0):
+        if not urls:
+            raise JudgeError("no judge URL (the job script passes --judge-urls from the judge's ready files)")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.s, self.headers, self.backoff_s = settings, dict(headers or {}), backoff_s
+        self.fields = template_fields(settings.template)
+        self._turn = itertools.count()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=PER_SERVER * len(self.urls), thread_name_prefix="judge")
+        self._reset()
+
+    def _reset(self) -> None:
+        self._latency: list[float] = []
+        self._retries = self._unparsed = self._scored = 0
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- what environments call ------------------------------------------------------------
+    def render(self, item: dict) -> str:
+        """``judge.template`` filled from one item (``completion``, ``prompt``, the task's fields)."""
+        missing = [f for f in self.fields if f not in item]
+        if missing:
+            raise JudgeError(f"judge.template: placeholder {{{missing[0]}}} is not a field of the task; it has "
+                             f"{', '.join('{' + k + '}' for k in sorted(item))}")
+        return self.s.template.format_map({f: item[f] for f in self.fields})
+
+    def score(self, items: list[dict]) -> list[float]:
+        """One reward per item, in order."""
+        return self.score_texts([self.render(i) for i in items])
+
+    def score_texts(self, texts: list[str]) -> list[float]:
+        """One reward per text the judge reads as it is, in order."""
+        size = self.s.batch_size
+        futures = [self._pool.submit(self._batch, texts[i:i + size]) for i in range(0, len(texts), size)]
+        out: list[float] = []
+        for f in futures:
+            out += f.result()
+        return out
+
+    def take_stats(self) -> dict:
+        """Figures since the last call, for the step's metrics: requests, their latency, retries,
+        replies without a score (generative), samples scored."""
+        with self._lock:
+            lat, retries, unparsed, scored = self._latency, self._retries, self._unparsed, self._scored
+            self._reset()
+        return {
+            "judge/requests": len(lat), "judge/scored": scored, "judge/retries": retries, "judge/unparsed": unparsed,
+            "judge/latency_mean_s": sum(lat) / len(lat) if lat else 0.0, "judge/latency_max_s": max(lat, default=0.0),
+        }
+
+    # ---- one request -----------------------------------------------------------------------
+    def _batch(self, texts: list[str]) -> list[float]:
+        s = self.s
+        if s.kind == "generative":
+            body = {"model": s.served_model_name, "prompt": texts, "max_tokens": s.max_tokens, "temperature": 0.0}
+            url, reply = self._post("/v1/completions", body)
+            try:
+                choices = sorted(reply["choices"], key=lambda c: c["index"])
+                replies = [c["text"] for c in choices]
+            except (KeyError, TypeError) as e:
+                raise JudgeError(f"judge {url} answered /v1/completions without choices ({e!r})") from None
+            scores = [parse_score(t, s.max_score) for t in replies]
+            unparsed = sum(x is None for x in scores)
+            rewards = [0.0 if x is None else x for x in scores]
+        else:
+            body = {"model": s.served_model_name, "input": texts, "use_activation": False}
+            url, reply = self._post("/classify", body)
+            try:
+                data = sorted(reply["data"], key=lambda d: d["index"])
+                classes = {len(d["probs"]) for d in data}
+                rewards = [float(d["probs"][0]) for d in data]
+            except (KeyError, TypeError, IndexError, ValueError) as e:
+                raise JudgeError(f"judge {url} answered /classify without scores ({e!r})") from None
+            if classes != {1}:
+                raise JudgeError(f"judge {url}: the reward model returns {sorted(classes)} classes per text; slurmrl "
+                                 "reads one score (a sequence-classification model with num_labels = 1)")
+            unparsed = 0
+        if len(rewards) != len(texts):
+            raise JudgeError(f"judge {url} returned {len(rewards)} scores for {len(texts)} texts")
+        with self._lock:
+            self._unparsed += unparsed
+            self._scored += len(rewards)
+        return rewards
+
+    def _post(self, path: str, body: dict) -> tuple[str, dict]:
+        data = json.dumps(body).encode()
+        first, tries = next(self._turn), self.s.retries + 1
+        last = ""
+        for attempt in range(tries):
+            url = self.urls[(first + attempt) % len(self.urls)]
+            req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json",
+                                                                        **self.headers})
+            t = time.perf_counter()
+            try:
+                with urllib.request.urlopen(req, timeout=self.s.timeout) as r:
+                    reply = json.loads(r.read())
+                with self._lock:
+                    self._latency.append(time.perf_counter() - t)
+                return url, reply
+            except urllib.error.HTTPError as e:
+                detail = " ".join(e.read()[:300].decode(errors="replace").split())
+                if e.code != 429 and e.code < 500:
+                    raise JudgeError(f"judge {url} refused {path}: HTTP {e.code}: {detail}") from None
+                last = f"{url}: HTTP {e.code}: {detail}"
+            except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as e:
+                reason = getattr(e, "reason", e)
+                last = f"{url}: {type(reason).__name__}: {reason}" if str(reason) else f"{url}: {type(reason).__name__}"
+                if isinstance(reason, TimeoutError) or isinstance(e, TimeoutError):
+                    last += f" (no answer within judge.timeout = {self.s.timeout} s)"
+            if attempt + 1 < tries:
+                with self._lock:
+                    self._retries += 1
+                time.sleep(min(self.backoff_s * 2**attempt, MAX_BACKOFF_S))
+        raise JudgeError(f"judge did not answer {path} after {tries} tries ({', '.join(self.urls)}); last: {last}")
+
+
+def attach(env, urls: list[str], settings: JudgeSettings | None, headers: dict[str, str]) -> JudgeClient | None:
+    """The job's judge handed to the environment (``use_judge``); None when the job has none."""
+    if settings is None and not urls:
+        return None
+    if settings is None or not urls:
+        raise JudgeError("the orchestrator has --judge-urls but no judge settings, or the other way round: "
+                         "job.sbatch and components/orchestrator.toml disagree (was one edited?)")
+    if not hasattr(env, "use_judge"):
+        raise JudgeError(f"the environment {type(env).__name__} has no use_judge(judge) method, so it cannot score "
+                         "through the job's [judge]")
+    client = JudgeClient(urls, settings, headers)
+    env.use_judge(client)
+    return client
