@@ -46,3 +46,35 @@ def test_plot_without_metrics_is_one_line(tmp_path, capsys):
     assert cli.main(["plot", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "has no metrics/orchestrator.jsonl" in err
+
+
+def test_second_panel_and_status_row_from_the_trainer_metrics(tmp_path, capsys):
+    import matplotlib.pyplot as plt
+
+    from slurmrl.slurm.status import latest_training, training_lines
+
+    run = tmp_path / "run"
+    write_metrics(run, [{"step": s, "reward_mean": s / 4, "reward_std": 0.25, "reward_min": 0.0, "reward_max": 1.0,
+                         "off_policy_lag": 1, "policy_step": s - 2} for s in (1, 2, 3)])
+    trainer = [{"step": s, "loss": 0.5, "kl": 0.01 * s, "kl_max": 0.2, "kl_inference": 0.001, "entropy": 2.0 - s / 10,
+                "clip_frac": 0.05, "grad_norm": 0.75, "cpu_rss_gib": 1.25, "mfu": None, "tokens_per_s": 321.0}
+               for s in (1, 2, 3)]
+    (run / "metrics" / "trainer.jsonl").write_text("".join(json.dumps(r) + "\n" for r in trainer) + "not json\n")
+    assert cli.main(["plot", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "latest: batch 3: reward 0.750 (std 0.250, min 0, max 1), lag 1" in out
+    assert "trainer step 3: loss 0.5, kl 0.03, kl max 0.2, kl inf 0.001, entropy 1.7, clip 0.050, grad 0.75" in out
+    assert "rss 1.2 GiB" in out and "321 tok/s" in out and "MFU" not in out  # no peak known: no MFU shown
+    fig = reward_figure([(1, 0.25), (2, 0.5), (3, 0.75)], "run", {r["step"]: r for r in trainer})
+    try:
+        reward_ax, drift = fig.axes[0], fig.axes[1]
+        assert reward_ax.get_ylabel() == "mean reward"
+        labels = [line.get_label() for line in drift.get_lines()]
+        assert labels == ["KL to reference (mean)", "KL to inference (mean)", "clip fraction"]
+        assert list(drift.get_lines()[0].get_ydata()) == pytest.approx([0.01, 0.02, 0.03])
+        assert [line.get_label() for line in fig.axes[2].get_lines()] == ["entropy"]
+    finally:
+        plt.close(fig)
+    lines = training_lines({"training": latest_training(run)})
+    assert len(lines) == 2 and lines[1].startswith("  latest batch 3: reward 0.750") and "kl max 0.2" in lines[1]
+    assert training_lines({"training": latest_training(tmp_path / "nothing")}) == []

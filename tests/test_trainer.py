@@ -345,6 +345,16 @@ def test_rl_learns_publishes_untied_weights_and_resumes(tmp_path, tiny, tokenize
                     "grad_norm"):
             assert math.isfinite(r[key]), (key, r)
     assert rows[0]["clip_frac"] == 0.0 and rows[-1]["kl"] > 0  # on-policy at step 1; drifted from the reference later
+    # the metrics that debug RL (docs/rl.md): maxima bound means, the lag is the real step difference
+    # (write_rollouts: the batch of step s came from the weights of step max(0, s - 2)), memory is the
+    # process's resident set on a CPU, and MFU is left out where no peak is known
+    assert [r["off_policy_lag"] for r in rows] == [r["step"] - 1 - max(0, r["step"] - 2) for r in rows]
+    assert [r["off_policy_lag"] for r in rows[:3]] == [0, 1, 1]
+    for r in rows:
+        assert r["kl_max"] >= r["kl"] >= 0 and r["kl_inference_max"] >= r["kl_inference"] >= 0
+        assert r["reward_min"] <= r["reward_mean"] <= r["reward_max"] and r["reward_std"] >= 0
+        assert r["cpu_rss_gib"] > 0.1 and not any(k.startswith("cuda_") for k in r)
+        assert r["mfu"] is None and r["model_tflops_per_device"] > 0
 
     # weights: newest keep_checkpoints, READY written last, untied LM head, tokenizer alongside
     weights = sorted(p.name for p in (run_dir / "weights").iterdir())

@@ -6,7 +6,7 @@ import inspect
 import re
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.schema import Inference, Recipe, global_batch
+from slurmrl.recipe.schema import Inference, Orchestrator, Recipe, global_batch
 from slurmrl import envs
 from slurmrl.envs import BUILTIN
 
@@ -32,6 +32,8 @@ def check_placement(r: Recipe) -> None:
         raise UserError("placement.colocate", f"only applies to kind 'rl' (this recipe is {r.kind!r})")
     if p.share_gpus and not p.colocate:
         raise UserError("placement.share_gpus", "needs placement.colocate = true (trainer and inference on one node)")
+    if p.colocate == "hybrid":
+        check_hybrid(r)
     if p.colocate:
         if r.trainer.nodes != 1:
             raise UserError("trainer.nodes", "colocated RL runs on one node; set trainer.nodes = 1 or colocate = false")
@@ -43,6 +45,24 @@ def check_placement(r: Recipe) -> None:
             raise UserError(
                 "inference.gpus_per_node", "colocated RL must say how many of the node's GPUs inference gets"
             )
+
+
+def check_hybrid(r: Recipe) -> None:
+    """The hybrid engine: vLLM sleeps while the trainer steps on the same GPUs, so generation cannot
+    run ahead of training, and the servers need their admin endpoints (/sleep, /wake_up)."""
+    if not r.placement.share_gpus:
+        raise UserError("placement.share_gpus", "the hybrid engine (colocate = \"hybrid\") runs vLLM and the trainer "
+                        "in turns on the same GPUs; set share_gpus = true")
+    max_off = (r.orchestrator or Orchestrator()).max_off_policy_steps
+    if max_off != 0:
+        raise UserError("orchestrator.max_off_policy_steps", f"is {max_off}, but with colocate = \"hybrid\" the servers "
+                        "sleep while the trainer steps, so no batch is generated ahead of it; set 0")
+    if getattr(r.trainer, "lora", None) is not None:  # level-2 sleep drops the base weights an adapter sits on
+        raise UserError("trainer.lora", "a LoRA policy with colocate = \"hybrid\" is not supported yet (the servers "
+                        "reload full weights after each sleep); use colocate = true")
+    if r.inference.admin_endpoints is False:
+        raise UserError("inference.admin_endpoints", "colocate = \"hybrid\" puts the servers to sleep and wakes them "
+                        "through their admin endpoints (/sleep, /wake_up); remove admin_endpoints = false")
 
 
 def check_gpus(r: Recipe) -> None:

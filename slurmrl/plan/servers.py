@@ -71,10 +71,16 @@ def servers(b, name: str, slot: Slot, tp: int, dp: int, extra: list[str], role_e
     if r.placement.share_gpus and inf.gpu_memory_utilization is None:
         inf = inf.model_copy(update={"gpu_memory_utilization": 0.45})
         b.warnings.append("inference.gpu_memory_utilization set to 0.45: the trainer shares the GPU")
+    hybrid = r.placement.colocate == "hybrid"
+    if hybrid:  # sleep mode's allocator (cumem) is CUDA's: the CPU build refuses it
+        b.warnings.append("placement.colocate = \"hybrid\" starts vLLM with --enable-sleep-mode, which needs CUDA "
+                          "GPUs on the node (vLLM's CPU build and CPU-only partitions refuse it)")
     multi = shape.span > 1
     prelude = [shell.HOST_LINE, f"port={shell.per_task('server', first_index)}"]
     names = ["host", "port"]
     args = vllm.common_args(r.model, inf, tp)
+    if hybrid:  # the orchestrator puts it to sleep while the trainer steps (slurmrl.runtime.hybrid)
+        args.append("--enable-sleep-mode")
     env = vllm_env(b, role_env)
     ready = shell.url("http", vllm.PORT)
     if multi:

@@ -24,7 +24,8 @@ def _submodel(annotation) -> type[BaseModel] | None:
 def _type_name(annotation) -> str:
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
-        return " \\| ".join(f'"{a}"' if isinstance(a, str) else str(a) for a in typing.get_args(annotation))
+        return " \\| ".join(f'"{a}"' if isinstance(a, str) else str(a).lower() if isinstance(a, bool) else str(a)
+                             for a in typing.get_args(annotation))  # TOML spells booleans true / false
     if origin is typing.Annotated:
         return _type_name(typing.get_args(annotation)[0])
     if origin in (typing.Union, __import__("types").UnionType):

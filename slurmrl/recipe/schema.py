@@ -99,6 +99,7 @@ VLLM_OWNED = {
     "kv_offloading_backend": "inference.kv_offload", "kv_offloading_size": "inference.kv_offload",
     "kv_events_config": "inference.router.policy", "enable_eplb": "inference.enable_eplb",
     "enable_dbo": "inference.enable_dbo", "enable_return_routed_experts": "inference.return_routed_experts",
+    "enable_sleep_mode": "placement.colocate",
 }
 
 
@@ -353,6 +354,12 @@ class TrainerKnobs(Section):
     )
     kl_coef: float = Field(0.0, ge=0, le=10, description="RL: KL penalty to the reference model (0 = off; 0-10).")
     seed: int = Field(0, ge=0, le=MAX_SEED, description=f"Random seed (0-{MAX_SEED}).")
+    peak_tflops: float | None = Field(
+        None, gt=0, le=1e6,
+        description="Peak dense TFLOP/s of one trainer device in the training dtype, for the MFU metric (above 0, "
+        "at most 1000000); default: the datasheet figure of known GPUs in bfloat16 (A100, H100, H200, B200, "
+        "GB200), else none and MFU is not reported.",
+    )
     lora: Lora | None = Field(
         None,
         description="RL: train a LoRA adapter instead of the full weights (`[trainer.lora]`); the servers hot-load "
@@ -909,8 +916,11 @@ class Judge(JudgeKnobs):
 
 
 class Placement(Section):
-    colocate: bool = Field(
-        False, description="RL on one node: trainer and inference share the node, GPUs split between them."
+    colocate: Literal[False, True, "hybrid"] = Field(
+        False,
+        description="RL on one node: trainer and inference share the node, GPUs split between them. `\"hybrid\"`: "
+        "the hybrid engine, vLLM (sleep mode) and the trainer take turns on the same GPUs (needs `share_gpus`, "
+        "CUDA GPUs and `orchestrator.max_off_policy_steps = 0`; docs/rl.md).",
     )
     share_gpus: bool = Field(
         False, description="Trainer and inference use the same GPUs (e.g. one GPU); needs `colocate`."

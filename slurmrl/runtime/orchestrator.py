@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slurmrl import envs, heartbeat, layout, secret
-from slurmrl.runtime import adapters, admin, steps
+from slurmrl.runtime import adapters, admin, hybrid, steps
 from slurmrl.runtime.judge_client import JudgeError, attach as attach_judge
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
@@ -144,18 +144,24 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
     wait_for(layout.ready_file(run_dir, attempt, "trainer", 0).exists, "the trainer to start")
     layout.write_ready(layout.ready_file(run_dir, attempt, "orchestrator", 0), None, 1)
 
+    reload_s = 0.0  # seconds the servers took to take up new weights before this batch
+
     def refresh_weights() -> None:
-        nonlocal loaded
+        nonlocal loaded, reload_s
+        reload_s = 0.0
         newest, path = latest_weights(run_dir)
         if newest > loaded:
             t = time.perf_counter()
             if adapters.is_adapter(path):  # a LoRA policy: hot-load the adapter under a new name, unload the old
                 sampler.adapter = adapters.swap(admin_urls, path, newest, sampler.adapter)
+            elif s.hybrid:  # the servers sleep while the trainer steps: wake the weights, load, wake the KV cache
+                hybrid.wake_and_reload(admin_urls, str(path))
             else:
                 admin.reload_weights(admin_urls, str(path))
             log(f"servers now on weights of step {newest}{f' (adapter {sampler.adapter})' if sampler.adapter else ''} "
                 f"({time.perf_counter() - t:.2f}s)")
             loaded = newest
+            reload_s = time.perf_counter() - t
 
     for step in range(done + 1, max_steps + 1):
         heartbeat.beat()
@@ -177,6 +183,8 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
                 samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs")},
                                 "reward": r, "advantage": a})
             rewards += rs
+        # hybrid: the GPUs go to the trainer before it sees the batch
+        sleep_s = max(hybrid.sleep(admin_urls).values()) if s.hybrid else None
         steps.write_json_atomic(steps.rollout_path(run_dir, step),
                                 {"step": step, "policy_step": loaded, "samples": samples})
         tokens = sum(len(x["completion_ids"]) for x in samples)
@@ -186,6 +194,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
             "reward_min": min(rewards), "reward_max": max(rewards),
             "samples": len(samples), "tokens": tokens, "generate_s": gen_s, "wait_s": waited,
             "tokens_per_s": tokens / gen_s if gen_s else 0.0, "samples_per_s": len(samples) / gen_s if gen_s else 0.0,
+            "reload_s": reload_s, **({"sleep_s": sleep_s} if s.hybrid else {}),
             "score_s": score_s, **judged, "time": time.time(), **trainer_metrics(run_dir),
         })
         if step == done + 1:

@@ -24,6 +24,10 @@ class OrchestratorSettings(OrchestratorKnobs):
     judge: JudgeSettings | None = Field(
         None, description="How rewards are scored through the job's judge ([judge]); None without one."
     )
+    hybrid: bool = Field(
+        False, description="placement.colocate = 'hybrid': put the servers to sleep before each batch is handed "
+        "to the trainer, wake them and reload the new weights before the next (slurmrl.runtime.hybrid).",
+    )
 
     @property
     def root(self) -> Path:
@@ -38,6 +42,7 @@ def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
         trust_remote_code=recipe.model.trust_remote_code,
         max_steps=recipe.trainer.max_steps,
         judge=judge_settings(recipe),
+        hybrid=recipe.placement.colocate == "hybrid",
     )
 
 

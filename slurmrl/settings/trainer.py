@@ -22,6 +22,10 @@ class TrainerSettings(TrainerKnobs):
     global_batch: PosInt = Field(
         description="Sequences per optimizer step (SFT: trainer.batch_size; RL: prompts x rollouts per step)."
     )
+    hybrid: bool = Field(
+        False, description="placement.colocate = 'hybrid': return cached GPU memory after each step, before "
+        "publishing, so the sleeping vLLM servers can wake into it.",
+    )
 
     @property
     def root(self) -> Path:
@@ -33,7 +37,7 @@ def trainer_settings(recipe: Recipe, run_dir: str, world_size: int, global_batch
     return TrainerSettings(
         **recipe.trainer.model_dump(include=set(TrainerKnobs.model_fields)),
         run_dir=run_dir, kind=recipe.kind, model=recipe.model.path, trust_remote_code=recipe.model.trust_remote_code,
-        world_size=world_size, global_batch=global_batch,
+        world_size=world_size, global_batch=global_batch, hybrid=recipe.placement.colocate == "hybrid",
     )
 
 

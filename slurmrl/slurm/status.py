@@ -14,7 +14,7 @@ from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.plan.vllm import AUTH_MIDDLEWARE
-from slurmrl.plot import benchmark_rows, benchmark_status_line, read_benchmark
+from slurmrl.plot import benchmark_rows, benchmark_status_line, last_record, read_benchmark, training_line
 from slurmrl.slurm import jobs, tools
 from slurmrl.slurm.watch import Snapshot, Watch
 from slurmrl.summary import table
@@ -180,6 +180,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["secret_file"] = None
     out["phases"] = []
     out["benchmark"] = None
+    out["training"] = None
     names = {g.index: g.name for g in plan.groups} if plan else {}
     for p in out["parts"]:
         p["name"] = names.get(p["group"], "")
@@ -197,6 +198,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["stopped"] = stopped_reason(run_dir, attempt, snap.state)
     out["phases"] = phases(run_dir, attempt)
     out["benchmark"] = read_benchmark(run_dir)
+    out["training"] = latest_training(run_dir)
     if plan is not None:
         out["model"] = served_model(run_dir, plan) if any(c.role in SERVER_ROLES for c in plan.components) else None
         out["secret_file"] = secret_file(run_dir)
@@ -248,6 +250,19 @@ def phase_lines(rep: dict) -> list[str]:
     rows = [[time.strftime("%H:%M:%S", time.localtime(p["time"])), f"+{p['since_allocation']}s", p["what"]]
             for p in found]
     return ["", f"  phases of attempt {rep['attempt']} (time, seconds since allocation):"] + table(rows, indent="    ")
+
+
+def latest_training(run_dir: Path) -> dict | None:
+    """The newest record of metrics/orchestrator.jsonl and metrics/trainer.jsonl (None without either)."""
+    found = {role: last_record(run_dir / "metrics" / f"{role}.jsonl") for role in ("orchestrator", "trainer")}
+    return found if any(found.values()) else None
+
+
+def training_lines(rep: dict) -> list[str]:
+    """The latest training row: reward and its spread, off-policy lag, loss, KL, entropy, clip, memory, MFU."""
+    found = rep.get("training") or {}
+    line = training_line(found.get("orchestrator"), found.get("trainer"))
+    return ["", f"  latest {line}"] if line else []
 
 
 def benchmark_lines(rep: dict) -> list[str]:
@@ -302,6 +317,7 @@ def text(rep: dict) -> str:
         lines.append("")
         lines += table(rows)
     lines += phase_lines(rep)
+    lines += training_lines(rep)
     lines += benchmark_lines(rep)
     if rep["failed"]:
         lines.append(f"FAILED: {rep['failed']}")

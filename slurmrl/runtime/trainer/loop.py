@@ -25,7 +25,7 @@ import torch.distributed as dist
 from slurmrl import heartbeat, layout
 from slurmrl.runtime import steps
 from slurmrl.runtime.metrics import Metrics
-from slurmrl.runtime.trainer import dataset, losses, rollouts, state
+from slurmrl.runtime.trainer import dataset, losses, rl_metrics, rollouts, state
 from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env
 from slurmrl.runtime.trainer.lora import AdaptersOff, Policy as LoRAPolicy
 from slurmrl.runtime.trainer.ready import mark_ready
@@ -229,6 +229,10 @@ class Trainer:
                     self.log(f"removed {', '.join(d.name for d in gone)} from {root} (after step {self.start}; redone)")
         dist.barrier()
         n_params = sum(p.numel() for p in self.model.parameters())
+        peak, source = rl_metrics.peak_tflops(self.d.device, self.d.bf16, s.peak_tflops)
+        self.flops = rl_metrics.Flops(rl_metrics.flop_params(self.model), self.world, peak)
+        self.log(f"MFU = 6·N·tokens/s (+ 2·N·tokens/s through the reference) / (peak x {self.world} device(s)), "
+                 f"N = {self.flops.n / 1e6:.1f}M, peak {f'{peak:g} TFLOP/s' if peak else 'none'}: {source}")
         self.log(f"model loaded in {time.perf_counter() - t:.1f}s ({n_params / 1e6:.1f}M parameters)")
         mark_ready(self.run_dir)
 
@@ -263,8 +267,7 @@ class Trainer:
             raise SystemExit(f"slurmrl: trainer: rollout batch for step {batch.get('step')} has no samples")
         n_tgt = max(1, rollouts.target_tokens(samples, self.seq_len))
         tokens = sum(min(len(x["prompt_ids"]) + len(x["completion_ids"]), self.seq_len) for x in samples)
-        sums = {k: torch.zeros((), device=self.d.device, dtype=torch.float64)
-                for k in ("loss", "kl", "kl_inference", "entropy", "clip", "ratio")}
+        stats = rl_metrics.RLStats(self.d.device)
         for mb in rollouts.split(samples, self.rank, self.world, self.micro, self.seq_len, self.pad_id):
             ids, pos = mb.input_ids.to(self.d.device), mb.position_ids.to(self.d.device)
             sel = mb.targets[:, 1:].to(self.d.device)
@@ -282,22 +285,13 @@ class Trainer:
             terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool),
                                           self.s.clip_eps, ref_logp, self.kl_coef)
             (terms["loss"] * self.world / n_tgt).backward()
-            with torch.no_grad():
-                d = torch.where(torch.isnan(old), logp, old) - logp
-                sums["kl_inference"] += (torch.exp(d) - d - 1).sum().double()
-                sums["entropy"] += losses.entropy_sum(logits, sel).double()
-            for k in ("loss", "kl", "clip", "ratio"):
-                if k in terms:
-                    sums[k] += terms[k].detach().double()
+            stats.add(terms, logits, sel, logp, old, ref_logp)  # KL, entropy, clip: no second forward pass
             del logits, logp
-        keys = list(sums)
-        totals = dict(zip(keys, self.d.sum([sums[k] for k in keys])))
         rewards = [float(x.get("reward", 0.0)) for x in samples]
         return {
-            "loss": totals["loss"] / n_tgt, "kl": totals["kl"] / n_tgt, "kl_inference": totals["kl_inference"] / n_tgt,
-            "entropy": totals["entropy"] / n_tgt, "clip_frac": totals["clip"] / n_tgt,
-            "ratio_mean": totals["ratio"] / n_tgt, "tokens": tokens, "target_tokens": n_tgt, "samples": len(samples),
-            "reward_mean": sum(rewards) / len(rewards), "policy_step": batch.get("policy_step"),
+            **stats.finish(n_tgt), "tokens": tokens, "target_tokens": n_tgt, "samples": len(samples),
+            "ref_tokens": tokens if stats.has_ref else 0,
+            **rl_metrics.reward_stats(rewards), "policy_step": batch.get("policy_step"),
         }
 
     def optimizer_step(self) -> float:
@@ -363,6 +357,7 @@ class Trainer:
                     stopped = True
                     break
                 batch = rollouts.read_batch(path)
+            rl_metrics.reset_peak(self.d.device)
             t = time.perf_counter()
             out = self.sft_step() if self.kind == "sft" else self.rl_step(batch)
             norm = self.optimizer_step()
@@ -371,6 +366,10 @@ class Trainer:
             step_s = time.perf_counter() - t
             self.deadline.step_took(step_s)
             step = n
+            out.update(rl_metrics.memory(self.d.device))
+            out.update(self.flops.record(out["tokens"], out.pop("ref_tokens", 0), step_s))
+            if self.s.hybrid and self.d.cuda:  # the servers wake into what the trainer leaves: return cached blocks
+                torch.cuda.empty_cache()
             publish_s = self.publish(step) if self.kind == "rl" else 0.0
             record = {"step": step, "kind": self.kind, **out, "grad_norm": norm, "lr": lr,
                       "tokens_per_s": out["tokens"] / step_s if step_s > 0 else 0.0, "step_time_s": step_s,
@@ -380,7 +379,8 @@ class Trainer:
             self.metrics.log(record)
             if self.rank == 0 and step == first_step:
                 layout.add_phase(self.run_dir, layout.attempt_from_env(), f"first trainer step (step {step}, {step_s:.1f}s)")
-            extra = (f" kl {out['kl']:.4f} entropy {out['entropy']:.3f} clip {out['clip_frac']:.3f} "
+            kl = "" if out.get("kl") is None else f" kl {out['kl']:.4f}"
+            extra = (f"{kl} entropy {out['entropy']:.3f} clip {out['clip_frac']:.3f} "
                      f"reward {out['reward_mean']:.3f}" if self.kind == "rl" else "")
             self.log(f"step {step}/{self.max_steps} loss {out['loss']:.4f}{extra} grad_norm {norm:.3f} "
                      f"{record['tokens_per_s']:.0f} tok/s step {step_s:.2f}s wait {wait_s:.2f}s")
