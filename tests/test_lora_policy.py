@@ -62,6 +62,26 @@ def with_adapters(tiny: Path, seed: int = 0, targets=("q_proj", "v_proj", "down_
 IDS = torch.tensor([[5, 40, 41, 42, 43, 44, 12, 60, 61, 62]])
 
 
+# ---- plan -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("rank, servers", [(1, 1), (8, 8), (12, 16), (32, 32), (300, 320), (512, 512)])
+def test_plan_sets_max_lora_rank_from_the_rank(rank, servers):
+    from slurmrl.recipe.load import load_recipe
+    from slurmrl.render import build
+
+    recipe = Path(__file__).resolve().parent.parent / "recipes" / "rl-debug.toml"
+    out = build(recipe, run_dir="/cluster/runs/x", overrides=[f"trainer.lora={{rank={rank}}}"])
+    script = out.script.replace("\\\n", "")
+    assert f"--enable-lora" in script and f"--max-lora-rank {servers} " in script + " "
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in script
+    assert load_recipe(recipe, [f"trainer.lora={{rank={rank}}}"]).inference.max_lora_rank is None  # the recipe as given
+    trainer = next(c for c in out.plan.components if c.name == "trainer")
+    assert trainer.settings["lora"]["rank"] == rank
+    # a recipe that names a large enough rank keeps it
+    kept = build(recipe, run_dir="/cluster/runs/x", overrides=[f"trainer.lora={{rank={rank}}}",
+                                                               "inference.max_lora_rank=512"]).script
+    assert "--max-lora-rank 512" in kept.replace("\\\n", "")
+
+
 # ---- the layers, in process --------------------------------------------------------------
 def test_only_adapter_parameters_get_gradients(tiny):
     from slurmrl.runtime.trainer import lora
