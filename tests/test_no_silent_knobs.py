@@ -78,6 +78,7 @@ PLAUSIBLE: dict[str, list] = {
     "slurm.signal": ["USR2@300"],
     "slurm.mem": ["200G", "0"],
     "slurm.extra_directives": [["--reservation=big"]],
+    "trainer.lora.target_modules": [["q_proj", "v_proj"]],
     "slurm.mail_user": ["me@example.org"],
     "slurm.mail_type": ["END,FAIL", "ALL"],
     "slurm.dependency": ["afterok:1234"],
