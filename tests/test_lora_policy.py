@@ -18,26 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from test_trainer import Trainer, logprob_fn, metrics, run_dir_for, write_rollouts
+from test_trainer import Trainer, logprob_fn, metrics, run_dir_for, tiny, tokenizer, write_rollouts  # noqa: F401
 
 torch = pytest.importorskip("torch")
 
 STEPS = 4
 LORA = ["trainer.lora.rank=8", "trainer.lora.alpha=16", "trainer.lora.dropout=0.1"]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> Path:
-    from slurmrl.runtime.tiny_model import build
-
-    return build(tmp_path_factory.mktemp("model") / "tiny", seed=0)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny)
 
 
 def load(tiny: Path):
