@@ -9,7 +9,9 @@ and renamed, so a reader never sees half a file):
 Asynchronous with bounded staleness: the batch for step s is generated with the newest weights
 the servers have loaded, v, and never when ``s - 1 - v > max_off_policy_steps``; then it waits
 for the trainer. When newer weights appear, every inference server reloads them (admin client)
-before the next batch. ``max_off_policy_steps = 0`` is synchronous RL.
+before the next batch; a LoRA policy's weights are an adapter, which every server hot-loads under
+a new name (the previous one unloaded) and the requests name (``slurmrl.runtime.adapters``).
+``max_off_policy_steps = 0`` is synchronous RL.
 
 Resumes after a requeue: batches already written are kept, the servers (restarted with the base
 model) reload the newest published weights, and generation goes on from the next step.

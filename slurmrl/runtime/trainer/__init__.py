@@ -13,11 +13,13 @@ Files in the run dir (steps count from 1; "step N" is the state after N optimize
 - ``weights/step-NNNNNN/`` (RL: after every step; SFT: after the last): an HF folder
   (``config.json`` with untied embeddings, ``model*.safetensors``, tokenizer files), built under
   ``weights/.step-NNNNNN.tmp`` and renamed; ``READY`` is written last. The newest
-  ``keep_checkpoints`` are kept.
+  ``keep_checkpoints`` are kept. With ``trainer.lora`` (see ``lora.py``): the adapter alone,
+  ``adapter_config.json`` + ``adapter_model.safetensors`` in PEFT's format.
 - ``checkpoints/step-NNNNNN/``: ``model/`` (HF folder, float32), ``optimizer.pt``,
   ``state.json`` (step, data position), ``rng-rank<R>.pt``; built under a temporary name,
-  renamed, ``DONE`` written last. Every ``checkpoint_every`` steps, at the last step, and on
+  renamed, ``DONE`` written last. With ``trainer.lora``: ``adapter/`` instead of ``model/``. Every ``checkpoint_every`` steps, at the last step, and on
   TERM/INT (then the exit code is 143). On start the newest checkpoint with ``DONE`` is resumed.
+- ``merged/`` (``trainer.lora``, after the last step): base + adapter merged, a plain HF folder.
 - ``metrics/trainer.jsonl``: one JSON line per step (rank 0); wandb (offline unless
   ``WANDB_MODE`` says otherwise) under ``RUN_DIR/wandb``.
 """
