@@ -16,6 +16,7 @@ steps and the login-node commands (submit, status, logs, preflight) all go throu
       logs/attempt-N/phases          start-up milestones: "<unix time> <what>" per line
       logs/attempt-N/PREEMPTED       the warning signal came (and what the script did about it)
       logs/attempt-N/STOPPED         Slurm ended the attempt with SIGTERM (cancel, time limit)
+      logs/attempt-N/<comp>.waiting  why a front is not serving yet (slurmrl.runtime.ready_check)
       logs/job-<jobid>/              an earlier job's logs, set aside by submit
       ready/attempt-N/<comp>.<task>  a task passed its readiness check (its URL, its step's task count)
       heartbeat/attempt-N/<comp>.<task>  touched by a program's main loop; watched by its supervisor
@@ -107,6 +108,11 @@ def heartbeat_file(run_dir: Path, attempt: int | str, component: str, task: int)
 
 
 def failed_file(run_dir: Path, attempt: int | str) -> Path:
+def waiting_file(run_dir: Path, attempt: int | str, component: str) -> Path:
+    """Why ``component`` is not serving yet, one line (removed once it serves); FAILED quotes it."""
+    return log_dir(run_dir, attempt) / f"{component}.waiting"
+
+
     return log_dir(run_dir, attempt) / FAILED
 
 

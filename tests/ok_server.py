@@ -1,5 +1,6 @@
 """Test double for a vLLM server: answers 200 with its own port on every GET (``/health`` too)
-and every POST (a request a router passes on). Used where a test checks the script's mechanics
+and every POST (a request a router passes on), shaped as a completion of one token, so the
+job's ready check (one completion through the front, slurmrl.runtime.ready_check) passes. Used where a test checks the script's mechanics
 (tasks, ports, readiness, routing), not the engine.
 
     python tests/ok_server.py PORT [HOST]     (HOST: the address to listen on, default all)
@@ -20,7 +21,13 @@ class Ok(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.do_GET()
+        body = (f'{{"port": {self.server.server_port}, "choices": [{{"index": 0, "text": "ok"}}], '
+                '"usage": {"completion_tokens": 1}}').encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args):
         pass

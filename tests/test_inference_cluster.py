@@ -3,11 +3,14 @@
 recipes/inference-debug.toml: two vLLM servers (n1, n2) and vllm-router on n1. A vLLM flag is
 edited by hand in the rendered job.sbatch first: `diff` must show it, `submit RUN_DIR` must
 record it, and both servers must run with it. The job must become ready, answer through the
-router, keep serving when one replica is killed, and cancel cleanly.
+router, keep serving when one replica is killed, and cancel cleanly. Ready means serving: both
+servers registered behind the router and one completion through it (phases); with
+model.stage = "node-local" each server's vLLM reads the copy made on its own node.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -60,6 +63,7 @@ def test_inference_job_runs_a_hand_edit_serves_survives_a_dead_replica_and_cance
         "--set", f'model.path="{model}"', "--set", f'python.executable="{sys.executable}"',
         "--set", 'inference.env.VLLM_CPU_KVCACHE_SPACE="1"', "--set", "slurm.grace_seconds=5",
         "--set", "model.max_model_len=128",
+        "--set", 'model.stage="node-local"', "--set", f'model.stage_dir="{tmp_path / "stage"}"',
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -89,6 +93,9 @@ def test_inference_job_runs_a_hand_edit_serves_survives_a_dead_replica_and_cance
                 (run_dir / "logs" / "attempt-0" / "FAILED").read_text())
             time.sleep(3)
         assert {"inference.0", "inference.1", "router.0"} <= ready, f"not ready: {ready}"
+        # ready means serving: both servers registered behind the router, one completion through it
+        phases = " | ".join(what for _, what in layout.read_phases(run_dir, 0))
+        assert "router workers registered: 2 of 2 after" in phases and "router serving: a completion" in phases, phases
 
         # the job made its secret; every request needs it (through the router too)
         auth = secret.headers(run_dir / secret.FILE)
@@ -104,6 +111,10 @@ def test_inference_job_runs_a_hand_edit_serves_survives_a_dead_replica_and_cance
             assert models["data"][0]["max_model_len"] == 96
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             assert argv[argv.index(b"--max-model-len") + 1] == b"96"
+            # model.stage = "node-local": vLLM loaded the copy on its own node, made before it started
+            assert argv[argv.index(b"--model") + 1].decode() == f"{tmp_path / 'stage'}/{host}/{model.name}-" + \
+                hashlib.sha256(str(model).encode()).hexdigest()[:8]
+        assert len([w for w in phases.split(" | ") if w.startswith("model staged on ") and "cache miss" in w]) == 2
 
         router = f"http://{node_address(slurm_cluster, 'n1')}:{base_for_job(int(job_id))}"
         body = {"model": str(model), "prompt": "hello", "max_tokens": 4, "ignore_eos": True}

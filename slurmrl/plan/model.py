@@ -128,6 +128,23 @@ class StopStep(Frozen):
     full_grace: bool
 
 
+class ImageImport(Frozen):
+    """container.cache: the batch shell imports ``image`` into ``sqsh`` once (enroot import under a
+    lock on the shared folder); every step's --container-image is ``sqsh``."""
+
+    image: str
+    sqsh: str
+
+
+class StageStep(Frozen):
+    """model.stage = "node-local": one task per node copies the model before the servers start."""
+
+    group: int
+    srun: tuple[Arg, ...]
+    command: tuple[Arg, ...]
+    prepare: tuple[Arg, ...] = ()  # run first, outside the container: makes the folder its mount needs
+
+
 class Plan(Frozen):
     name: str
     kind: str
@@ -152,6 +169,9 @@ class Plan(Frozen):
     grace_seconds: int
     stop_order: tuple[StopStep, ...] = ()  # reverse start order: callers before what they call
     warnings: tuple[str, ...]
+    image_import: ImageImport | None = None  # container.cache
+    staging: tuple[StageStep, ...] = ()  # model.stage = "node-local"
+    nvlink_domain: tuple[int, ...] = ()  # het groups whose nodes must share one NVLink domain (preflight)
 
     def component(self, name: str) -> Component:
         return next(c for c in self.components if c.name == name)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from slurmrl.errors import UserError
 from slurmrl import ports
-from slurmrl.plan import benchmark, dynamo, judge, lora, placement, rules, servers, services, shell, training
+from slurmrl.plan import benchmark, dynamo, judge, lora, placement, rules, servers, services, serving, shell, staging, topology, training
 from slurmrl.plan.directives import group_directives
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep, Task
 from slurmrl.recipe.schema import Recipe, time_seconds
@@ -46,6 +46,7 @@ class _Builder:
         self.comps: list[dict] = []
         self.warnings: list[str] = []
         self.slots: dict[str, placement.Slot] = {}
+        self.staging: tuple = ()  # model.stage: the copy steps (slurmrl.plan.staging)
         self.py = (
             ("uv", "run", "--project", r.python.uv_project, r.python.executable)
             if r.python.uv_project
@@ -167,6 +168,9 @@ class _Builder:
             training.trainer(self)
         if r.orchestrator is not None:
             training.orchestrator(self)
+        serving.apply(self)  # ready means serving: the fronts' readiness includes one completion
+        staging.apply(self)  # model.stage: servers read the node-local copy the staging steps make
+        topology.check(r, {g.name: g.nodes for g in self.groups})
         self.split_cpus()
         self.warn_early_signal()
         self.thread_pools()
@@ -184,7 +188,8 @@ class _Builder:
             HetGroup(
                 index=g.index, name=g.name, nodes=g.nodes, gpus_per_node=g.gpus_per_node,
                 cpus_per_node=self._group_cpus(g), roles=tuple(g.roles),
-                directives=group_directives(r, g.index, g.nodes, g.gpus_per_node, self._group_cpus(g), self.run_dir),
+                directives=group_directives(r, g.index, g.nodes, g.gpus_per_node, self._group_cpus(g), self.run_dir)
+                + topology.directives(r, g.name),
                 claim_srun=self.claim_srun(g),
                 check_srun=self.check_srun(g) if dynamo.enabled(r) else (),  # wide-EP leaves /dev/shm/moe_*
             )
@@ -207,6 +212,8 @@ class _Builder:
             signal=r.slurm.signal.split("@")[0], grace_seconds=r.slurm.grace_seconds,
             stop_order=stop_order(comps, r.slurm.grace_seconds),
             warnings=tuple(self.warnings),
+            image_import=staging.image_import(r), staging=self.staging,
+            nvlink_domain=tuple(g.index for g in self.groups if g.name in r.slurm.nvlink_domain),
         )
 
     def srun_args(self, c: dict, fail_fast: bool) -> tuple:
@@ -300,7 +307,8 @@ def container_flags(r: Recipe, run_dir: str) -> tuple[str, ...]:
     c = r.container
     if c is None:
         return ()
-    flags = [f"--container-image={c.image}", f"--container-mounts={','.join([f'{run_dir}:{run_dir}', *c.mounts])}"]
+    mounts = [f"{run_dir}:{run_dir}", *c.mounts, *staging.extra_mounts(r)]
+    flags = [f"--container-image={staging.container_image(r)}", f"--container-mounts={','.join(mounts)}"]
     if c.workdir:
         flags.append(f"--container-workdir={c.workdir}")
     if c.env:
@@ -326,5 +334,6 @@ def plan(recipe: Recipe, run_dir: str, preflight: bool = False) -> Plan:
     rules.check(recipe)
     dynamo.check(recipe)
     judge.check(recipe)
+    staging.check(recipe)
     lora.check(recipe)
     return _Builder(lora.apply(recipe), run_dir, preflight).build()

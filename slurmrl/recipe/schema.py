@@ -181,6 +181,21 @@ class Slurm(Section):
         default_factory=list,
         description="Any other `#SBATCH` options, verbatim, e.g. `--reservation=big` (first het group).",
     )
+    switches: dict[str, Annotated[str, Field(pattern=r"^[1-9]\d{0,3}(@(\d{1,3}-\d{1,2}|\d{1,6})(:\d{2}){0,2})?$")]] = Field(
+        default_factory=dict,
+        description="Topology: per het group (by name, e.g. `inference`), `COUNT[@MAX-WAIT]` for that group's "
+        "`--switches`: at most COUNT leaf switches, waiting up to MAX-WAIT (Slurm time) for them.",
+    )
+    segment: dict[str, Annotated[int, Field(ge=1, le=MAX_NODES)]] = Field(
+        default_factory=dict,
+        description="Topology: per het group, `--segment` size in nodes (topology/block; Slurm 24.11 or newer: "
+        "`submit` refuses it where sbatch lacks the option).",
+    )
+    nvlink_domain: list[str] = Field(
+        default_factory=list,
+        description="Het groups whose nodes must share one NVLink domain (one ClusterUUID); `submit --preflight` "
+        "checks it where nvidia-smi reports the fabric.",
+    )
 
     @field_validator("*")
     @classmethod
@@ -242,6 +257,10 @@ class Container(Section):
     writable: bool | None = Field(None, description="`--container-writable` (true) or `--container-readonly`.")
     entrypoint: bool | None = Field(None, description="`--container-entrypoint` / `--no-container-entrypoint`.")
     name: str | None = Field(None, description="`--container-name`, to reuse the unpacked image between steps.")
+    cache: str | None = Field(
+        None, description="Shared folder of squashfs images: the job imports a registry `image` there once "
+        "(`enroot import` under a lock; a concurrent job waits for it) and every step uses the .sqsh.",
+    )
 
     @field_validator("mounts")
     @classmethod
@@ -290,6 +309,14 @@ class Model(Section):
     @property
     def served_model_name(self) -> str:
         """The name the OpenAI API serves (``served_name``, else ``path``)."""
+    stage: Literal["shared", "node-local"] = Field(
+        "shared", description="`node-local`: before the servers start, copy `path` (a directory) once per node into "
+        "`stage_dir` (one task per node, a lock, sha256 checked); the servers read that copy.",
+    )
+    stage_dir: str = Field(
+        "/tmp/slurmrl-models", description="`stage = \"node-local\"`: the node-local folder the copies go to "
+        "(one folder per node name inside it).",
+    )
         return self.served_name or self.path
 
 

@@ -8,7 +8,9 @@ forwards signals to it, writes the task's ready file once ``URL`` answers (``htt
 /health is 200; ``tcp://H:P``: the port accepts; ``started``: at once, the task serves nothing;
 with ``--ready-model NAME``: GET /v1/models lists NAME, and with ``--ready-instances N`` the
 server's /health lists N ``generate`` endpoints of the namespace ``$DYN_NAMESPACE``: Dynamo's
-frontend, whose /health answers 200 before any worker is there),
+frontend, whose /health answers 200 before any worker is there); with ``--ready-completion MODEL``
+(and ``--ready-workers N``: vllm-router lists N workers) only once one completion through URL
+returns a token (``slurmrl.runtime.ready_check``: ready means serving),
 and exits with COMMAND's exit code (128+N when a signal N ended it). When COMMAND ends, or the
 supervisor is told to stop, every process COMMAND left behind is ended too (TERM, then KILL):
 the supervisor is the subreaper of its tree, so orphans (vLLM's EngineCore, torchrun's workers,
@@ -37,7 +39,8 @@ from pathlib import Path
 import psutil
 
 from slurmrl import heartbeat, layout
-from slurmrl.runtime import tree
+from slurmrl.runtime import ready_check as ready_check_module
+from slurmrl.runtime import provenance, tree
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 
@@ -144,6 +147,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help="with an http --ready URL: ready once GET /v1/models lists NAME (not /health)")
     ap.add_argument("--ready-instances", type=int, default=0, metavar="N",
                     help="with --ready-model: and once /health lists N workers (generate endpoints) of $DYN_NAMESPACE")
+    ap.add_argument("--ready-completion", metavar="MODEL",
+                    help="with an http --ready URL: and once a completion of MODEL through it returns a token")
+    ap.add_argument("--ready-workers", type=int, default=0, metavar="N",
+                    help="with --ready-completion: and once the router there lists N workers (GET /list_workers)")
     ap.add_argument(
         "--heartbeat", type=int, metavar="SECONDS",
         help="end the command (exit 124) when it has not called slurmrl.heartbeat.beat() for SECONDS",
@@ -171,10 +178,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.cuda_runtime:
         add_cuda_runtime(env)
     check, url = ready_check(args.ready, args.ready_model, args.ready_instances) if args.ready else (None, None)
+    if check is not None and args.ready_completion and url and url.startswith("http://"):
+        check = ready_check_module.Serving(args.name, url, args.ready_completion, args.ready_workers, check)
     if args.heartbeat:
         env[heartbeat.ENV] = str(heartbeat_file(args.name))
         Path(env[heartbeat.ENV]).parent.mkdir(parents=True, exist_ok=True)  # watched from the first beat on
     tree.become_subreaper()
+    try:
+        provenance.record(args.name)  # RUN_DIR/lock.toml: this interpreter's versions (the first task only)
+    except OSError as e:
+        log(args.name, f"could not add the versions to the run dir's lock.toml: {e}")
     log(args.name, f"exec: {shlex.join(args.command)}")
     child = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.guard", "--", *args.command], env=env)
 
