@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -97,6 +98,7 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=16, help="LoRA rank (all seven projections)")
     ap.add_argument("--syncs", type=int, default=3)
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="published and served dtype")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir (model, published folders, vLLM's log)")
     args = ap.parse_args()
 
     import torch
@@ -165,6 +167,8 @@ def main() -> None:
     finally:
         stop(proc)
         dist.destroy_process_group()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
 
     med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in rows.items()}
     print()
@@ -182,7 +186,7 @@ def main() -> None:
     b = med["lora"]["write"] + med["lora"]["load"]
     print(f"{'sync total (s)':34}{a:>16.3f}{b:>16.3f}{a / b:>9.1f}x")
     print(f"(servers load: full = pause + reload_weights + reset_prefix_cache + resume; LoRA = load_lora_adapter "
-          f"under a new name + unload_lora_adapter of the previous one)\nwork dir: {work}")
+          f"under a new name + unload_lora_adapter of the previous one)" + (f"\nwork dir: {work}" if args.keep else ""))
 
 
 if __name__ == "__main__":
