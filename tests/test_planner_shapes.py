@@ -204,7 +204,7 @@ def prefixed(args: list[str], prefix: str) -> str:
 def listens(job: Job, c: Component, inst: Instance, e: Expanded) -> dict[str, int]:
     """The ports a task listens on, by purpose, read off what it execs."""
     cmd = e.command
-    if c.role == "inference":
+    if c.role in ("inference", "judge"):  # vLLM servers (the judge's too)
         headless = "--headless" in cmd  # a multi-node worker's follower: no API, no DP coordinator
         out = {} if headless else {"http": int(e.after("--port"))}
         if "--data-parallel-rpc-port" in cmd and not headless:
