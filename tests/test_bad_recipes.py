@@ -261,6 +261,22 @@ CASES = [
     ("set-bad-toml-string", RL, ['model.path="m'], "--set", "not valid TOML"),
     ("set-too-deep", RL, ["trainer.lr=" + "[" * 5000], "--set", "not valid TOML: nested too deeply"),
     ("templates-dir-missing", 'templates_dir = "nowhere"\n' + RL, [], "templates_dir", "job.sbatch.j2"),
+    # issue 17: staging and topology
+    ("stage-hub-id", INF, ['model.stage="node-local"'], "model.stage", "is not an absolute path"),
+    ("stage-dir-without-stage", INF, ['model.stage_dir="/x"'], "model.stage_dir", "only applies with model.stage"),
+    ("stage-sft", SFT.replace('path = "m"', 'path = "/m"'), ['model.stage="node-local"'], "model.stage",
+     "no vLLM server of this job reads model.path"),
+    ("stage-bogus", INF, ['model.stage="everywhere"'], "model.stage", "'shared' or 'node-local'"),
+    ("cache-relative", INF + '[container]\nimage = "nvcr.io#x/y:1"\n', ['container.cache="cache"'],
+     "container.cache", "is not an absolute path"),
+    ("cache-of-a-file", INF + '[container]\nimage = "/img/y.sqsh"\n', ['container.cache="/c"'],
+     "container.cache", "is a squashfs file already"),
+    ("switches-unknown-group", INF, ['slurm.switches.trainer="1"'], "slurm.switches.trainer",
+     "no het group named 'trainer'; this job's groups: inference"),
+    ("switches-bad-format", INF, ['slurm.switches.inference="1@soon"'], "slurm.switches.inference", "match pattern"),
+    ("segment-not-divisor", INF.replace("nodes = 1", "nodes = 3"), ["slurm.segment.inference=2"],
+     "slurm.segment.inference", "do not split into segments of 2"),
+    ("nvlink-unknown-group", RL, ['slurm.nvlink_domain=["decode"]'], "slurm.nvlink_domain", "no het group named 'decode'"),
 ]
 
 

@@ -26,6 +26,7 @@ from slurmrl.runtime import component as rt
 from slurmrl.runtime import container
 from slurmrl.runtime.steps import write_json_atomic
 from slurmrl.runtime.supervise import narrow_gpus, tcp_ok
+from slurmrl.slurm import topology
 
 DEADLINE_S = float(os.environ.get("SLURMRL_PROBE_TIMEOUT", "300"))
 REPORTED_ENV = ("SLURM_JOB_ID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_GPUS",
@@ -175,6 +176,8 @@ def main() -> int:
         "env": {k: os.environ[k] for k in REPORTED_ENV if k in os.environ},
         "allocation": allocation(),
         "errors": errors,
+        # slurm.nvlink_domain: this node's NVLink fabric (nvidia-smi -q), where the plan asks for one domain
+        "fabric": topology.node_fabric() if comp.config["group"] in plan.get("nvlink_domain", ()) else None,
     }
     out_dir = layout.preflight_dir(comp.run_dir)
     write_json_atomic(out_dir / f"{comp.name}.{comp.rank}.json", report, indent=1)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
-from slurmrl.slurm import jobs, tools
+from slurmrl.slurm import jobs, tools, topology
 from slurmrl.slurm.status import failed_reason
 from slurmrl.slurm.watch import Snapshot, Watch
 from slurmrl.summary import table
@@ -262,13 +262,18 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
     rows = check(run_dir, plan, job_id, hosts.complete(watch, len(plan.groups)))
     print(report_table(rows))
     bad = [r for r in rows if r.problems]
+    notes, fabric_problems = topology.nvlink_report(plan, read_reports(run_dir))
+    for line in [topology.support().line(), *notes]:
+        print(line)
+    for problem in fabric_problems:
+        print(f"preflight FAILED: {problem}")
     attempt = (jobs.attempts(run_dir) or [0])[-1]
     reason = failed_reason(run_dir, attempt)
     if snap.state != "COMPLETED":
         print(f"preflight FAILED: job {job_id} ended {snap.state}" + (f": {reason}" if reason else ""))
     for r in bad:
         print(f"preflight FAILED: {r.component}.{r.rank}: {'; '.join(r.problems)}")
-    if bad or snap.state != "COMPLETED":
+    if bad or fabric_problems or snap.state != "COMPLETED":
         return 1
     print(f"preflight ok: {len(rows)} probe(s) in {len(plan.groups)} het group(s) match plan.json")
     return 0

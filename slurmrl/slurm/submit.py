@@ -10,7 +10,7 @@ from pathlib import Path
 from slurmrl.errors import UserError
 from slurmrl.render import build
 from slurmrl.render.rundir import SUBMITTED, write_run_dir
-from slurmrl.slurm import fit, jobs, tools
+from slurmrl.slurm import fit, jobs, tools, topology
 from slurmrl.slurm.diff import is_edited
 from slurmrl.slurm.script import read_groups
 from slurmrl.slurm.watch import Watch
@@ -88,6 +88,7 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         fit.check(read_groups(out.script, str(run_dir / "job.sbatch")), [g.name for g in out.plan.groups])
         if (run_dir / SUBMITTED).exists():
             check_not_running(run_dir)
+        topology.refuse_unsupported(out.script)  # e.g. --segment where this cluster's sbatch lacks it
         write_run_dir(run_dir, out.files, force=force)  # refuses over a submitted run dir without --force
         edited = False
     else:
@@ -101,6 +102,7 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         fit.check(read_groups(script.read_text(), str(script)), group_names(run_dir))
         check_not_running(run_dir)
         edited = is_edited(run_dir)
+        topology.refuse_unsupported(script.read_text())
     set_aside(run_dir)
     script = run_dir / "job.sbatch"
     job_id = sbatch(script)
