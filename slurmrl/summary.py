@@ -68,7 +68,10 @@ def _ready(c: Component) -> str:
     else:
         where = f"each of {c.nodes} nodes"
     names = ",".join(h.ports)
-    return f"{h.kind.upper()} {h.path + ' ' if h.kind == 'http' else ''}on {names} ({where})"
+    serving = c.task.supervisor
+    extra = (" + its workers + a completion" if "--ready-workers" in serving else
+             " + a completion" if "--ready-completion" in serving else "")  # slurmrl.plan.serving
+    return f"{h.kind.upper()} {h.path + ' ' if h.kind == 'http' else ''}on {names} ({where}){extra}"
 
 
 def summary(plan: Plan, run_dir: Path, job_id: int | None = None) -> str:

@@ -143,7 +143,7 @@ def secret_file(run_dir: Path) -> str | None:
         script = (run_dir / layout.SCRIPT).read_text()
     except OSError:
         return None
-    return str(run_dir / layout.SECRET) if AUTH_MIDDLEWARE in script else None
+    return str(tools.transport().place(run_dir) / layout.SECRET) if AUTH_MIDDLEWARE in script else None
 
 
 def torn_down(phase_list: list[dict]) -> set[str]:
@@ -186,6 +186,8 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
         p["name"] = names.get(p["group"], "")
     if run_dir is None:
         return out
+    tools.transport().pull(run_dir)  # --cluster: what the job wrote there, brought back
+    out["cluster"] = tools.transport().name
     attempt = (jobs.attempts(run_dir) or [0])[-1]
     # requeued and waiting: the attempt it waits to run has no files yet; the one before's end
     # (FAILED, phases, ready files) is not the job's current state
@@ -234,9 +236,10 @@ def serving_lines(rep: dict) -> list[str]:
     lines = [f"serving: {' '.join(urls)} ({what}){model}"]
     first = urls[0]
     if rep.get("secret_file"):
-        lines.append(f"  auth: header 'Authorization: Bearer <secret>', the secret is in {rep['secret_file']}")
+        on = f" on cluster {rep['cluster']} (it stays there)" if rep.get("cluster") else ""
+        lines.append(f"  auth: header 'Authorization: Bearer <secret>', the secret is in {rep['secret_file']}{on}")
         auth = f"Authorization: Bearer $(cat {shlex.quote(rep['secret_file'])})"
-        lines.append(f"  try:  curl -H \"{auth}\" {first}/v1/models")
+        lines.append(f"  try{' there' if on else ''}:  curl -H \"{auth}\" {first}/v1/models")
     else:
         lines.append("  auth: none (the servers run without the job's secret: inference.auth = \"none\")")
         lines.append(f"  try:  curl {first}/v1/models")
