@@ -166,3 +166,21 @@ def test_vllm_parses_both_kinds_of_judge(tmp_path):
     for got in (gen, rm):
         assert (got["tp"], got["model"], got["eager"], got["max_len"]) == (2, "judge-model", True, 2048)
         assert got["middleware"] == ["slurmrl.runtime.job_auth.RequireJobSecret"]
+
+
+def test_preflight_reads_the_judge_environments_dataset(tmp_path, monkeypatch):
+    from slurmrl.runtime.probe import environment_problems
+
+    text = RL.replace('{ prompts_from = "arithmetic" }', '{ dataset = "prompts.jsonl" }')
+    out = built(tmp_path, text)
+    run_dir = out.run_dir
+    (run_dir / "components").mkdir(exist_ok=True)
+    (run_dir / "components" / "orchestrator.toml").write_text(out.files["components/orchestrator.toml"])
+    monkeypatch.chdir(tmp_path)  # where the job starts: a relative dataset is found from there
+    (problem,) = environment_problems(run_dir)
+    assert "cannot read dataset 'prompts.jsonl'" in problem, problem
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "2+2="}\n')
+    assert environment_problems(run_dir) == []
+    (tmp_path / "prompts.jsonl").write_text('{"question": "2+2="}\n')
+    (problem,) = environment_problems(run_dir)
+    assert "prompts.jsonl:1: needs an object with a text 'prompt'" in problem, problem

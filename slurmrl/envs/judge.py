@@ -36,6 +36,11 @@ class Judge:
         """The orchestrator's ``slurmrl.runtime.judge_client.JudgeClient`` for the job's judge."""
         self.judge = judge
 
+    def preflight(self) -> None:
+        """``submit --preflight`` on the orchestrator's node: the dataset is there and readable."""
+        if self.dataset:
+            self.rows()
+
     def rows(self) -> list[dict]:
         if self._rows is None:
             path = Path(self.dataset).expanduser()

@@ -104,7 +104,12 @@ def environment_problems(run_dir) -> list[str]:
     try:
         with open(layout.component_config(run_dir, "orchestrator"), "rb") as f:
             settings = tomllib.load(f)
-        envs.load(settings["environment"], settings.get("environment_args") or {})
+        env = envs.load(settings["environment"], settings.get("environment_args") or {})
+        if settings.get("judge") is not None and not hasattr(env, "use_judge"):
+            return [f"environment {settings['environment']!r} has no use_judge(judge), so it cannot score through "
+                    "the job's [judge]"]
+        if hasattr(env, "preflight"):
+            env.preflight()  # what the environment reads at run time, e.g. the judge environment's dataset
     except SystemExit as e:
         return [str(e.code).removeprefix("slurmrl: ")]
     except (OSError, KeyError, ValueError) as e:
