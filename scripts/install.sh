@@ -9,7 +9,8 @@
 #    GPU engines) in its own .venv-dynamo, as it pulls transformers 5.x; slurmrl goes in there too
 #    (editable, --no-deps, plus its light deps) so our supervisor runs beside Dynamo. 1.5+ pull a
 #    package that downloads from NVIDIA's host. etcd and nats-server come from Debian (the local
-#    cluster installs them).
+#    cluster installs them);
+#  - OpenSSH's server and rsync from Debian, for tests/test_remote.py (slurmrl --cluster).
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,17 @@ if ! ldconfig -p | grep -q libibverbs.so.1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null
     apt-get install -y -q libibverbs1 librdmacm1 ibverbs-providers >/dev/null
+fi
+# tests/test_remote.py puts OpenSSH's sshd (on 127.0.0.1, its own config and keys) in front of the
+# local cluster; --cluster copies run dirs with rsync. The package's own service is not wanted:
+# where no policy-rc.d forbids it, one is put there for the install.
+if [[ ! -x /usr/sbin/sshd ]] || ! command -v rsync >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    policy=/usr/sbin/policy-rc.d
+    [[ -e $policy ]] || { printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && made_policy=1; }
+    apt-get update -q >/dev/null
+    apt-get install -y -q openssh-server rsync >/dev/null
+    [[ -z ${made_policy:-} ]] || rm -f "$policy"
 fi
 DYNAMO=ai-dynamo==1.4.2
 # -P: the check must not find slurmrl in the current directory, only an installed one

@@ -70,11 +70,14 @@ def planned(
     overrides: list[str] = (),
     run_dir: str | Path | None = None,
     preflight: bool = False,
+    place=None,
 ) -> tuple[Recipe, Plan, Path]:
-    """Load, check and plan, rendering nothing (`slurmrl plan`). Raises UserError on bad input."""
+    """Load, check and plan, rendering nothing (`slurmrl plan`). Raises UserError on bad input.
+    ``place``: where the job sees the run dir, from its path here (submit --cluster: on the cluster)."""
     recipe_path = Path(recipe_path)
     recipe = load_recipe(recipe_path, overrides)
     run_dir = Path(run_dir).resolve() if run_dir else resolve_run_dir(recipe, preflight)
+    run_dir = place(run_dir) if place else run_dir
     check_run_dir(recipe, run_dir)
     p = plan(recipe, str(run_dir), preflight=preflight)
     templates_dir(recipe, recipe_path)  # a missing templates_dir is bad input for `plan` too
@@ -87,6 +90,7 @@ def build(
     run_dir: str | Path | None = None,
     preflight: bool = False,
     source_name: str | None = None,
+    place=None,
 ) -> Rendered:
     """Everything `render` would write, in memory. Raises UserError on bad input.
 
@@ -95,7 +99,7 @@ def build(
     from slurmrl.render.script import render_script  # jinja2: only when rendering
 
     recipe_path = Path(recipe_path)
-    recipe, p, run_dir = planned(recipe_path, overrides, run_dir, preflight)
+    recipe, p, run_dir = planned(recipe_path, overrides, run_dir, preflight, place)
     files = {
         "job.sbatch": render_script(p, str(run_dir), source_name or recipe_path.name, templates_dir(recipe, recipe_path)),
         "plan.json": plan_json(p),

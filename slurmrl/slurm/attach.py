@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -39,13 +38,14 @@ from slurmrl.slurm import jobs, tools
 from slurmrl.slurm.watch import Snapshot, Watch
 
 SHELL = ("bash",)  # the default command: an interactive shell on a pty
-OPTIONS = {"--node": "node", "--task": "task"}
+OPTIONS = {"--node": "node", "--task": "task", "--cluster": "cluster"}
 
 
-def split_command(rest: list[str], node: int | None, task: int | None) -> tuple[int | None, int | None, list[str]]:
+def split_command(rest: list[str], node: int | None, task: int | None,
+                  cluster: str | None = None) -> tuple[int | None, int | None, list[str], str | None]:
     """argparse hands everything after COMPONENT to ``rest`` (``--node 1 -- hostname``): the
     options before ``--`` (or before the first word that is not one), then the command."""
-    values = {"node": node, "task": task}
+    values = {"node": node, "task": task, "cluster": cluster}
     i = 0
     while i < len(rest):
         word = rest[i]
@@ -55,18 +55,22 @@ def split_command(rest: list[str], node: int | None, task: int | None) -> tuple[
         name, eq, value = word.partition("=")
         if name not in OPTIONS:
             if word.startswith("-"):
-                raise UserError(word, "unknown option; attach takes --node N or --task T, then -- CMD...")
+                raise UserError(word, "unknown option; attach takes --node N or --task T (and --cluster NAME), "
+                                      "then -- CMD...")
             break
         if not eq:
             if i + 1 >= len(rest):
-                raise UserError(name, "needs a number")
+                raise UserError(name, "needs a value")
             value = rest[i + 1]
             i += 1
-        if not re.fullmatch(r"\d+", value):
+        if name == "--cluster":
+            values["cluster"] = value
+        elif not re.fullmatch(r"\d+", value):
             raise UserError(name, f"needs a number, not {value!r}")
-        values[OPTIONS[name]] = int(value)
+        else:
+            values[OPTIONS[name]] = int(value)
         i += 1
-    return values["node"], values["task"], rest[i:]
+    return values["node"], values["task"], rest[i:], values["cluster"]
 
 
 def container_flags(run_dir: Path, plan: Plan) -> list[str]:
@@ -185,14 +189,15 @@ def attach(target: str, component: str, node: int | None, task: int | None, comm
         raise UserError(None, f"het group {comp.group} ({component}) of job {job_id} is {part.state}; "
                               "attach needs it running")
     hosts = tools.hostnames(part.nodes)
+    where = tools.transport()
+    where.pull(run_dir)  # --cluster: the ready files the job wrote there
     attempt = (layout.attempts(run_dir) or [0])[-1]
     host, what = pick_host(run_dir, attempt, comp, hosts, node, task)
-    if shutil.which("srun") is None:
-        raise UserError(None, "srun not found on PATH; run slurmrl where Slurm's client commands are")
+    pty = not command and sys.stdin.isatty()
     argv = srun_argv(job_id, comp.group if het else None, host, container_flags(run_dir, plan),
-                     command or list(SHELL), pty=not command and sys.stdin.isatty())
+                     command or list(SHELL), pty=pty)
     step = snap.step(comp.name)
     note = f" (its step is {step.state})" if step is not None and step.state != "RUNNING" else ""
     print(f"slurmrl: {component} {what} on {host}{note}: {shlex.join(argv)}", file=sys.stderr, flush=True)
-    os.execvpe(argv[0], argv, srun_env(pydantic_plugins.child_env() or dict(os.environ)))
+    where.exec(argv, srun_env(pydantic_plugins.child_env() or dict(os.environ)), pty=pty)
     return 0  # not reached

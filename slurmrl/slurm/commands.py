@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 HANDLERS: dict = {}
+REMOTE_COMMANDS = ("submit", "status", "logs", "cancel", "attach")  # they take --cluster NAME
 
 PREFLIGHT_TIMEOUT_S = 900
 CANCEL_TIMEOUT_S = 120
@@ -42,7 +43,7 @@ def add_parsers(sub, recipe_args) -> None:
 
     p = sub.add_parser(
         "attach", help="run a command (default: a shell) on a running component's node, in its container",
-        usage="slurmrl attach [-h] RUN_DIR COMPONENT [--node N | --task T] [-- CMD ...]",
+        usage="slurmrl attach [-h] RUN_DIR COMPONENT [--node N | --task T] [--cluster NAME] [-- CMD ...]",
         description="srun --overlap into the running job: on the node of COMPONENT (node 0 unless --node "
                     "or --task), inside the job's container when it has one. Without CMD: an interactive "
                     "shell (--pty).",
@@ -59,6 +60,11 @@ def add_parsers(sub, recipe_args) -> None:
     p.add_argument("run_dir", nargs="?")
     p.add_argument("--timeout", type=float, default=CANCEL_TIMEOUT_S, metavar="SECONDS",
                    help=f"how long to wait for the job to end (default {CANCEL_TIMEOUT_S})")
+    for name in REMOTE_COMMANDS:
+        sub.choices[name].add_argument(
+            "--cluster", metavar="NAME",
+            help="run Slurm's commands on cluster NAME of the clusters file, over ssh (default: the cluster "
+                 "the run dir's last job went to, else this machine)")
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -99,12 +105,27 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from slurmrl.slurm.attach import attach, split_command
+    from slurmrl.slurm.attach import attach
 
-    # argparse leaves options written after COMPONENT (`--node 1 -- hostname`) in the command
-    node, task, command = split_command(args.cmd, args.node, args.task)
-    return attach(args.run_dir, args.component, node, task, command)
+    return attach(args.run_dir, args.component, args.node, args.task, args.cmd)
+
+
+def on_cluster(handler):
+    """Run ``handler`` with its Slurm commands on ``--cluster NAME`` (slurmrl.remote), or here."""
+    def run(args: argparse.Namespace) -> int:
+        from slurmrl.remote import transport_for
+        from slurmrl.slurm import tools
+
+        if handler is cmd_attach:  # argparse leaves options written after COMPONENT in the command
+            from slurmrl.slurm.attach import split_command
+
+            args.node, args.task, args.cmd, args.cluster = split_command(args.cmd, args.node, args.task, args.cluster)
+        target = next((getattr(args, a) for a in ("recipe", "target", "run_dir") if hasattr(args, a)), None)
+        with tools.using(transport_for(args.cluster, target)):
+            return handler(args)
+    return run
 
 
 HANDLERS.update(submit=cmd_submit, diff=cmd_diff, status=cmd_status, logs=cmd_logs, cancel=cmd_cancel,
                 attach=cmd_attach)
+HANDLERS.update({name: on_cluster(HANDLERS[name]) for name in REMOTE_COMMANDS})

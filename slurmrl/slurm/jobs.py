@@ -32,13 +32,15 @@ def history(run_dir: Path) -> list[dict]:
     return jobs
 
 
-def record(run_dir: Path, job_id: str, script_sha256: str, edited: bool) -> dict:
+def record(run_dir: Path, job_id: str, script_sha256: str, edited: bool, cluster: str | None = None) -> dict:
     entry = {
         "job_id": job_id,
         "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "script_sha256": script_sha256,
         "edited": edited,
     }
+    if cluster:  # submitted with --cluster NAME: later commands on the run dir go there too
+        entry["cluster"] = cluster
     jobs = history(run_dir) + [entry]
     tmp = run_dir / f".{SUBMITTED}.{os.getpid()}"
     tmp.write_text(json.dumps(jobs, indent=1) + "\n")

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from slurmrl.errors import UserError
-from slurmrl.slurm import jobs
+from slurmrl.slurm import jobs, tools
 from slurmrl.slurm.status import NOT_FOUND_AFTER_S
 from slurmrl.slurm.watch import Watch
 
@@ -76,6 +76,8 @@ class Tail:
 def logs(target: str | None, component: str | None, attempt: int | None, follow: bool) -> int:
     run_dir = jobs.run_dir_arg(target)
     check_component(run_dir, component)
+    where = tools.transport()
+    where.pull(run_dir)  # --cluster: the logs the job wrote there, brought back (again every STATE_EVERY_S)
     job_id = str(jobs.history(run_dir)[-1]["job_id"]) if jobs.history(run_dir) else None
     pinned = attempt is not None
     _, log_dir = attempt_dir(run_dir, attempt)
@@ -94,11 +96,13 @@ def logs(target: str | None, component: str | None, attempt: int | None, follow:
         tail.pump(files(run_dir, log_dir, component, job_id))
         if time.monotonic() >= next_check:
             snap = watch.snapshot()
+            where.pull(run_dir)
             next_check = time.monotonic() + STATE_EVERY_S
             if not snap.parts and time.monotonic() - started > NOT_FOUND_AFTER_S:
                 raise UserError(None, f"job {job_id} is not known to squeue or sacct; nothing to follow")
             if snap.done:
                 time.sleep(POLL_S)  # the last lines may land just after the state changes
+                where.pull(run_dir)
                 tail.pump(files(run_dir, log_dir, component, job_id), final=True)
                 print(f"slurmrl: job {job_id} ended: {snap.state}", file=sys.stderr)
                 return 0

@@ -258,6 +258,7 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
     if not snap.done:
         tools.call(["scancel", job_id], check=False)
         print(f"slurmrl: preflight job {job_id} still {snap.state} after {timeout_s:.0f}s; cancelled it")
+    tools.transport().pull(run_dir)  # --cluster: the probes' reports, written there
     hosts.add_reports(read_reports(run_dir))
     rows = check(run_dir, plan, job_id, hosts.complete(watch, len(plan.groups)))
     print(report_table(rows))

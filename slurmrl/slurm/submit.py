@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl.errors import UserError
-from slurmrl.render import build
+from slurmrl.render import build, resolve_run_dir
 from slurmrl.render.rundir import SUBMITTED, write_run_dir
 from slurmrl.slurm import fit, jobs, tools, topology
 from slurmrl.slurm.diff import is_edited
@@ -81,10 +81,11 @@ def sbatch(script: Path) -> str:
 
 
 def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> Submitted:
+    where = tools.transport()  # this machine, or --cluster NAME's (slurmrl.remote)
     kind, path = classify(target)
     if kind == "recipe":
-        out = build(path, overrides, preflight=preflight)
-        run_dir = out.run_dir
+        out = build(path, overrides, preflight=preflight, place=where.place)  # rendered for where it runs
+        run_dir = resolve_run_dir(out.recipe, preflight)
         fit.check(read_groups(out.script, str(run_dir / "job.sbatch")), [g.name for g in out.plan.groups])
         if (run_dir / SUBMITTED).exists():
             check_not_running(run_dir)
@@ -103,16 +104,21 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         check_not_running(run_dir)
         edited = is_edited(run_dir)
         topology.refuse_unsupported(script.read_text())
+    where.pull(run_dir)  # on a cluster: the last job's outputs first, so they are set aside there too
     set_aside(run_dir)
+    where.push(run_dir)
     script = run_dir / "job.sbatch"
-    job_id = sbatch(script)
-    jobs.record(run_dir, job_id, jobs.sha256(script), edited)
+    job_id = sbatch(where.place(run_dir) / "job.sbatch")
+    jobs.record(run_dir, job_id, jobs.sha256(script), edited, cluster=where.name)
+    where.push(run_dir, [SUBMITTED])
     return Submitted(run_dir, job_id, edited)
 
 
 def announce(s: Submitted) -> None:
     note = " (job.sbatch edited by hand: submitted as it is)" if s.edited else ""
-    print(f"submitted job {s.job_id} from {s.run_dir}{note}")
+    where = tools.transport()
+    on = f" to cluster {where.name} (it runs in {where.place(s.run_dir)})" if where.name else ""
+    print(f"submitted job {s.job_id}{on} from {s.run_dir}{note}")
     print(f"  slurmrl status {s.run_dir} --watch")
     print(f"  slurmrl logs {s.run_dir} -f")
     print(f"  slurmrl cancel {s.run_dir}")

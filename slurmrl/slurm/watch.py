@@ -81,7 +81,7 @@ class HetInfoWatcher(SlurmInfoWatcher):
         command = ["sacct", "-o", SACCT_FIELDS, "--parsable2"]
         for jid in to_check:
             command += ["-j", jid]
-        return command
+        return tools.transport().argv(command)  # submitit runs it: here, or over ssh with --cluster
 
     def read_info(self, string: bytes | str) -> dict[str, dict]:
         if not isinstance(string, str):

@@ -1,0 +1,47 @@
+"""Working from a laptop: ``--cluster NAME`` on submit, status, logs, cancel and attach.
+
+Plan and render here, copy the run dir to the cluster, drive sbatch/squeue/sacct/scancel/srun
+there over one multiplexed OpenSSH connection. The clusters file (:mod:`.clusters`) says where
+NAME is; :mod:`.ssh` holds the connection; :mod:`.transport` is the SSH transport the Slurm
+commands run through (``slurmrl.slurm.tools`` has the local one). Standard library only: the
+CLI path stays light.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from slurmrl import layout
+from slurmrl.errors import UserError
+from slurmrl.slurm.tools import Local
+
+
+def recorded_cluster(target: str | None) -> str | None:
+    """The cluster a run dir's last job went to (``cluster`` in its jobs.json), when ``target``
+    (or the current directory) is a run dir; None otherwise, or when anything is unreadable (the
+    command itself then says what is wrong)."""
+    path = Path(target) if target else Path.cwd()
+    if path.is_file() and path.name in (layout.SCRIPT, layout.JOBS):
+        path = path.parent
+    try:
+        jobs = json.loads((path / layout.JOBS).read_text())
+        name = jobs[-1].get("cluster") if isinstance(jobs, list) and jobs and isinstance(jobs[-1], dict) else None
+    except (OSError, ValueError):
+        return None
+    return name if isinstance(name, str) else None
+
+
+def transport_for(name: str | None, target: str | None) -> Local:
+    """``--cluster NAME``, else the cluster the run dir's last job went to, else this machine."""
+    recorded = recorded_cluster(target)
+    if name and recorded and name != recorded:
+        raise UserError("--cluster", f"{target or '.'}'s last job was submitted to cluster {recorded!r}, "
+                                     f"not {name!r}")
+    name = name or recorded
+    if not name:
+        return Local()
+    from slurmrl.remote.clusters import load
+    from slurmrl.remote.transport import Remote
+
+    return Remote(load(name))
