@@ -173,3 +173,24 @@ def test_the_local_slurm_takes_switches_and_refuses_segment(tmp_path):
     assert s.stderr.startswith("slurmrl: error: slurm.segment: this cluster's sbatch (Slurm 22.05.8) has no "
                                "--segment option") and len(s.stderr.splitlines()) == 1, s.stderr
     assert not (tmp_path / "runs").exists() and not s.stdout  # nothing written, nothing submitted
+
+
+def test_the_preflight_reads_each_nodes_fabric_from_the_probes_reports():
+    r = load_recipe(ROOT / "recipes" / "inference-debug.toml")
+    r = r.model_copy(update={"slurm": r.slurm.model_copy(update={"nvlink_domain": ["inference"]})})
+    p = plan(r, "/runs/x", preflight=True)
+    reports = {(c.name, i.rank): {"host": f"n{c.first_node + i.node + 1}", "fabric": None}
+               for c in p.components for i in c.instances}
+    notes, problems = topology.nvlink_report(p, reports)
+    assert notes == ["topology: slurm.nvlink_domain inference: no nvidia-smi on its nodes; not checked"] and not problems
+    racks = {"n1": RACK_A, "n2": RACK_B}
+    for rep in reports.values():
+        rep["fabric"] = node(GB200.format(uuid=racks[rep["host"]]))
+    notes, problems = topology.nvlink_report(p, reports)
+    assert problems == [f"slurm.nvlink_domain: inference: its nodes are in 2 NVLink domains "
+                        f"(n1: {RACK_A}/32766, n2: {RACK_B}/32766)"], problems
+    racks["n2"] = RACK_A
+    for rep in reports.values():
+        rep["fabric"] = node(GB200.format(uuid=racks[rep["host"]]))
+    notes, problems = topology.nvlink_report(p, reports)
+    assert notes == [f"topology: slurm.nvlink_domain inference: 2 node(s), domain(s) {RACK_A}/32766"] and not problems
