@@ -136,16 +136,16 @@ def test_a_server_that_refuses_is_named(job_secret, monkeypatch):
         assert other.url in str(e.value) and "401" in str(e.value) and good.url not in str(e.value)
 
 
-def test_orchestrator_drives_generate_sleep_train_publish_wake_reload(tmp_path, job_secret):
+def run_orchestrator(tmp_path, job_secret: str, steps: int, written: int = 0):
     """The real orchestrator (its process, its settings from the planner) against two sleep-mode
-    doubles, and a stand-in trainer in this test that checks every server sleeps whenever a batch
-    is there to train on, then publishes weights."""
+    doubles, and a stand-in trainer in this test that checks every server sleeps whenever it steps
+    on a batch, then publishes weights. ``written``: batches an earlier attempt left (a resume).
+    Returns (run dir, the doubles, what the stand-in found wrong)."""
     from slurmrl.recipe.load import load_recipe
     from slurmrl.render.tomlw import dumps
     from slurmrl.runtime.tiny_model import build_no_weights
     from slurmrl.settings.orchestrator import orchestrator_settings
 
-    steps = 3
     model = build_no_weights(tmp_path / "tok")
     recipe = load_recipe(RECIPE, [f'model.path="{model}"', f"trainer.max_steps={steps}",
                                   "orchestrator.prompts_per_step=2", "orchestrator.rollouts_per_prompt=2"])
@@ -154,6 +154,10 @@ def test_orchestrator_drives_generate_sleep_train_publish_wake_reload(tmp_path, 
     config.parent.mkdir(parents=True)
     config.write_text(dumps(orchestrator_settings(recipe, str(run_dir)).model_dump(mode="json")))
     layout.write_ready(layout.ready_file(run_dir, 0, "trainer", 0), None, 1)
+    for n in range(1, written + 1):
+        batch = run_dir / "rollouts" / f"step-{n:06d}.json"
+        batch.parent.mkdir(parents=True, exist_ok=True)
+        batch.write_text(json.dumps({"step": n, "policy_step": n - 1, "samples": []}))
     with SleepModeDouble(job_secret) as a, SleepModeDouble(job_secret) as b:
         problems: list[str] = []
 
@@ -163,8 +167,11 @@ def test_orchestrator_drives_generate_sleep_train_publish_wake_reload(tmp_path, 
                 deadline = time.monotonic() + 120
                 while not batch.exists() and time.monotonic() < deadline:
                     time.sleep(0.05)
+                if n <= written:  # left by the last attempt: the orchestrator puts the servers to sleep first
+                    while not (a.sleeping and b.sleeping) and time.monotonic() < deadline:
+                        time.sleep(0.05)
                 if not (a.sleeping and b.sleeping):
-                    problems.append(f"batch {n} appeared while a server was awake")
+                    problems.append(f"batch {n} there while a server was awake")
                 out = run_dir / "weights" / f"step-{n:06d}"
                 out.mkdir(parents=True)
                 (out / "READY").write_text("")
@@ -180,22 +187,44 @@ def test_orchestrator_drives_generate_sleep_train_publish_wake_reload(tmp_path, 
         )
         t.join(30)
         assert p.returncode == 0, log.read_text()[-3000:]
-        assert not problems, problems
-        for d in (a, b):
-            kinds = [e[0] for e in d.events]
-            # per step: completions, sleep; then wake weights, reload the trainer's newest, wake the KV cache
-            calls = [e for e in d.events if e[0] != "completions"]
-            w = [str(run_dir / "weights" / f"step-{n:06d}") for n in (1, 2)]
-            assert calls == [
-                ("sleep", 2, "wait"), ("wake_up", ("weights",)), ("reload_weights", w[0]), ("wake_up", ("kv_cache",)),
-                ("sleep", 2, "wait"), ("wake_up", ("weights",)), ("reload_weights", w[1]), ("wake_up", ("kv_cache",)),
-                ("sleep", 2, "wait"),
-            ], d.events
-            assert kinds[0] == "completions" and kinds[-1] == "sleep"
-            # each step's completions came from the previous step's weights
-            served = [e[1] for e in d.events if e[0] == "completions"]
-            assert set(served) <= {"base", *w} and served[-1] == w[1]
-        rows = [json.loads(x) for x in (run_dir / "metrics" / "orchestrator.jsonl").read_text().splitlines()]
-        assert [r["step"] for r in rows] == [1, 2, 3]
-        assert [r["policy_step"] for r in rows] == [0, 1, 2] and all(r["off_policy_lag"] == 0 for r in rows)
-        assert all(r["sleep_s"] >= 0 for r in rows) and rows[0]["reload_s"] == 0 and rows[1]["reload_s"] > 0
+    return run_dir, (a, b), problems
+
+
+SLEEP = ("sleep", 2, "wait")
+
+
+def wake(weights: str) -> list[tuple]:
+    return [("wake_up", ("weights",)), ("reload_weights", weights), ("wake_up", ("kv_cache",))]
+
+
+def test_orchestrator_drives_generate_sleep_train_publish_wake_reload(tmp_path, job_secret):
+    steps = 3
+    run_dir, doubles, problems = run_orchestrator(tmp_path, job_secret, steps)
+    assert not problems, problems
+    w = [str(run_dir / "weights" / f"step-{n:06d}") for n in (1, 2)]
+    for d in doubles:
+        kinds = [e[0] for e in d.events]
+        # per step: completions, sleep; then wake weights, reload the trainer's newest, wake the KV cache
+        calls = [e for e in d.events if e[0] != "completions"]
+        assert calls == [SLEEP, *wake(w[0]), SLEEP, *wake(w[1]), SLEEP], d.events
+        assert kinds[0] == "completions" and kinds[-1] == "sleep"
+        # each step's completions came from the previous step's weights
+        served = [e[1] for e in d.events if e[0] == "completions"]
+        assert served[0] == "base" and set(served) <= {"base", *w} and served[-1] == w[1]
+    rows = [json.loads(x) for x in (run_dir / "metrics" / "orchestrator.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["policy_step"] for r in rows] == [0, 1, 2] and all(r["off_policy_lag"] == 0 for r in rows)
+    assert all(r["sleep_s"] >= 0 for r in rows) and rows[0]["reload_s"] == 0 and rows[1]["reload_s"] > 0
+
+
+def test_a_resumed_orchestrator_puts_the_restarted_servers_to_sleep_before_the_trainer_catches_up(
+        tmp_path, job_secret):
+    """After a requeue the servers restart awake, while batch 1 (written by the last attempt) still
+    waits for the trainer: the servers sleep before anything else, then wake on its weights."""
+    run_dir, doubles, problems = run_orchestrator(tmp_path, job_secret, steps=2, written=1)
+    assert not problems, problems
+    w1 = str(run_dir / "weights" / "step-000001")
+    for d in doubles:
+        assert d.events[0] == SLEEP, d.events
+        assert [e for e in d.events if e[0] != "completions"] == [SLEEP, *wake(w1), SLEEP], d.events
+        assert [e[1] for e in d.events if e[0] == "completions"] == [w1]  # step 2's prompt (one per server), on step 1's weights

@@ -145,6 +145,10 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
     attempt = layout.attempt_from_env()
     wait_for(layout.ready_file(run_dir, attempt, "trainer", 0).exists, "the trainer to start")
     layout.write_ready(layout.ready_file(run_dir, attempt, "orchestrator", 0), None, 1)
+    if s.hybrid and done > latest_weights(run_dir)[0]:
+        # resumed with batches the trainer has yet to step on: the (restarted, awake) servers give it the GPUs first
+        hybrid.sleep(admin_urls)
+        log(f"servers asleep: the trainer steps on batches {latest_weights(run_dir)[0] + 1}..{done} first")
 
     reload_s = 0.0  # seconds the servers took to take up new weights before this batch
 
