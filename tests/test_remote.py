@@ -206,14 +206,19 @@ def job_environ_has(job_id: str, entry: str) -> bool:
     return False
 
 
-def wait_for(predicate, what: str, timeout: float):
+def wait_for(predicate, what: str, timeout: float, detail=lambda: ""):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}\n{detail()}")
+
+
+def log_tails(run_dir: Path) -> str:
+    logs = sorted((run_dir / "logs").rglob("*.log")) + sorted((run_dir / "logs").glob("batch-*"))
+    return "\n".join(f"== {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]) for p in logs[-6:])
 
 
 @pytest.mark.cluster
@@ -263,6 +268,11 @@ persist_s = 0
     remote_run = work / "sft-debug"
     job_ids = []
     follower = None
+    t0 = time.monotonic()
+
+    def mark(what: str) -> None:  # where the test's time goes (pytest -s shows it)
+        print(f"test_remote: {time.monotonic() - t0:5.1f}s {what}", flush=True)
+
     try:
         # submit, watching every process's command line while it runs (the key must be in none)
         seen: list[str] = []
@@ -279,12 +289,14 @@ persist_s = 0
             r = slurmrl("submit", str(ROOT / "recipes" / "sft-debug.toml"), "--cluster", "loop",
                         "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
                         "--set", f'trainer.dataset="{data}"', "--set", "trainer.max_steps=100000",
-                        "--set", "trainer.checkpoint_every=100000", "--set", "slurm.grace_seconds=5")
+                        "--set", "trainer.checkpoint_every=100000", "--set", "slurm.grace_seconds=5",
+                        "--set", "slurm.gpus_per_node=1", "--set", "slurm.cpus_per_node=2")  # a node's corner
         finally:
             stop.set()
             watcher.join()
         assert r.returncode == 0, r.stdout + r.stderr
         assert not seen, seen
+        mark("submitted")
         job_id = json.loads((local_run / "jobs.json").read_text())[-1]["job_id"]
         job_ids.append(job_id)
         assert f"submitted job {job_id} to cluster loop (it runs in {remote_run})" in r.stdout
@@ -297,17 +309,21 @@ persist_s = 0
         follower = subprocess.Popen([sys.executable, "-m", "slurmrl", "logs", str(local_run), "-f", "--cluster", "loop"],
                                     cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
+        last = {}
+
         def trainer_runs():
             r = slurmrl("status", str(local_run), "--json", "--cluster", "loop")
             assert r.returncode == 0, r.stderr
-            rep = json.loads(r.stdout)
+            rep = last["status"] = json.loads(r.stdout)
             trainer = next(c for c in rep["components"] if c["name"] == "trainer")
             ok = rep["state"] == "RUNNING" and (trainer["step"] or {}).get("state") == "RUNNING"
             # metrics come back with the logs: the trainer is past its first steps
             return rep if ok and (local_run / "metrics" / "trainer.jsonl").exists() else None
 
-        rep = wait_for(trainer_runs, "the trainer to run and its metrics to come back", 150)
+        rep = wait_for(trainer_runs, "the trainer to run and its metrics to come back", 150,
+                       lambda: f"{json.dumps(last.get('status'))[:3000]}\n{log_tails(remote_run)}")
         node = rep["parts"][0]["nodes"]
+        mark("the trainer runs and its metrics came back")
         # the WANDB key reached the job (sbatch's environment), over ssh's stdin
         assert job_environ_has(job_id, f"WANDB_API_KEY={WANDB_KEY}")
         # the job's secret was made there and stays there
@@ -332,12 +348,14 @@ persist_s = 0
         r = slurmrl("status", job_id, "--cluster", "loop-once")
         assert r.returncode == 0 and f"job {job_id}: RUNNING" in r.stdout, r.stdout + r.stderr
         assert len(list((run / "slurmrl-ssh").iterdir())) == 2
+        mark("status, attach, jump host, persist_s = 0")
 
         r = slurmrl("cancel", str(local_run), "--cluster", "loop")
         assert r.returncode == 0 and f"job {job_id}: CANCELLED" in r.stdout, r.stdout + r.stderr
         out, err = follower.communicate(timeout=60)
         assert follower.returncode == 0, err
         assert "trainer.0.log: " in out and f"slurmrl: job {job_id} ended: CANCELLED" in err, (out[-2000:], err)
+        mark("cancelled, logs -f ended")
 
         # submit the run dir again: the first job's outputs are set aside there too
         r = slurmrl("submit", str(local_run), "--cluster", "loop")
@@ -348,6 +366,7 @@ persist_s = 0
         assert (local_run / "logs" / f"job-{job_id}" / "attempt-0" / "trainer.0.log").is_file()
         r = slurmrl("cancel", str(local_run))
         assert r.returncode == 0 and f"job {second}" in r.stdout, r.stdout + r.stderr
+        mark("submitted again and cancelled")
 
         # the secrets: in no file here or there (the job's secret in none but its own), on no command line
         assert not files_with(WANDB_KEY, home, work, run, tmp_path / "tiny"), "WANDB key written to a file"
@@ -360,6 +379,7 @@ persist_s = 0
         r = slurmrl("status", str(local_run))
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert r.stderr.startswith("slurmrl: error: cluster loop (") and "cannot connect" in r.stderr, r.stderr
+        mark("secrets checked, dead server")
     finally:
         if follower is not None and follower.poll() is None:
             follower.kill()

@@ -45,6 +45,16 @@ def control_dir() -> Path:
     return path
 
 
+def launch(argv: list[str], why: str, late: str, timeout: float, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run, with a missing program (``why``: what it is for) and a time-out as one-line errors."""
+    try:
+        return subprocess.run(argv, text=True, timeout=timeout, **kw)
+    except FileNotFoundError:
+        raise UserError(None, f"{argv[0]} not found on PATH; {why}") from None
+    except subprocess.TimeoutExpired:
+        raise UserError(None, late) from None
+
+
 def last_line(text: str | None, default: str) -> str:
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
     return lines[-1] if lines else default
@@ -89,14 +99,11 @@ class Connection:
             argv = self.ssh("-o", "ControlMaster=yes", "-o", f"ControlPersist={persist}", "-N", "-f")
             if not interactive:
                 argv += ["-o", "BatchMode=yes"]
-            try:
-                r = subprocess.run(argv + [self.cluster.destination], stdin=None if interactive else subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=self.env(),
-                                   timeout=OPEN_INTERACTIVE_TIMEOUT_S if interactive else OPEN_TIMEOUT_S)
-            except FileNotFoundError:
-                raise UserError(None, "ssh not found on PATH; --cluster needs OpenSSH's client") from None
-            except subprocess.TimeoutExpired:
-                raise UserError(None, f"{self.label}: no connection within {OPEN_TIMEOUT_S}s") from None
+            timeout = OPEN_INTERACTIVE_TIMEOUT_S if interactive else OPEN_TIMEOUT_S
+            r = launch(argv + [self.cluster.destination], "--cluster needs OpenSSH's client",
+                       f"{self.label}: no connection within {timeout}s", timeout,
+                       stdin=None if interactive else subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, env=self.env())
             if r.returncode != 0:
                 raise UserError(None, f"{self.label}: cannot connect: {last_line(r.stderr, 'ssh failed')}")
             self.started = True
@@ -123,16 +130,12 @@ class Connection:
 
     def rsync(self, args: list[str], timeout: float = 600) -> None:
         self.open()
-        argv = ["rsync", "-e", self.rsync_ssh(), *args]
-        try:
-            r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
-                               env=self.env())
-        except FileNotFoundError:
-            raise UserError(None, "rsync not found on PATH; --cluster copies run dirs with it") from None
-        except subprocess.TimeoutExpired:
-            raise UserError(None, f"{self.label}: rsync did not finish within {timeout:.0f}s") from None
+        r = launch(["rsync", "-e", self.rsync_ssh(), *args], "--cluster copies run dirs with it",
+                   f"{self.label}: rsync did not finish within {timeout:.0f}s", timeout,
+                   stdin=subprocess.DEVNULL, capture_output=True, env=self.env())
         if r.returncode != 0:
-            raise UserError(None, f"{self.label}: rsync: {last_line(r.stderr, f'exited with code {r.returncode}')}")
+            first = next((ln.strip() for ln in (r.stderr or "").splitlines() if ln.strip()), "")
+            raise UserError(None, f"{self.label}: {first or f'rsync exited with code {r.returncode}'}")
 
     def exec(self, command: str, pty: bool) -> None:
         """Replace this process with ssh running ``command`` on the cluster (a terminal with ``pty``)."""
