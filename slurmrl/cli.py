@@ -97,7 +97,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     if wanted("plot"):
         p = sub.add_parser("plot", help="reward curve of an RL run (terminal chart, RUN_DIR/reward.png), or the "
                            "results of its [benchmark] (table, RUN_DIR/benchmark/benchmark.png)")
-        p.add_argument("run_dir")
+        p.add_argument("run_dir", metavar="RUN_DIR|SWEEP_DIR", help="a sweep dir: every point's reward curve on "
+                       "one chart (SWEEP_DIR/reward.png)")
 
     if only is None:
         from slurmrl.slurm import commands as slurm_commands  # submit/status/logs/cancel/diff
@@ -177,6 +178,12 @@ def cmd_templates(args) -> int:
 
 def cmd_plot(args) -> int:
     from slurmrl.plot import plot
+    from slurmrl.sweep import is_sweep_dir
+
+    if is_sweep_dir(args.run_dir):  # every point's reward curve on one chart
+        from slurmrl.slurm.sweep_status import sweep_plot
+
+        return sweep_plot(args.run_dir)
 
     return plot(args.run_dir)
 

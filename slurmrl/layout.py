@@ -6,6 +6,8 @@ steps and the login-node commands (submit, status, logs, preflight) all go throu
     RUN_DIR/
       job.sbatch                     the script (the truth)
       plan.json  recipe.toml         what was planned, from what
+      lock.toml                      the recipe as resolved plus provenance (slurmrl.lock); renders job.sbatch again
+      links.json                     `submit --again` and sweep links: again_of, again_as, sweep
       components/<name>.toml         typed settings of our own programs (trainer, orchestrator)
       jobs.json                      every job submitted from this run dir
       allocations                    job ids of `bash job.sbatch` runs inside salloc
@@ -14,9 +16,9 @@ steps and the login-node commands (submit, status, logs, preflight) all go throu
       logs/attempt-N/<comp>.<task>.log
       logs/attempt-N/FAILED          why the job failed (one line)
       logs/attempt-N/phases          start-up milestones: "<unix time> <what>" per line
+      logs/attempt-N/<comp>.waiting  why a front is not serving yet (slurmrl.runtime.ready_check)
       logs/attempt-N/PREEMPTED       the warning signal came (and what the script did about it)
       logs/attempt-N/STOPPED         Slurm ended the attempt with SIGTERM (cancel, time limit)
-      logs/attempt-N/<comp>.waiting  why a front is not serving yet (slurmrl.runtime.ready_check)
       logs/job-<jobid>/              an earlier job's logs, set aside by submit
       ready/attempt-N/<comp>.<task>  a task passed its readiness check (its URL, its step's task count)
       heartbeat/attempt-N/<comp>.<task>  touched by a program's main loop; watched by its supervisor
@@ -37,6 +39,10 @@ from pathlib import Path
 SCRIPT = "job.sbatch"
 PLAN = "plan.json"
 RECIPE = "recipe.toml"
+LOCK = "lock.toml"  # a complete recipe plus provenance (slurmrl.lock); the job appends its versions
+LINKS = "links.json"  # {"again_of": RUN_DIR, "again_as": [RUN_DIR, ...], "sweep": SWEEP_DIR}
+SWEEP_INDEX = "sweep.json"  # a sweep dir's index: grid, points (params, run dir), submissions (slurmrl.sweep)
+SWEEP_SCRIPT = "sweep.sbatch"  # a sweep's job array script: runs point SLURM_ARRAY_TASK_ID's job.sbatch
 JOBS = "jobs.json"
 ALLOCATIONS = "allocations"  # job ids of runs of job.sbatch inside salloc (the script appends them)
 SECRET = "secret"  # the job's secret (slurmrl.secret), made by the job script
@@ -102,17 +108,17 @@ def read_phases(run_dir: Path, attempt: int | str) -> list[tuple[int, str]]:
     return out
 
 
+def waiting_file(run_dir: Path, attempt: int | str, component: str) -> Path:
+    """Why ``component`` is not serving yet, one line (removed once it serves); FAILED quotes it."""
+    return log_dir(run_dir, attempt) / f"{component}.waiting"
+
+
 def heartbeat_file(run_dir: Path, attempt: int | str, component: str, task: int) -> Path:
     """Touched by a program's main loop (slurmrl.heartbeat); its supervisor watches the age."""
     return attempt_dir(run_dir, "heartbeat", attempt) / f"{component}.{task}"
 
 
 def failed_file(run_dir: Path, attempt: int | str) -> Path:
-def waiting_file(run_dir: Path, attempt: int | str, component: str) -> Path:
-    """Why ``component`` is not serving yet, one line (removed once it serves); FAILED quotes it."""
-    return log_dir(run_dir, attempt) / f"{component}.waiting"
-
-
     return log_dir(run_dir, attempt) / FAILED
 
 

@@ -75,6 +75,7 @@ PLAUSIBLE: dict[str, list] = {
     "name": ["other-run"],
     "slurm.time": ["02:30:00", "45"],
     "slurm.max_total_time": ["3-00:00:00"],
+    "sweep.grid": [{"trainer.lr": [1e-6, 3e-6]}],  # field path -> values (slurmrl sweep refuses a bad path)
     "slurm.signal": ["USR2@300"],
     "slurm.mem": ["200G", "0"],
     "slurm.extra_directives": [["--reservation=big"]],

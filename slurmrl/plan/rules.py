@@ -289,7 +289,15 @@ def check_dataset(r: Recipe) -> None:
         raise UserError("trainer.dataset", f"{d!r} looks like a hub id; {reads} (write './{d}' for a local path)")
 
 
+def check_sweep(r: Recipe) -> None:
+    """A [sweep] recipe is many jobs: `slurmrl sweep` renders each point (without the table)."""
+    if r.sweep is not None:
+        raise UserError("sweep", "this recipe is a sweep: `slurmrl sweep RECIPE` renders and submits one run dir "
+                                 "per point of its grid (`--render-only` to look first)")
+
+
 def check(r: Recipe) -> None:
+    check_sweep(r)
     check_sections(r)
     check_placement(r)
     check_gpus(r)

@@ -162,5 +162,10 @@ def _parse_with_tomlkit(path: Path, text: str, first: Exception | None = None) -
 def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
     """Read, override, validate. Relative paths in the recipe stay relative to the recipe file."""
     path = Path(path)
-    data = apply_overrides(read_toml(path), list(overrides))
+    data = read_toml(path)
+    if "lock" in data:  # a run dir's lock.toml is a recipe; its [lock] table is provenance, not read here
+        from slurmrl import lock
+
+        lock.check_table(data.pop("lock"))
+    data = apply_overrides(data, list(overrides))
     return validate(data)

@@ -305,10 +305,6 @@ class Model(Section):
         None, description=f"Context length for inference (1-{MAX_TOKENS} tokens)."
     )
     trust_remote_code: bool = Field(False, description="Allow model code from the checkpoint.")
-
-    @property
-    def served_model_name(self) -> str:
-        """The name the OpenAI API serves (``served_name``, else ``path``)."""
     stage: Literal["shared", "node-local"] = Field(
         "shared", description="`node-local`: before the servers start, copy `path` (a directory) once per node into "
         "`stage_dir` (one task per node, a lock, sha256 checked); the servers read that copy.",
@@ -317,6 +313,10 @@ class Model(Section):
         "/tmp/slurmrl-models", description="`stage = \"node-local\"`: the node-local folder the copies go to "
         "(one folder per node name inside it).",
     )
+
+    @property
+    def served_model_name(self) -> str:
+        """The name the OpenAI API serves (``served_name``, else ``path``)."""
         return self.served_name or self.path
 
 
@@ -942,6 +942,26 @@ class Judge(JudgeKnobs):
     )
 
 
+MAX_SWEEP_POINTS = 256  # run dirs one sweep renders
+
+
+class Sweep(Section):
+    """A grid of recipe values (`slurmrl sweep RECIPE`): one complete run dir per point, submitted as
+    a job array where Slurm allows one (else as one job per point), at most `max_running` at once."""
+
+    grid: dict[
+        Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)+$|^[A-Za-z0-9_-]+$")],
+        Annotated[list[bool | int | float | str], Field(min_length=1, max_length=MAX_SWEEP_POINTS)],
+    ] = Field(
+        default_factory=dict,
+        description="Field path -> the values it takes, e.g. `{ \"trainer.lr\" = [1e-6, 3e-6], \"inference.tp\" = [1, 2] }`; "
+        "every combination is a point (`--grid KEY=V1,V2` adds or replaces a key).",
+    )
+    max_running: Annotated[int, Field(ge=1, le=MAX_SWEEP_POINTS)] | None = Field(
+        None, description=f"Points running at once (1-{MAX_SWEEP_POINTS}); default: all (`--max-running N`)."
+    )
+
+
 class Placement(Section):
     colocate: Literal[False, True, "hybrid"] = Field(
         False,
@@ -979,6 +999,9 @@ class Recipe(Section):
     inference: Inference | None = Field(None, description="Inference servers (kinds `rl`, `inference`).")
     benchmark: Benchmark | None = Field(
         None, description="Load test of the job's endpoint once it is ready (kind `inference`)."
+    )
+    sweep: Sweep | None = Field(
+        None, description="A grid of values for this recipe's fields; rendered and submitted by `slurmrl sweep`."
     )
     judge: Judge | None = Field(
         None, description="A judge or reward model served by vLLM in the job, for rewards (kind `rl`)."

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl.errors import UserError
+from slurmrl.layout import LOCK
+from slurmrl.lock import recorded_source
 from slurmrl.plan import Plan, plan
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.schema import Recipe
@@ -101,7 +103,8 @@ def build(
     recipe_path = Path(recipe_path)
     recipe, p, run_dir = planned(recipe_path, overrides, run_dir, preflight, place)
     files = {
-        "job.sbatch": render_script(p, str(run_dir), source_name or recipe_path.name, templates_dir(recipe, recipe_path)),
+        "job.sbatch": render_script(p, str(run_dir), source_name or recorded_source(recipe_path) or recipe_path.name,
+                                    templates_dir(recipe, recipe_path)),
         "plan.json": plan_json(p),
         "recipe.toml": "# The recipe as resolved (overrides applied, defaults filled in).\n"
         + tomlw.dumps(resolved_recipe(recipe, recipe_path)),
@@ -120,5 +123,14 @@ def render(
     preflight: bool = False,
 ) -> Rendered:
     out = build(recipe_path, overrides, run_dir, preflight)
-    write_run_dir(out.run_dir, out.files, force=force)
+    write_run_dir(out.run_dir, {**out.files, LOCK: lock_text(out, recipe_path)}, force=force)
     return out
+
+
+def lock_text(out: Rendered, recipe_path: str | Path, **links) -> str:
+    """RUN_DIR/lock.toml for what ``build`` rendered from ``recipe_path`` (slurmrl.lock)."""
+    from slurmrl import lock
+
+    source = lock.header_source(out.script) or Path(recipe_path).name
+    return lock.compose(out.files["recipe.toml"], out.files, out.run_dir, source=source,
+                        preflight=out.plan.preflight, recipe_path=Path(recipe_path), edited=False, **links)

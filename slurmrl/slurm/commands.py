@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from slurmrl.errors import UserError
 
 HANDLERS: dict = {}
 REMOTE_COMMANDS = ("submit", "status", "logs", "cancel", "attach")  # they take --cluster NAME
@@ -23,15 +26,34 @@ def add_parsers(sub, recipe_args) -> None:
                    help="run the probe in every component's layout, wait for it, check the reports against the plan")
     p.add_argument("--timeout", type=float, default=PREFLIGHT_TIMEOUT_S, metavar="SECONDS",
                    help=f"with --preflight: how long to wait for the job (default {PREFLIGHT_TIMEOUT_S})")
+    p.add_argument("--again", action="store_true",
+                   help="TARGET is a run dir: submit the same run (hand edits kept) as a new run dir RUN_DIR-again-N, "
+                        "rendered from its lock; the two are linked both ways (links.json, shown by status)")
     for action in p._actions:  # the positional is a recipe, a run dir or a job script
         if action.dest == "recipe":
             action.metavar, action.help = "TARGET", "recipe TOML, run dir, or RUN_DIR/job.sbatch"
+
+    text = ("render one run dir per point of a grid of recipe values (under OUTPUT_DIR/NAME-sweep/, with an index) "
+            "and submit them: one job array where Slurm allows it, else one job per point")
+    p = sub.add_parser("sweep", help=text, description=text + ". Give a sweep dir instead of a recipe to submit "
+                       "it (after --render-only and hand edits). `slurmrl status|cancel|plot SWEEP_DIR` follow it.")
+    p.add_argument("recipe", metavar="RECIPE|SWEEP_DIR", help="recipe TOML (its [sweep] table holds a grid too), or a "
+                   "rendered sweep dir to submit")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="a recipe field and its values, e.g. --grid trainer.lr=1e-6,3e-6 (each VALUE read as --set "
+                        "reads it; repeatable: every combination is a point)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe field for every point")
+    p.add_argument("--max-running", type=int, metavar="N", help="run at most N points at once")
+    p.add_argument("--sweep-dir", help="write the sweep here instead of OUTPUT_DIR/NAME-sweep")
+    p.add_argument("--render-only", action="store_true", help="write the sweep dir, submit nothing")
 
     p = sub.add_parser("diff", help="show hand edits: every file the job reads against a fresh render of its recipe.toml")
     p.add_argument("run_dir")
 
     p = sub.add_parser("status", help="job state per het group, step and readiness per component")
-    p.add_argument("target", nargs="?", metavar="RUN_DIR|JOBID", help="default: the run dir you are in")
+    p.add_argument("target", nargs="?", metavar="RUN_DIR|JOBID|SWEEP_DIR", help="default: the run dir you are in "
+                   "(a sweep dir: one row per point)")
     p.add_argument("--watch", action="store_true", help="refresh until the job ends (exit 0 if it completed)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -70,6 +92,14 @@ def add_parsers(sub, recipe_args) -> None:
 def cmd_submit(args: argparse.Namespace) -> int:
     from slurmrl.slurm.submit import announce, submit
 
+    if args.again:
+        from slurmrl.lock import again
+
+        if args.overrides:
+            raise UserError("--set", "with --again, edit the run dir (or its lock.toml) instead")
+        new = again(args.recipe)
+        print(f"{new}: {args.recipe} again (rendered from its lock, hand edits carried over)")
+        args.recipe = str(new)
     s = submit(args.recipe, args.overrides, args.force, args.preflight)
     announce(s)
     if not args.preflight:
@@ -88,6 +118,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from slurmrl.slurm.status import status
+    from slurmrl.sweep import is_sweep_dir
+
+    if is_sweep_dir(args.target):
+        from slurmrl.slurm.sweep_status import sweep_status
+
+        return sweep_status(args.target, watch=args.watch, as_json=args.json)
 
     return status(args.target, watch=args.watch, as_json=args.json)
 
@@ -100,8 +136,33 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from slurmrl.slurm.cancel import cancel
+    from slurmrl.sweep import cancel_sweep, is_sweep_dir
+
+    if is_sweep_dir(args.run_dir):
+        return cancel_sweep(args.run_dir, args.timeout)
 
     return cancel(args.run_dir, args.timeout)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from slurmrl import sweep
+
+    if args.max_running is not None and args.max_running < 1:
+        raise UserError("--max-running", f"{args.max_running} is not a number of jobs (1 or more)")
+    if sweep.is_sweep_dir(args.recipe):
+        if args.grid or args.overrides:
+            raise UserError("--grid", "applies to a recipe; this is a rendered sweep dir (edit its points, or sweep "
+                                      "the recipe again)")
+        sweep_dir = Path(args.recipe).resolve()
+    else:
+        sweep_dir = sweep.render_sweep(args.recipe, args.grid, args.overrides, args.max_running, args.sweep_dir)
+        n = len(sweep.read_index(sweep_dir)["points"])
+        print(f"{sweep_dir}: {n} point(s), one run dir each (index: {sweep_dir / 'sweep.json'})")
+        if args.render_only:
+            print(f"  slurmrl sweep {sweep_dir}    submits it")
+            return 0
+    sweep.announce(sweep_dir, sweep.submit_sweep(sweep_dir, args.max_running))
+    return 0
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
@@ -127,5 +188,5 @@ def on_cluster(handler):
 
 
 HANDLERS.update(submit=cmd_submit, diff=cmd_diff, status=cmd_status, logs=cmd_logs, cancel=cmd_cancel,
-                attach=cmd_attach)
+                attach=cmd_attach, sweep=cmd_sweep)
 HANDLERS.update({name: on_cluster(HANDLERS[name]) for name in REMOTE_COMMANDS})

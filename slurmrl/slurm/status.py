@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from slurmrl import layout
+from slurmrl import layout, lock
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.plan.vllm import AUTH_MIDDLEWARE
@@ -179,6 +179,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["model"] = None
     out["secret_file"] = None
     out["phases"] = []
+    out["links"] = {}
     out["benchmark"] = None
     out["training"] = None
     names = {g.index: g.name for g in plan.groups} if plan else {}
@@ -200,6 +201,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["stopped"] = stopped_reason(run_dir, attempt, snap.state)
     out["phases"] = phases(run_dir, attempt)
     out["benchmark"] = read_benchmark(run_dir)
+    out["links"] = lock.links(run_dir)  # submit --again and sweeps (links.json)
     out["training"] = latest_training(run_dir)
     if plan is not None:
         out["model"] = served_model(run_dir, plan) if any(c.role in SERVER_ROLES for c in plan.components) else None
@@ -281,6 +283,19 @@ def benchmark_lines(rep: dict) -> list[str]:
     return lines
 
 
+def link_lines(rep: dict) -> list[str]:
+    """The run dirs this one is linked to: the run it runs again, its own reruns, its sweep."""
+    found = rep.get("links") or {}
+    lines = []
+    if found.get("again_of"):
+        lines.append(f"  again of: {found['again_of']}")
+    if found.get("again_as"):
+        lines.append(f"  run again as: {', '.join(found['again_as'])}")
+    if found.get("sweep"):
+        lines.append(f"  a point of sweep: {found['sweep']}  (`slurmrl status {found['sweep']}`)")
+    return lines
+
+
 def text(rep: dict) -> str:
     head = f"job {rep['job_id']}: {rep['state']}"
     if rep["run_dir"]:
@@ -289,7 +304,7 @@ def text(rep: dict) -> str:
             left = f", {max(rep['max_requeues'] - rep['attempt'], 0)} requeue(s) left"
         waiting = " waits in the queue" if rep.get("attempt_waiting") else ""
         head += f"  (attempt {rep['attempt']}{waiting}{left}, run dir {rep['run_dir']})"
-    lines = [head] + serving_lines(rep)
+    lines = [head] + link_lines(rep) + serving_lines(rep)
     if not rep["parts"]:
         lines.append("  not known to squeue or sacct (yet)")
     else:

@@ -7,6 +7,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmrl import lock
 from slurmrl.errors import UserError
 from slurmrl.render import build, resolve_run_dir
 from slurmrl.render.rundir import SUBMITTED, write_run_dir
@@ -87,9 +88,9 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         out = build(path, overrides, preflight=preflight, place=where.place)  # rendered for where it runs
         run_dir = resolve_run_dir(out.recipe, preflight)
         fit.check(read_groups(out.script, str(run_dir / "job.sbatch")), [g.name for g in out.plan.groups])
+        topology.refuse_unsupported(out.script)  # e.g. --segment where this cluster's sbatch lacks it
         if (run_dir / SUBMITTED).exists():
             check_not_running(run_dir)
-        topology.refuse_unsupported(out.script)  # e.g. --segment where this cluster's sbatch lacks it
         write_run_dir(run_dir, out.files, force=force)  # refuses over a submitted run dir without --force
         edited = False
     else:
@@ -101,10 +102,11 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
             raise UserError("--preflight", f"{run_dir} is not a preflight run dir; give the recipe instead")
         script = run_dir / "job.sbatch"
         fit.check(read_groups(script.read_text(), str(script)), group_names(run_dir))
+        topology.refuse_unsupported(script.read_text())
         check_not_running(run_dir)
         edited = is_edited(run_dir)
-        topology.refuse_unsupported(script.read_text())
     where.pull(run_dir)  # on a cluster: the last job's outputs first, so they are set aside there too
+    lock.refresh(run_dir, edited, recipe_path=path if kind == "recipe" else None)  # hashes as submitted
     set_aside(run_dir)
     where.push(run_dir)
     script = run_dir / "job.sbatch"

@@ -27,7 +27,23 @@ ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "COMP
 ORDER = ("RUNNING", "COMPLETING", "CONFIGURING", "PENDING", "REQUEUED", "SUSPENDED", "FAILED", "OUT_OF_MEMORY",
          "NODE_FAIL", "TIMEOUT", "BOOT_FAIL", "DEADLINE", "PREEMPTED", "CANCELLED", "COMPLETED")
 SETTLE_S = 10.0  # after the controller says the job ended, how long to wait for sacct's exit codes
-_ID = re.compile(r"^(?P<job>\d+)(?:\+(?P<het>\d+))?(?:\.(?P<step>[\w-]+))?$")
+# <id>, a het component <id>+<k>, an array task <id>_<i> (a sweep), each with steps .<n>
+_ID = re.compile(r"^(?P<job>\d+(?:_\d+)?)(?:\+(?P<het>\d+))?(?:\.(?P<step>[\w-]+))?$")
+_PENDING_TASKS = re.compile(r"^(?P<job>\d+)_\[(?P<spec>[\d,\-]+)(?:%\d+)?\](?P<rest>.*)$")
+
+
+def array_rows(row: dict, key: str = "JobID") -> list[dict]:
+    """sacct and squeue fold an array's tasks that have not started into one row, ``<id>_[2-5%2]``:
+    one row per task (``key``: the row's id column)."""
+    m = _PENDING_TASKS.match(row.get(key, ""))
+    if not m:
+        return [row]
+    out = []
+    for part in m["spec"].split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (hi.isdigit() or not hi):
+            out += [{**row, key: f"{m['job']}_{i}{m['rest']}"} for i in range(int(lo), int(hi or lo) + 1)]
+    return out
 
 
 def norm_state(state: str) -> str:
@@ -91,8 +107,11 @@ class HetInfoWatcher(SlurmInfoWatcher):
             return {}
         names = lines[0].split("|")
         jobs: dict[str, dict] = {}
-        for line in lines[1:]:
-            row = {k: v.strip() for k, v in zip(names, line.split("|"))}
+        rows = [{k: v.strip() for k, v in zip(names, line.split("|"))} for line in lines[1:]]
+        # a folded row (``<id>_[0-1%1]``) keeps listing tasks that have a row of their own since they started
+        listed = {r.get("JobID") for r in rows}
+        rows = [r for folded in rows for r in array_rows(folded) if r is folded or r["JobID"] not in listed]
+        for row in rows:
             m = _ID.match(row.get("JobID", ""))
             if not m:
                 continue
@@ -210,37 +229,7 @@ class Watch:
         self.watcher = HetInfoWatcher(delay_s=5)
 
     def snapshot(self) -> Snapshot:
-        queue = squeue(self.job_id)
-        info = self.watcher.get_info(self.job_id, mode="force")
-        parts: dict[int, Part] = {}
-        for row in info.get("components", []):
-            parts[row["group"]] = Part(
-                id=row["JobID"], group=row["group"], state=norm_state(row["State"]), nodes=row.get("NodeList", ""),
-                elapsed=row.get("Elapsed", ""), exit_code=row.get("ExitCode", ""),
-                # sacct keeps the last pending reason (``BeginTime``) after the job ran: a reason
-                # is only current while the part waits
-                reason=row.get("Reason", "") if norm_state(row["State"]) in WAITING and
-                row.get("Reason") not in ("None", None) else "",
-            )
-        for q in queue:
-            m = _ID.match(q["id"])
-            g = int(m["het"]) if m and m["het"] is not None else 0
-            p = parts.setdefault(g, Part(id=q["id"], group=g, state=""))
-            p.id, p.state, p.elapsed = q["id"], norm_state(q["state"]), clock(q["elapsed"])
-            # sacct's NodeList is the whole allocation; squeue's %N shrinks while a job completes
-            if not p.nodes or p.nodes == "None assigned":
-                p.nodes = q["nodes"]
-            p.reason = "" if q["reason"] in ("None", "") or p.state not in WAITING else q["reason"]
-        ordered = [parts[g] for g in sorted(parts)]
-        steps = [
-            Step(id=s["JobID"], name=s["JobName"], group=s["group"], state=norm_state(s["State"]),
-                 exit_code=s.get("ExitCode", ""), elapsed=s.get("Elapsed", ""), nodes=s.get("NodeList", ""))
-            for s in info.get("steps", [])
-        ]
-        state = overall([p.state for p in ordered]) if ordered else "UNKNOWN"
-        restarts = restart_count(self.job_id) if queue and state in WAITING else None
-        return Snapshot(self.job_id, state, ordered, steps, in_queue=bool(queue), in_accounting=bool(info),
-                        restarts=restarts)
+        return assemble(self.job_id, squeue(self.job_id), self.watcher.get_info(self.job_id, mode="force"))
 
     def settled(self, snap: Snapshot) -> bool:
         """Ended, and sacct agrees (so exit codes are final)."""
@@ -264,3 +253,54 @@ class Watch:
             if deadline is not None and time.monotonic() > deadline:
                 return
             time.sleep(poll_s)
+
+
+def snapshots(job_ids: list[str]) -> dict[str, Snapshot]:
+    """Snapshots of many jobs (a sweep's) from one squeue and one sacct call."""
+    ids = [str(j) for j in job_ids]
+    if not ids:
+        return {}
+    queue: dict[str, list[dict]] = {}
+    for q in (r for folded in squeue(",".join(ids)) for r in array_rows(folded, "id")):
+        m = _ID.match(q["id"])
+        if m:
+            queue.setdefault(m["job"], []).append(q)
+    watcher = HetInfoWatcher(delay_s=5)
+    for j in ids:
+        watcher.register_job(j)
+    watcher.update()
+    return {j: assemble(j, queue.get(j, []), watcher.get_info(j, mode="cache")) for j in ids}
+
+
+def assemble(job_id: str, queue: list[dict], info: dict) -> Snapshot:
+    """One job's squeue rows and sacct info (``HetInfoWatcher.get_info``) merged: squeue wins while the
+    controller knows the job."""
+    parts: dict[int, Part] = {}
+    for row in info.get("components", []):
+        parts[row["group"]] = Part(
+            id=row["JobID"], group=row["group"], state=norm_state(row["State"]), nodes=row.get("NodeList", ""),
+            elapsed=row.get("Elapsed", ""), exit_code=row.get("ExitCode", ""),
+            # sacct keeps the last pending reason (``BeginTime``) after the job ran: a reason
+            # is only current while the part waits
+            reason=row.get("Reason", "") if norm_state(row["State"]) in WAITING and
+            row.get("Reason") not in ("None", None) else "",
+        )
+    for q in queue:
+        m = _ID.match(q["id"])
+        g = int(m["het"]) if m and m["het"] is not None else 0
+        p = parts.setdefault(g, Part(id=q["id"], group=g, state=""))
+        p.id, p.state, p.elapsed = q["id"], norm_state(q["state"]), clock(q["elapsed"])
+        # sacct's NodeList is the whole allocation; squeue's %N shrinks while a job completes
+        if not p.nodes or p.nodes == "None assigned":
+            p.nodes = q["nodes"]
+        p.reason = "" if q["reason"] in ("None", "") or p.state not in WAITING else q["reason"]
+    ordered = [parts[g] for g in sorted(parts)]
+    steps = [
+        Step(id=s["JobID"], name=s["JobName"], group=s["group"], state=norm_state(s["State"]),
+             exit_code=s.get("ExitCode", ""), elapsed=s.get("Elapsed", ""), nodes=s.get("NodeList", ""))
+        for s in info.get("steps", [])
+    ]
+    state = overall([p.state for p in ordered]) if ordered else "UNKNOWN"
+    restarts = restart_count(job_id) if queue and state in WAITING else None
+    return Snapshot(job_id, state, ordered, steps, in_queue=bool(queue), in_accounting=bool(info),
+                    restarts=restarts)

@@ -1,0 +1,355 @@
+"""RUN_DIR/lock.toml: the run as a complete recipe, plus where it came from.
+
+The lock is a recipe: the resolved recipe (recipe.toml: overrides applied, every default filled
+in; ``output_dir`` made absolute) followed by a ``[lock]`` table of provenance that rendering never
+reads (``slurmrl.recipe.load`` sets it aside):
+
+- ``run_dir``, ``recipe_file`` (the name job.sbatch's header gives), ``preflight``: with these,
+  rendering the lock (``build(lock, run_dir=..., source_name=...)``, or ``slurmrl render lock.toml``)
+  writes job.sbatch, plan.json and components/ byte for byte as they were rendered;
+- slurmrl's version and the git commit (and dirty state) of its source, when it runs from a checkout;
+- ``[lock.recipe_repo]``: the git commit and dirty state of the repository the recipe file is in;
+- ``[lock.container]``: the image, and its digest where one is known (a ``@sha256:`` reference, or
+  the sha256 of a local squashfs file; enroot keeps none for an image imported by tag);
+- ``[lock.files]``: sha256 of job.sbatch and every file it reads in the run dir (plan.json,
+  components/*.toml), as submitted (``edited``: they differ from a fresh render of recipe.toml);
+  ``[lock.inputs]``: the same for files outside it the job reads (``trainer.dataset``, Dynamo
+  engine configs);
+- ``[[lock.runtime]]``: appended by the job itself (``slurmrl.runtime.provenance``, from each
+  component's first task): the interpreter's Python, vLLM, torch and transformers versions, host,
+  attempt, job id, and the container's environment markers.
+
+``slurmrl submit --again RUN_DIR`` (``again``) renders the lock for a new run dir, carries over
+any hand edits of the old one, and links the two (RUN_DIR/links.json, both ways).
+
+Standard library only at import time: ``slurmrl.recipe.load`` imports this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from datetime import datetime, timezone
+from pathlib import Path
+
+from slurmrl import layout
+from slurmrl.errors import UserError
+
+FORMAT = 1  # [lock] format: a [lock] table without it is refused in a recipe
+HASH_CAP_BYTES = 1 << 30  # files larger than this (a container image, a big dataset) get size and mtime only
+GIT_TIMEOUT_S = 10
+HEADER = re.compile(r"^# slurmrl job .* rendered from (?P<file>.+)\.$", re.M)
+INPUT_FIELDS = (("trainer", "dataset"), ("inference", "dynamo", "engine_config"),
+                ("inference", "dynamo", "prefill_engine_config"), ("inference", "dynamo", "decode_engine_config"))
+
+
+# ---- reading ----------------------------------------------------------------------------
+def check_table(table) -> None:
+    """A recipe may carry a [lock] table only as slurmrl writes it (provenance, never read as a knob)."""
+    if not (isinstance(table, dict) and table.get("format") == FORMAT):
+        raise UserError("lock", f"is the provenance table slurmrl writes into a run dir's {layout.LOCK} "
+                                f"(format = {FORMAT}); it is not a setting: remove it from the recipe")
+
+
+def read(path: Path) -> dict | None:
+    """The whole lock file as data, or None when there is none (or it does not parse)."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+
+
+def meta(run_dir: Path) -> dict:
+    """RUN_DIR/lock.toml's [lock] table ({} when there is none)."""
+    data = read(Path(run_dir) / layout.LOCK) or {}
+    table = data.get("lock")
+    return table if isinstance(table, dict) else {}
+
+
+def recorded_source(recipe_path: Path) -> str | None:
+    """The recipe file a lock's job.sbatch names in its header (None: not a lock)."""
+    try:
+        text = Path(recipe_path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    if not re.search(r"^\[lock\]\s*$", text, re.M):
+        return None
+    data = read(Path(recipe_path)) or {}
+    source = (data.get("lock") or {}).get("recipe_file")
+    return source if isinstance(source, str) and source and "\n" not in source else None
+
+
+def script_run_dir(script_text: str) -> Path | None:
+    """The run dir job.sbatch names (``RUN_DIR=...``; on a remote cluster, its path there)."""
+    import shlex
+
+    m = re.search(r"^RUN_DIR=(.+)$", script_text, re.M)
+    try:
+        words = shlex.split(m[1], comments=True) if m else []
+    except ValueError:
+        return None
+    return Path(words[0]) if len(words) == 1 else None
+
+
+def header_source(script_text: str) -> str | None:
+    m = HEADER.search("\n".join(script_text.splitlines()[:3]))
+    return m["file"] if m else None
+
+
+# ---- provenance ---------------------------------------------------------------------------
+def sha256_file(path: Path) -> str | dict:
+    """sha256 of a file; size and mtime only above HASH_CAP_BYTES."""
+    st = path.stat()
+    if st.st_size > HASH_CAP_BYTES:
+        return {"size": st.st_size, "mtime": int(st.st_mtime),
+                "sha256": f"not computed: larger than {HASH_CAP_BYTES >> 30} GiB"}
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def git_state(path: Path) -> dict | None:
+    """{root, commit, dirty} of the git work tree holding ``path``; None outside one (or without git)."""
+    where = path if path.is_dir() else path.parent
+
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    root = git("rev-parse", "--show-toplevel")
+    commit = git("rev-parse", "HEAD") if root else None
+    if not commit:
+        return None
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return {"root": root, "commit": commit, "dirty": bool(changed)}
+
+
+def slurmrl_state() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        out = {"version": version("slurmrl")}
+    except PackageNotFoundError:
+        out = {"version": "unknown"}
+    state = git_state(Path(__file__).resolve().parent)
+    if state:
+        out.update(commit=state["commit"], dirty=state["dirty"])
+    return out
+
+
+def container_state(recipe: dict) -> dict | None:
+    """The image as the recipe names it, and its digest where one is known."""
+    image = (recipe.get("container") or {}).get("image")
+    if not image:
+        return None
+    out = {"image": image}
+    if "@sha256:" in image:
+        out["digest"] = "sha256:" + image.rsplit("@sha256:", 1)[1]
+    elif Path(image).is_file():
+        digest = sha256_file(Path(image))
+        out["digest"] = f"sha256:{digest}" if isinstance(digest, str) else digest
+    else:
+        out["digest"] = "unknown: enroot imports a registry image by tag and keeps no digest; pin image@sha256:..."
+    return out
+
+
+def inputs(recipe: dict) -> dict:
+    """sha256 of files outside the run dir that the job reads and that exist here."""
+    out = {}
+    for keys in INPUT_FIELDS:
+        node = recipe
+        for k in keys:
+            node = node.get(k) if isinstance(node, dict) else None
+        if isinstance(node, str) and node and Path(node).is_file():
+            out[str(Path(node).resolve())] = sha256_file(Path(node))
+    return out
+
+
+def job_files(run_dir: Path) -> dict[str, str]:
+    """Relative path -> text of job.sbatch and everything it reads in the run dir."""
+    run_dir = Path(run_dir)
+    out = {}
+    for rel in (layout.SCRIPT, layout.PLAN):
+        if (run_dir / rel).is_file():
+            out[rel] = (run_dir / rel).read_text(encoding="utf-8", errors="replace")
+    for p in sorted((run_dir / layout.COMPONENTS).glob("*.toml")):
+        out[f"{layout.COMPONENTS}/{p.name}"] = p.read_text(encoding="utf-8", errors="replace")
+    return out
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ---- writing --------------------------------------------------------------------------------
+def compose(recipe_toml: str, files: dict[str, str], run_dir: Path, *, source: str, preflight: bool,
+            recipe_path: Path | None = None, edited: bool | None = None, previous: dict | None = None,
+            **links) -> str:
+    """The lock's text: ``recipe_toml`` (the resolved recipe) and a [lock] table.
+
+    ``files``: the run dir's files the job reads (relative path -> text, recipe.toml and lock.toml
+    left out); ``previous``: the [lock] table this one replaces (what cannot be found again, such
+    as the recipe's repository, is kept from it); ``links``: again_of, sweep, ..."""
+    from slurmrl.render import tomlw  # light: a few lines of formatting
+
+    recipe = tomllib.loads(recipe_toml)
+    recipe.pop("lock", None)
+    run_dir = Path(run_dir)
+    if recipe.get("name") == (run_dir.name.removesuffix("-preflight") if preflight else run_dir.name):
+        recipe["output_dir"] = str(run_dir.parent)  # resolved: `slurmrl render lock.toml` finds the run dir again
+    previous = previous or {}
+    table: dict = {
+        "format": FORMAT,
+        "run_dir": str(run_dir),
+        "recipe_file": source,
+        "preflight": preflight,
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "slurmrl": slurmrl_state(),
+    }
+    if recipe_path is not None:
+        table["recipe_path"] = str(Path(recipe_path).resolve())
+        repo = git_state(Path(recipe_path).resolve())
+        table["recipe_repo"] = repo if repo else {"note": "the recipe file is not in a git work tree"}
+    else:
+        for key in ("recipe_path", "recipe_repo"):
+            if key in previous:
+                table[key] = previous[key]
+    for key in ("again_of", "sweep", "sweep_point"):
+        value = links.get(key, previous.get(key))
+        if value is not None:
+            table[key] = value
+    container = container_state(recipe)
+    if container:
+        table["container"] = container
+    if edited is not None:
+        table["edited"] = edited
+    table["files"] = {rel: digest(text) for rel, text in sorted(files.items())
+                      if rel not in (layout.RECIPE, layout.LOCK)}
+    found = inputs(recipe)
+    if found:
+        table["inputs"] = found
+    head = (f"# slurmrl lock of {run_dir}: the recipe as resolved (every default filled in) and, in [lock],\n"
+            "# where it came from. It is a recipe: `slurmrl render lock.toml --run-dir RUN_DIR` renders the\n"
+            "# same job.sbatch; `slurmrl submit --again RUN_DIR` submits the run again as a new run dir.\n"
+            "# The job appends [[lock.runtime]]: the versions its interpreter reports.\n")
+    return head + tomlw.dumps(recipe) + "\n" + tomlw.dumps({"lock": table})
+
+
+def write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    old = os.umask(0o077)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        os.umask(old)
+
+
+def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None) -> None:
+    """Rewrite RUN_DIR/lock.toml as the run dir is now, before it is submitted (hashes of the files
+    as they go to sbatch, hand edits included). An earlier job's [[lock.runtime]] entries stay in
+    the copy kept with its logs (logs/job-<id>/lock.toml). ``recipe_path``: the recipe file it was
+    just rendered from (its repository's git state is taken again), else kept from the old lock."""
+    run_dir = Path(run_dir)
+    resolved = run_dir / layout.RECIPE
+    if not resolved.is_file():
+        return  # a run dir made by hand: nothing to lock
+    lock_path = run_dir / layout.LOCK
+    old = read(lock_path) or {}
+    previous = old.get("lock") if isinstance(old.get("lock"), dict) else {}
+    history = _read_json(run_dir / layout.JOBS)
+    last = history[-1] if isinstance(history, list) and history and isinstance(history[-1], dict) else {}
+    if previous.get("runtime") and last.get("job_id"):
+        keep = layout.set_aside_dir(run_dir, str(last["job_id"]))
+        keep.mkdir(parents=True, exist_ok=True, mode=0o700)
+        shutil.copy2(lock_path, keep / layout.LOCK)
+    files = job_files(run_dir)
+    script = files.get(layout.SCRIPT, "")
+    plan = _read_json(run_dir / layout.PLAN)
+    text = compose(resolved.read_text(encoding="utf-8"), files, script_run_dir(script) or run_dir,
+                   source=header_source(script) or previous.get("recipe_file") or layout.RECIPE,
+                   preflight=bool(plan.get("preflight")) if isinstance(plan, dict) else bool(previous.get("preflight")),
+                   recipe_path=recipe_path, edited=edited, previous=previous)
+    write_text(lock_path, text)
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# ---- links between run dirs -------------------------------------------------------------------
+def links(run_dir: Path) -> dict:
+    data = _read_json(Path(run_dir) / layout.LINKS)
+    return data if isinstance(data, dict) else {}
+
+
+def add_link(run_dir: Path, key: str, value: str) -> None:
+    """Set ``key`` (``again_of``, ``sweep``) or append to a list key (``again_as``) in links.json."""
+    data = links(run_dir)
+    if key.endswith("_as"):
+        data[key] = [v for v in data.get(key, []) if v != value] + [value]
+    else:
+        data[key] = value
+    write_text(Path(run_dir) / layout.LINKS, json.dumps(data, indent=1) + "\n")
+
+
+# ---- submit --again ---------------------------------------------------------------------------
+def next_run_dir(old: Path) -> Path:
+    """RUN_DIR-again-N, the first N from 1 that is free."""
+    n = 1
+    while (old.parent / f"{old.name}-again-{n}").exists():
+        n += 1
+    return old.parent / f"{old.name}-again-{n}"
+
+
+def again(target: str, new: str | None = None) -> Path:
+    """Write a new run dir that runs what RUN_DIR ran: its lock (recipe.toml) rendered for the new
+    path, with every hand edit of the old run dir's job files carried over (the old path replaced
+    by the new one). Returns the new run dir; nothing is written when anything is wrong."""
+    from slurmrl.render import build
+    from slurmrl.render.rundir import write_run_dir
+    from slurmrl.slurm import diff, jobs
+
+    old = jobs.run_dir_arg(target)
+    recipe_path = old / layout.RECIPE
+    if not recipe_path.is_file():
+        raise UserError(str(old), f"has no {layout.RECIPE} to render again from")
+    new_dir = Path(new).resolve() if new else next_run_dir(old)
+    if new_dir.exists():
+        raise UserError(str(new_dir), "exists; choose another run dir")
+    previous = meta(old)
+    plan = jobs.load_plan(old)
+    preflight = bool(plan and jobs.is_preflight(plan))
+    source = previous.get("recipe_file") or header_source((old / layout.SCRIPT).read_text()) or layout.RECIPE
+    fresh = build(recipe_path, run_dir=new_dir, preflight=preflight, source_name=source).files
+    files = {rel: text for rel, text in fresh.items() if rel != layout.RECIPE}
+    before, after = str(old), str(new_dir)
+    for e in diff.edits(old):
+        if e.rendered is not None and files.get(e.path) != e.rendered.replace(before, after):
+            raise UserError(str(old), f"its hand edits cannot be carried to {new_dir}: {e.path} does not name the "
+                                      "run dir verbatim; render its recipe.toml with --run-dir and edit again")
+        if e.current is None:
+            files.pop(e.path, None)
+        else:
+            files[e.path] = e.current.replace(before, after)
+    files[layout.RECIPE] = recipe_path.read_text(encoding="utf-8")
+    files[layout.LOCK] = compose(files[layout.RECIPE], files, new_dir, source=source, preflight=preflight,
+                                 previous=previous, again_of=str(old), sweep=None, sweep_point=None)
+    files[layout.LINKS] = json.dumps({"again_of": str(old)}, indent=1) + "\n"
+    write_run_dir(new_dir, files)
+    add_link(old, "again_as", str(new_dir))
+    return new_dir
