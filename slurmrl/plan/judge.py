@@ -20,6 +20,7 @@ from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.placement import Slot
 from slurmrl.plan.rules import changed
 from slurmrl.recipe.schema import Recipe, template_fields
+from slurmrl.settings.judge import judge_settings
 
 GENERATIVE_ONLY = ("max_tokens", "max_score")
 SERVED = ("path", "served_name", "dtype", "max_model_len", "trust_remote_code")  # what the judge's vLLM reads
@@ -78,8 +79,6 @@ def check_template(r: Recipe) -> None:
     source = o.environment_args.get("prompts_from")
     if not isinstance(source, str) or source not in envs.BUILTIN or source == "judge":
         return  # a dataset's fields are known when the orchestrator reads it
-    from slurmrl.settings.judge import judge_settings
-
     task = envs.BUILTIN[source]().prompts(random.Random(0), 1)[0]
     have = sorted({*task, "completion"})
     for name in template_fields(judge_settings(r).template):
