@@ -151,9 +151,7 @@ def render_sweep(recipe_path: str | Path, grid_items: list[str], overrides: list
     """Validate and plan every point, then write the sweep dir at once (nothing on any error)."""
     from slurmrl import lock
     from slurmrl.recipe.load import apply_overrides, read_toml, validate
-    from slurmrl.render import build, lock_text
-    from slurmrl.render import tomlw
-    from slurmrl.render.rundir import write_run_dir
+    from slurmrl.render import build, lock_text, tomlw
 
     recipe_path = Path(recipe_path)
     if recipe_path.is_dir():
@@ -235,33 +233,19 @@ def check_not_submitted(sweep_dir: Path) -> None:
 
 
 def write_sweep_dir(sweep_dir: Path, rendered: dict[str, dict[str, str]], index: dict) -> None:
-    """All points and the index, assembled in a private sibling folder and renamed into place."""
+    """All points and the index at once: write_run_dir assembles the sweep dir in a private sibling
+    folder and renames it into place. Points of an earlier, unsubmitted render that this grid no
+    longer has are removed first (write_run_dir would carry them over)."""
     from slurmrl.render.rundir import write_run_dir
 
-    try:
-        sweep_dir.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError("output_dir", f"cannot create {sweep_dir.parent}: {e.strerror}") from None
-    tmp = sweep_dir.parent / f".{sweep_dir.name}.rendering-{os.getpid()}"
-    old = sweep_dir.parent / f".{sweep_dir.name}.old-{os.getpid()}"
-    umask = os.umask(0o077)
-    try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(mode=0o700)
-        for name, files in rendered.items():
-            write_run_dir(tmp / name, files)
-        write_index(tmp, index)
-        if sweep_dir.exists():
-            sweep_dir.rename(old)
-        tmp.rename(sweep_dir)
-    except BaseException:
-        if old.exists() and not sweep_dir.exists():
-            old.rename(sweep_dir)
-        raise
-    finally:
-        os.umask(umask)
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+    if sweep_dir.is_dir():
+        for stale in sweep_dir.iterdir():
+            if stale.is_dir() and stale.name not in rendered and (stale / layout.SCRIPT).is_file():
+                shutil.rmtree(stale)
+    files = {layout.SWEEP_INDEX: json.dumps(index, indent=1) + "\n"}
+    for name, point in rendered.items():
+        files.update({f"{name}/{rel}": text for rel, text in point.items()})
+    write_run_dir(sweep_dir, files)
 
 
 # ---- submitting ------------------------------------------------------------------------------
@@ -366,6 +350,7 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
         scripts[d.name] = (d / layout.SCRIPT).read_text()
     checked = set()
     for d in dirs:
+        (d / layout.LOGS).mkdir(mode=0o700, exist_ok=True)  # sbatch opens logs/batch-*.out before the script runs
         groups = read_groups(scripts[d.name], str(d / layout.SCRIPT))
         key = json.dumps([g.options for g in groups], sort_keys=True)
         if key not in checked:

@@ -4,6 +4,7 @@ can be one job array, and sacct/squeue rows of array tasks. On the local Slurm: 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tomllib
@@ -114,3 +115,16 @@ def test_array_tasks_in_sacct_and_squeue_rows():
     info = HetInfoWatcher().read_info(text)
     assert info["90_0"]["State"] == "RUNNING" and [s["JobName"] for s in info["90_0"]["steps"]] == ["trainer"]
     assert info["90_2"]["State"] == "PENDING" and info["90_2"]["Reason"] == "JobArrayTaskLimit"
+
+
+def test_plot_draws_every_points_reward_curve(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    d = sweep.render_sweep(ROOT / "recipes" / "rl-debug.toml", ["trainer.lr=1e-6,3e-6"])
+    for i, p in enumerate(sweep.point_dirs(d, sweep.read_index(d))):
+        (p / "metrics").mkdir()
+        (p / "metrics" / "orchestrator.jsonl").write_text(
+            "".join(json.dumps({"step": s, "reward_mean": 0.1 * s + i}) + "\n" for s in range(4)))
+    r = slurmrl("plot", str(d), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "rl-debug-p1  lr=3e-06" in r.stdout and "1.300" in r.stdout  # last reward of point 1
+    assert (d / "reward.png").read_bytes()[:4] == b"\x89PNG"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from importlib.metadata import version
 from pathlib import Path
 
@@ -21,21 +20,12 @@ import pytest
 
 from slurmrl import layout, lock
 from slurmrl.runtime.tiny_model import build as build_tiny
+from test_status_logs_cancel import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SFT = ROOT / "recipes" / "sft-debug.toml"
 
 pytestmark = pytest.mark.cluster
-
-
-def wait(predicate, what: str, timeout: float = 240):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def ok(r):
@@ -78,7 +68,7 @@ def test_sweeps_lock_and_again_on_slurm(slurm_cluster, tmp_path):
 
     # A's point 0 trains; point 1 waits for it (the array's %1)
     metrics = a0 / "metrics" / "trainer.jsonl"
-    wait(lambda: metrics.exists() and metrics.read_text().strip(), "point 0's first training step")
+    wait_for(lambda: metrics.exists() and metrics.read_text().strip(), "point 0's first training step", timeout=300)
     reason = slurm_cluster.run(["squeue", "-h", "-j", array["job_ids"][1], "-o", "%T %r"]).stdout.split()
     assert reason == ["PENDING", "JobArrayTaskLimit"], reason
     rep = status_json(a)

@@ -123,7 +123,8 @@ def render(
     preflight: bool = False,
 ) -> Rendered:
     out = build(recipe_path, overrides, run_dir, preflight)
-    write_run_dir(out.run_dir, {**out.files, LOCK: lock_text(out, recipe_path)}, force=force)
+    out = Rendered(out.recipe, out.plan, out.run_dir, {**out.files, LOCK: lock_text(out, recipe_path)})
+    write_run_dir(out.run_dir, out.files, force=force)
     return out
 
 

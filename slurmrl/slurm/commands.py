@@ -1,4 +1,4 @@
-"""CLI commands that talk to Slurm: submit, diff, status, logs, cancel, attach."""
+"""CLI commands that talk to Slurm: submit (and submit --again), sweep, diff, status, logs, cancel, attach."""
 
 from __future__ import annotations
 
