@@ -192,8 +192,11 @@ class Trainer:
         self.ref = None
         self.kl_coef = s.kl_coef
         if self.kind == "rl" and self.kl_coef > 0:
-            self.ref = (AdaptersOff(self.model) if self.lora else  # the base, adapters off: no second copy
-                        load_model(self.model_id, self.d, False, trainable=False, trust_remote_code=s.trust_remote_code))
+            if self.lora:  # the reference is the base: the same model with its adapters off, no second copy
+                self.ref = AdaptersOff(self.model)
+            else:
+                self.ref = load_model(self.model_id, self.d, False, trainable=False,
+                                      trust_remote_code=s.trust_remote_code)
         self.optim = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad], lr=s.lr, betas=(0.9, 0.999),
             weight_decay=s.weight_decay,
