@@ -82,6 +82,9 @@ def test_image_imported_once_weights_staged_per_node_and_ready_means_serving(slu
         assert up, f"job A not ready: {phases(good)}"
         assert failed.exists(), f"job B neither ready nor failed: {phases(bad)}"
 
+        for run_dir in (good, bad):  # the figures, in the test's output (-s)
+            print(f"{run_dir.name}:", *phases(run_dir), sep="\n  ")
+        print("FAILED:", failed.read_text())
         # 5: B never became ready; its FAILED names the completion that failed and the server that fails it
         reason = failed.read_text()
         assert reason.startswith("router not ready after 25s"), reason
