@@ -44,7 +44,8 @@ class Remote(Local):
 
     # ---- Slurm commands -----------------------------------------------------------------------
     def run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-        command, secrets = shlex.join(argv), self.secrets() if argv[0] == "sbatch" else {}
+        submits = argv[0] == "sbatch" and not {"--help", "--usage", "--version", "-V"} & set(argv)
+        command, secrets = shlex.join(argv), self.secrets() if submits else {}
         if secrets:  # sbatch hands its environment to the job: the values come over stdin
             reads = "".join(f"IFS= read -r {k} && export {k} && " for k in secrets)
             command = shlex.join(["sh", "-c", f"{reads}exec {command}"])
