@@ -358,8 +358,10 @@ persist_s = 0
         mark("cancelled, logs -f ended")
 
         # submit the run dir again: the first job's outputs are set aside there too
+        r = slurmrl("diff", str(local_run))  # re-rendered for the cluster's path: no edits
+        assert r.returncode == 0 and "no changes" in r.stdout, r.stdout + r.stderr
         r = slurmrl("submit", str(local_run), "--cluster", "loop")
-        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.returncode == 0 and "edited by hand" not in r.stdout, r.stdout + r.stderr
         second = json.loads((local_run / "jobs.json").read_text())[-1]["job_id"]
         job_ids.append(second)
         assert (remote_run / "logs" / f"job-{job_id}" / "attempt-0" / "trainer.0.log").is_file()

@@ -182,11 +182,12 @@ def on_cluster(handler):
 
             args.node, args.task, args.cmd, args.cluster = split_command(args.cmd, args.node, args.task, args.cluster)
         target = next((getattr(args, a) for a in ("recipe", "target", "run_dir") if hasattr(args, a)), None)
-        with tools.using(transport_for(args.cluster, target)):
+        with tools.using(transport_for(getattr(args, "cluster", None), target)):
             return handler(args)
     return run
 
 
 HANDLERS.update(submit=cmd_submit, diff=cmd_diff, status=cmd_status, logs=cmd_logs, cancel=cmd_cancel,
                 attach=cmd_attach, sweep=cmd_sweep)
-HANDLERS.update({name: on_cluster(HANDLERS[name]) for name in REMOTE_COMMANDS})
+# diff: a run dir of a cluster's job re-renders for its path there
+HANDLERS.update({name: on_cluster(HANDLERS[name]) for name in (*REMOTE_COMMANDS, "diff")})

@@ -18,7 +18,7 @@ from pathlib import Path
 from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.render import build
-from slurmrl.slurm import jobs
+from slurmrl.slurm import jobs, tools
 
 _HEADER = re.compile(r"^# slurmrl job .* rendered from (?P<file>.+)\.$", re.M)
 
@@ -50,7 +50,8 @@ def fresh_files(run_dir: Path, preflight: bool) -> dict[str, str]:
     current = (run_dir / layout.SCRIPT).read_text()
     m = _HEADER.search("\n".join(current.splitlines()[:3]))
     source = m["file"] if m else recipe_path.name
-    out = build(recipe_path, run_dir=run_dir, preflight=preflight, source_name=source)
+    out = build(recipe_path, run_dir=run_dir, preflight=preflight, source_name=source,
+                place=tools.transport().place)  # a run dir of a cluster's job: rendered for its path there
     return {rel: text for rel, text in out.files.items() if rel != layout.RECIPE}
 
 
