@@ -1,7 +1,7 @@
 """Running Slurm's client commands: one place that turns their failures into one-line errors.
 
-Every Slurm command slurmrl runs goes through :func:`call`, and :func:`call` through the command's
-transport: :class:`Local` (this machine, the default) or, for ``--cluster NAME``, the SSH
+Every Slurm command slurmrl runs goes through :func:`call` (submitit's sacct through
+``transport().argv``), and :func:`call` through the command's transport: :class:`Local` (this machine, the default) or, for ``--cluster NAME``, the SSH
 transport of ``slurmrl.remote`` (one multiplexed OpenSSH connection to the cluster's login node).
 A transport also says where the cluster sees a run dir (``place``), copies it there before a
 submit (``push``), brings the job's outputs back before they are read (``pull``), and runs
