@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
 
@@ -34,6 +35,11 @@ def ok(r):
 
 
 def test_sweeps_lock_and_again_on_slurm(slurm_cluster, tmp_path):
+    started = time.monotonic()
+
+    def mark(what):  # where the time goes (pytest -s shows it); the queue wait depends on other jobs
+        print(f"+{time.monotonic() - started:5.1f}s {what}", flush=True)
+
     tiny = build_tiny(tmp_path / "tiny")
     data = tmp_path / "sft.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"say {i}:", "completion": f" {i}\n"}) + "\n" for i in range(32)))
@@ -66,9 +72,11 @@ def test_sweeps_lock_and_again_on_slurm(slurm_cluster, tmp_path):
     assert deps[jobs_b["job_ids"][0]].startswith(f"afterok:{array['job_ids'][1]}"), deps
     assert f"afterany:{jobs_b['job_ids'][0]}" in deps[jobs_b["job_ids"][1]], deps
 
+    mark("both sweeps submitted")
     # A's point 0 trains; point 1 waits for it (the array's %1)
     metrics = a0 / "metrics" / "trainer.jsonl"
     wait_for(lambda: metrics.exists() and metrics.read_text().strip(), "point 0's first training step", timeout=300)
+    mark(f"point 0 stepped (it started at {slurm_cluster.run(['squeue', '-h', '-j', array['job_ids'][0], '-o', '%S']).stdout.strip()})")
     reason = slurm_cluster.run(["squeue", "-h", "-j", array["job_ids"][1], "-o", "%T %r"]).stdout.split()
     assert reason == ["PENDING", "JobArrayTaskLimit"], reason
     rep = status_json(a)
@@ -83,12 +91,14 @@ def test_sweeps_lock_and_again_on_slurm(slurm_cluster, tmp_path):
     assert runtime[0]["component"] == "trainer" and runtime[0]["torch"] == version("torch"), runtime
     assert runtime[0]["executable"] == sys.executable and runtime[0]["attempt"] == 0
 
+    mark("status checked")
     # cancel both sweeps: every point ends
     ok(slurmrl("cancel", str(a)))
     ok(slurmrl("cancel", str(b)))
     assert {p["state"] for p in status_json(a)["points"]} == {"CANCELLED"}
     assert {p["state"] for p in status_json(b)["points"]} == {"CANCELLED"}
 
+    mark("both sweeps cancelled")
     # the same run again, with a hand edit, as a new run dir linked to the first
     script = a0 / layout.SCRIPT
     edited = script.read_text().replace("set -euo pipefail\n", "set -euo pipefail\necho 'edited by hand'\n", 1)
@@ -102,3 +112,4 @@ def test_sweeps_lock_and_again_on_slurm(slurm_cluster, tmp_path):
     old_status = ok(slurmrl("status", str(a0)))
     assert f"run again as: {new}" in old_status and f"a point of sweep: {a}" in old_status
     ok(slurmrl("cancel", str(new)))
+    mark("submit --again checked and cancelled")
