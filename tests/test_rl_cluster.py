@@ -77,6 +77,26 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
     assert last > first + 0.1, f"reward did not rise: first 5 steps {first:.3f}, last 5 {last:.3f}"
     plot = slurm_cluster.slurmrl("plot", str(run_dir), cwd=tmp_path)
     assert plot.returncode == 0 and (run_dir / "reward.png").exists(), plot.stderr
+    assert f"latest: batch {STEPS}: reward" in plot.stdout and f"trainer step {STEPS}: loss" in plot.stdout, plot.stdout
+
+    # the metrics that debug RL (docs/rl.md), in the job's own files: every trainer step carries them,
+    # and each batch's off-policy lag is the real difference between the trainer step that used it
+    # and the policy step (weights) the orchestrator generated it with
+    trainer = {rec["step"]: rec for rec in lines(trainer_log)}
+    orch = {rec["step"]: rec for rec in lines(run_dir / "metrics" / "orchestrator.jsonl")}
+    for step, rec in trainer.items():
+        for key in ("entropy", "clip_frac", "kl_inference", "kl_inference_max", "grad_norm", "reward_std",
+                    "reward_min", "reward_max", "cpu_rss_gib", "model_tflops_per_device"):
+            assert isinstance(rec[key], float), (step, key, rec)
+        assert rec["kl"] is None and rec["mfu"] is None  # rl-debug: no KL term, and a CPU has no known peak
+        assert rec["off_policy_lag"] == step - 1 - rec["policy_step"] == orch[step]["off_policy_lag"], (step, rec)
+        assert rec["policy_step"] == orch[step]["policy_step"] and rec["reward_mean"] == pytest.approx(
+            orch[step]["reward_mean"])
+        assert orch[step]["reload_s"] >= 0 and "sleep_s" not in orch[step]
+    lags = [orch[s]["off_policy_lag"] for s in sorted(orch)]
+    assert set(lags) <= {0, 1}, lags  # max_off_policy_steps = 1
+    st = slurm_cluster.slurmrl("status", str(run_dir), cwd=tmp_path)
+    assert f"latest batch {STEPS}: reward" in st.stdout and "entropy" in st.stdout, st.stdout
 
 
 def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny):
