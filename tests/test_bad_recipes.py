@@ -246,6 +246,8 @@ CASES = [
     ("lora-above-servers", RL, ["trainer.lora={rank=32}", "inference.max_lora_rank=16"], "trainer.lora.rank",
      "more than inference.max_lora_rank (16)"),
     ("lora-sft", SFT, ["trainer.lora={}"], "trainer.lora", "only applies to kind 'rl'"),
+    ("lora-pd", RL, ["trainer.lora={}", 'inference.mode="pd"', "inference.prefill={tp=1}", "inference.decode={tp=1}"],
+     "trainer.lora", "use inference mode 'replicas'"),
     ("lora-target-name", RL, ['trainer.lora={target_modules=["q.proj"]}'], "trainer.lora.target_modules",
      "not a module name"),
     ("lora-target-twice", RL, ['trainer.lora={target_modules=["q_proj", "q_proj"]}'], "trainer.lora.target_modules",

@@ -19,6 +19,11 @@ def check(r: Recipe) -> None:
     if r.kind != "rl":
         raise UserError("trainer.lora", f"only applies to kind 'rl' (a LoRA policy whose adapter the inference "
                         f"servers hot-load); kind {r.kind!r} trains the full weights")
+    if r.inference.mode == "pd":
+        raise UserError("trainer.lora", "a LoRA policy with prefill/decode disaggregation is not supported: the KV "
+                        "cache a prefill server computes under the adapter would have to reach decode servers that "
+                        "load the same adapter at the same step, which slurmrl does not coordinate; use inference "
+                        "mode 'replicas'")
     have = r.inference.max_lora_rank
     if have is not None and have < t.lora.rank:
         raise UserError("trainer.lora.rank", f"{t.lora.rank} is more than inference.max_lora_rank ({have}), the "
