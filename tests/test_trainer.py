@@ -421,7 +421,6 @@ def test_ppo_clip_terms():
     assert logp.grad[0].item() == pytest.approx(-1.0)
 
 
-
 def test_a_save_that_might_not_fit_before_the_time_limit_is_made_early(tmp_path, tiny, sft_data, monkeypatch):
     """SLURMRL_JOB_END (the script reads it from squeue) already near: the trainer saves at once,
     once, instead of waiting for a warning signal whose save would be killed half-written."""
