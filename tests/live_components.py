@@ -19,7 +19,7 @@ import re
 import urllib.request
 from pathlib import Path
 
-from slurmrl import secret
+from slurmrl import layout, secret
 from slurmrl.runtime.supervise import http_ok
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,6 +132,8 @@ class LiveComponent:
             secret_file.write_text(TEST_SECRET)
         env[secret.ENV] = str(secret_file)
         os.environ.setdefault(secret.ENV, str(secret_file))
+        self.ready_file = layout.ready_file(run_dir, 0, name, local)
+        self.ready_file.unlink(missing_ok=True)  # a ready file of an earlier start of this task
         self.log_path = run_dir / "logs" / f"{name}.{local}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(self.log_path, "wb")
@@ -151,6 +153,18 @@ class LiveComponent:
                 return
             time.sleep(1)
         raise TimeoutError(f"{url} not ready after {timeout}s:\n{self.tail()}")
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until the supervisor writes the task's ready file (for a router: its workers are listed and
+        one completion through it returned a token)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"exited with {self.proc.returncode}:\n{self.tail()}")
+            if self.ready_file.exists():
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"no {self.ready_file} after {timeout}s:\n{self.tail()}")
 
     def tail(self, n: int = 4000) -> str:
         return self.log_path.read_bytes()[-n:].decode(errors="replace")

@@ -1,6 +1,6 @@
 """An inference-only recipe on the local Slurm cluster with real vLLM and vllm-router.
 
-recipes/inference-debug.toml: two vLLM servers (n1, n2) and vllm-router on n1. A vLLM flag is
+recipes/inference-debug.toml: two vLLM servers (two nodes) and vllm-router on the first. A vLLM flag is
 edited by hand in the rendered job.sbatch first: `diff` must show it, `submit RUN_DIR` must
 record it, and both servers must run with it. The job must become ready, answer through the
 router, keep serving when one replica is killed, and cancel cleanly. Ready means serving: both
@@ -116,7 +116,9 @@ def test_inference_job_runs_a_hand_edit_serves_survives_a_dead_replica_and_cance
                 hashlib.sha256(str(model).encode()).hexdigest()[:8]
         assert len([w for w in phases.split(" | ") if w.startswith("model staged on ") and "cache miss" in w]) == 2
 
-        router = f"http://{node_address(slurm_cluster, 'n1')}:{base_for_job(int(job_id))}"
+        router_url, _, _ = layout.read_ready(run_dir / "ready" / "attempt-0" / "router.0")
+        router_host = router_url.removeprefix("http://").split(":")[0]  # the job's first node, whichever it got
+        router = f"http://{node_address(slurm_cluster, router_host)}:{base_for_job(int(job_id))}"
         body = {"model": str(model), "prompt": "hello", "max_tokens": 4, "ignore_eos": True}
         assert post_json(f"{router}/v1/completions", body, auth)["usage"]["completion_tokens"] == 4
         with pytest.raises(urllib.error.HTTPError, match="401"):

@@ -54,6 +54,7 @@ class Servers:
         # the batch shell exports the servers' URLs (from their ready files) before it starts the router
         proc = LiveComponent(out.run_dir, "router", self.base, extra_env={"URLS_INFERENCE": " ".join(self.urls)})
         proc.wait_http(f"http://127.0.0.1:{self.base}/health", timeout=120)
+        proc.wait_ready(timeout=120)  # its completion check has gone through: counts start after it
         return proc
 
 

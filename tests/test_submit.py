@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import time
 import sys
 import uuid
 from pathlib import Path
@@ -93,8 +94,12 @@ def test_submit_records_jobs_and_protects_the_run_dir(slurm_cluster, tmp_path):
     jobs = json.loads((run_dir / "jobs.json").read_text())
     assert jobs[-1]["edited"] is True
     assert jobs[-1]["script_sha256"] == hashlib.sha256(script.read_bytes()).hexdigest()
-    limit = slurm_cluster.run(["sacct", "-j", jobs[-1]["job_id"], "-X", "-n", "-P", "-o", "Timelimit"]).stdout
-    assert limit.split()[0] == "00:20:00"
+    # slurmdbd learns of a job asynchronously: wait for its record, with a deadline
+    deadline, limit = time.monotonic() + 60, ""
+    while not limit.split() and time.monotonic() < deadline:
+        limit = slurm_cluster.run(["sacct", "-j", jobs[-1]["job_id"], "-X", "-n", "-P", "-o", "Timelimit"]).stdout
+        time.sleep(0 if limit.split() else 1)
+    assert limit.split() and limit.split()[0] == "00:20:00", limit
 
 
 # ---- diff, the script reader, user mistakes (no cluster) -----------------------------------
