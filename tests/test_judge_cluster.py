@@ -69,9 +69,7 @@ def common(policy: Path) -> list[str]:
     ]
 
 
-def test_rewards_from_an_llm_judge_and_a_reward_model(slurm_cluster, tmp_path):
-    from slurmrl.runtime import smollm2
-
+def test_rewards_from_an_llm_judge_and_a_reward_model(slurm_cluster, tmp_path, request):
     policy = build_tiny(tmp_path / "policy")
     reward_model = build_reward_model(tmp_path / "reward-model")
     judge_env = '{VLLM_CPU_KVCACHE_SPACE="1"}'
@@ -80,7 +78,7 @@ def test_rewards_from_an_llm_judge_and_a_reward_model(slurm_cluster, tmp_path):
         f'judge={{kind="reward_model", template="{{prompt}}{{completion}}", enforce_eager=true, batch_size=3, '
         f'startup_timeout=400, env={judge_env}, model={{path="{reward_model}", dtype="float32"}}}}',
     ])
-    smol = smollm2.build(tmp_path / "smollm2")  # meanwhile the reward-model job starts
+    smol = request.getfixturevalue("smollm2_dir")  # built (once a session) while the reward-model job starts
     llm_dir, llm_job = submit(slurm_cluster, tmp_path / "llm", common(policy) + [
         "trainer.max_steps=2",
         'judge={placement="inference", enforce_eager=true, max_tokens=4, batch_size=4, startup_timeout=400, '

@@ -29,10 +29,8 @@ STEPS = 6  # the reward is ~0.8 from step 5 on (seeded: the same curve each run 
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    from slurmrl.runtime import smollm2
-
-    return smollm2.build(tmp_path_factory.mktemp("smollm2") / "model")
+def smollm2(smollm2_dir):
+    return smollm2_dir
 
 
 def test_lora_rl_reward_rises_and_adapters_are_hot_loaded(slurm_cluster, tmp_path, smollm2):

@@ -15,8 +15,8 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return smollm2.build(tmp_path_factory.mktemp("smollm2") / "model")
+def model_dir(smollm2_dir):
+    return smollm2_dir
 
 
 def test_saved_untied_float_weights(model_dir):
