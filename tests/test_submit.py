@@ -160,6 +160,9 @@ def test_gres_counts():
         (["logs", "{run}", "--attempt", "3"], "--attempt: "),
         (["cancel", "{run}"], "has no jobs.json"),
         (["submit", str(RL_DEBUG), "--set", "inference.nodes=x"], "inference.nodes"),
+        (["cancel", "{run}", "--timeout", "-5"], "--timeout: '-5' is out of range (1 to 604800 seconds)"),
+        (["cancel", "{run}", "--timeout", "nan"], "--timeout: 'nan' is out of range"),
+        (["submit", "{run}", "--preflight", "--timeout", "soon"], "--timeout: needs a number of seconds, not 'soon'"),
     ],
 )
 def test_user_mistakes_are_one_line(tmp_path, args, expected):

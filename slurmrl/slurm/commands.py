@@ -12,6 +12,18 @@ REMOTE_COMMANDS = ("submit", "status", "logs", "cancel", "attach")  # they take 
 
 PREFLIGHT_TIMEOUT_S = 900
 CANCEL_TIMEOUT_S = 120
+MAX_TIMEOUT_S = 7 * 86400
+
+
+def _seconds(text: str) -> float:
+    """--timeout: a finite number of seconds from 1 to a week (a UserError: one line, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError("--timeout", f"needs a number of seconds, not {text!r}") from None
+    if not 1 <= value <= MAX_TIMEOUT_S:  # also refuses nan and inf
+        raise UserError("--timeout", f"{text!r} is out of range (1 to {MAX_TIMEOUT_S} seconds)")
+    return value
 
 
 def add_parsers(sub, recipe_args) -> None:
@@ -24,7 +36,7 @@ def add_parsers(sub, recipe_args) -> None:
     p.add_argument("--force", action="store_true", help="render over a run dir that was already submitted")
     p.add_argument("--preflight", action="store_true",
                    help="run the probe in every component's layout, wait for it, check the reports against the plan")
-    p.add_argument("--timeout", type=float, default=PREFLIGHT_TIMEOUT_S, metavar="SECONDS",
+    p.add_argument("--timeout", type=_seconds, default=PREFLIGHT_TIMEOUT_S, metavar="SECONDS",
                    help=f"with --preflight: how long to wait for the job (default {PREFLIGHT_TIMEOUT_S})")
     p.add_argument("--again", action="store_true",
                    help="TARGET is a run dir: submit the same run (hand edits kept) as a new run dir RUN_DIR-again-N, "
@@ -80,7 +92,7 @@ def add_parsers(sub, recipe_args) -> None:
 
     p = sub.add_parser("cancel", help="scancel the job and wait until it has ended")
     p.add_argument("run_dir", nargs="?")
-    p.add_argument("--timeout", type=float, default=CANCEL_TIMEOUT_S, metavar="SECONDS",
+    p.add_argument("--timeout", type=_seconds, default=CANCEL_TIMEOUT_S, metavar="SECONDS",
                    help=f"how long to wait for the job to end (default {CANCEL_TIMEOUT_S})")
     for name in REMOTE_COMMANDS:
         sub.choices[name].add_argument(
