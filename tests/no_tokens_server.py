@@ -7,21 +7,16 @@ By default POST answers 500 with a short reason; with ``--zero-tokens`` it answe
 completion of no tokens (``usage.completion_tokens`` 0), as a server whose KV transfers fail does.
 """
 
-import json
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from json_reply import send_json
 
 ZERO = "--zero-tokens" in sys.argv
 
 
 class Broken(BaseHTTPRequestHandler):
-    def _send(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    _send = send_json
 
     def do_GET(self):  # noqa: N802
         if self.path.startswith("/v1/models"):

@@ -9,25 +9,17 @@ job's ready check (one completion through the front, slurmrl.runtime.ready_check
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from json_reply import send_json
+
 
 class Ok(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802
-        body = f'{{"port": {self.server.server_port}}}'.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, 200, {"port": self.server.server_port})
 
     def do_POST(self):  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        body = (f'{{"port": {self.server.server_port}, "choices": [{{"index": 0, "text": "ok"}}], '
-                '"usage": {"completion_tokens": 1}}').encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, 200, {"port": self.server.server_port, "choices": [{"index": 0, "text": "ok"}],
+                              "usage": {"completion_tokens": 1}})
 
     def log_message(self, *args):
         pass

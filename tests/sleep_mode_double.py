@@ -19,6 +19,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from json_reply import send_json
+
 
 class SleepModeDouble:
     def __init__(self, secret: str):
@@ -34,13 +36,7 @@ class SleepModeDouble:
             def log_message(self, *args):
                 pass
 
-            def reply(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+            reply = send_json
 
             def handle_any(self, method: str) -> None:
                 url = urlsplit(self.path)

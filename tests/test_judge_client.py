@@ -16,6 +16,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from json_reply import send_json
 
 from slurmrl.envs.judge import Judge
 from slurmrl.runtime.judge_client import JudgeClient, JudgeError, attach, parse_score
@@ -52,13 +53,8 @@ class FakeJudge:
                     self.wfile.write(b'{"error": "scripted"}')
                     return
                 time.sleep(action[1])
-                out = json.dumps(outer.answer(self.path, body)).encode()
                 try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(out)))
-                    self.end_headers()
-                    self.wfile.write(out)
+                    send_json(self, 200, outer.answer(self.path, body))
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test)
 
