@@ -1,14 +1,24 @@
-"""vLLM server components: how many servers per node, their GPUs, ports and command line."""
+"""The vLLM engine family: the policy's vLLM servers (replicas, wide-EP, prefill/decode), and
+what fronts them (vllm-router and its pools, the Mooncake store: ``slurmrl.plan.services``).
+
+How many servers per node, their GPUs, ports, readiness and command line are decided here;
+the flags themselves are spelled in ``slurmrl.plan.vllm``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from slurmrl.errors import UserError
 from slurmrl import ports
-from slurmrl.plan import placement, shell, vllm
-from slurmrl.plan.model import Health, Instance, Sh
-from slurmrl.plan.placement import Slot
+from slurmrl.errors import UserError
+from slurmrl.plan import lora, placement, router_rules, services, shell, vllm
+from slurmrl.plan.context import Context
+from slurmrl.plan.model import Arg, Health, Instance, Sh
+from slurmrl.plan.placement import server_names
+from slurmrl.plan.spec import Slot, Spec, Supervisor
+from slurmrl.recipe.schema import Recipe
+
+name = "vllm"
 
 
 @dataclass(frozen=True)
@@ -22,9 +32,9 @@ class Shape:
     dp_local: int  # data-parallel ranks per task
 
 
-def server_shape(b, slot: Slot, tp: int, dp: int, where: str, span: int | None = None) -> Shape:
+def server_shape(ctx: Context, slot: Slot, tp: int, dp: int, where: str, span: int | None = None) -> Shape:
     """Workers of tp x dp GPUs on this slot, or a UserError naming the field."""
-    inf, n = b.r.inference, len(slot.gpus)
+    inf, n = ctx.r.inference, len(slot.gpus)
     if inf.mode == "wide_ep" and dp == 1:
         if n % tp:
             raise UserError("inference.tp", f"tp={tp} does not divide the {n} inference GPUs per node")
@@ -49,8 +59,8 @@ def server_shape(b, slot: Slot, tp: int, dp: int, where: str, span: int | None =
     return Shape(per_node=n // sg, gpus=sg, span=1, dp=dp, dp_local=dp)
 
 
-def vllm_env(b, role_env: dict) -> list:
-    r, inf = b.r, b.r.inference
+def vllm_env(ctx: Context, role_env: dict) -> list:
+    r, inf = ctx.r, ctx.r.inference
     env: list = sorted({**inf.env, **role_env}.items())
     admin = inf.admin_endpoints if inf.admin_endpoints is not None else r.kind == "rl"
     if admin:
@@ -60,32 +70,33 @@ def vllm_env(b, role_env: dict) -> list:
     return env
 
 
-def servers(b, name: str, slot: Slot, tp: int, dp: int, extra: list[str], role_env: dict, pd_role: str | None,
-            expert_parallel: bool, span: int | None = None, first_index: int = 0, neighbours: int = 0):
+def servers(ctx: Context, name: str, slot: Slot, tp: int, dp: int, extra: list[str], role_env: dict,
+            pd_role: str | None, expert_parallel: bool, routed: bool, span: int | None = None, first_index: int = 0,
+            neighbours: int = 0) -> None:
     """One inference component: its workers' vLLM command line, once, with per-task values in the
     prelude. ``first_index``: the first per-node port index it may use, ``neighbours``: servers of
-    other components on the same nodes (P/D sharing nodes)."""
-    r, inf = b.r, b.r.inference
+    other components on the same nodes (P/D sharing nodes); ``routed``: vllm-router fronts it."""
+    r, inf = ctx.r, ctx.r.inference
     where = f"inference.{pd_role}" if pd_role else "inference"
-    shape = server_shape(b, slot, tp, dp, where, span)
+    shape = server_shape(ctx, slot, tp, dp, where, span)
     if r.placement.share_gpus and inf.gpu_memory_utilization is None:
         inf = inf.model_copy(update={"gpu_memory_utilization": 0.45})
-        b.warnings.append("inference.gpu_memory_utilization set to 0.45: the trainer shares the GPU")
+        ctx.warnings.append("inference.gpu_memory_utilization set to 0.45: the trainer shares the GPU")
     hybrid = r.placement.colocate == "hybrid"
     if hybrid:  # sleep mode's allocator (cumem) is CUDA's: the CPU build refuses it
-        b.warnings.append("placement.colocate = \"hybrid\" starts vLLM with --enable-sleep-mode, which needs CUDA "
-                          "GPUs on the node (vLLM's CPU build and CPU-only partitions refuse it)")
+        ctx.warnings.append("placement.colocate = \"hybrid\" starts vLLM with --enable-sleep-mode, which needs CUDA "
+                            "GPUs on the node (vLLM's CPU build and CPU-only partitions refuse it)")
     multi = shape.span > 1
     prelude = [shell.HOST_LINE, f"port={shell.per_task('server', first_index)}"]
     names = ["host", "port"]
-    args = vllm.common_args(r.model, inf, tp)
+    args = vllm.common_args(r.model, inf, tp, ctx.model_path())
     if hybrid:  # the orchestrator puts it to sleep while the trainer steps (slurmrl.runtime.hybrid)
         args.append("--enable-sleep-mode")
-    env = vllm_env(b, role_env)
-    ready = shell.url("http", vllm.PORT)
+    env = vllm_env(ctx, role_env)
+    ready: Arg = shell.url("http", vllm.PORT)
     if multi:
         p, a = vllm.multi_node(shape.dp, shape.dp_local, shape.span, slot.group, slot.first_node, first_index)
-        prelude += p + [f'ready={ready.sh}', "((rank == 0)) || ready=started  # headless: serves no API"]
+        prelude += p + [f'ready={shell.url("http", vllm.PORT).sh}', "((rank == 0)) || ready=started  # headless: serves no API"]
         names += ["nodes", "leader", "rank", "ready", "rank_args"]
         args += a
         ready = Sh(sh="${ready}")
@@ -103,7 +114,8 @@ def servers(b, name: str, slot: Slot, tp: int, dp: int, extra: list[str], role_e
         names += [line.split("=")[0] for line in p]
         env += e
     args += vllm.kv_events(inf, name)  # vllm-router's kv_aware policy reads them
-    a, e = vllm.offload(inf, shape.per_node + neighbours, b.slots[server_names(b)[0]].group, transfer)
+    events = routed and router_rules.reads_events(inf, name)
+    a, e = vllm.offload(inf, shape.per_node + neighbours, ctx.slots[server_names(r)[0]].group, transfer)
     args += a + list(inf.extra_args) + list(extra)
     env += e
     instances = []
@@ -119,6 +131,8 @@ def servers(b, name: str, slot: Slot, tp: int, dp: int, extra: list[str], role_e
                 iports["kv"] = f"kv_{index}"  # the Mooncake bootstrap port
             elif pd_role and inf.kv_connector == "NixlConnector":  # NIXL: one side-channel port per engine (data-parallel rank) of the task
                 iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(shape.dp_local)})
+            if events and "http" in iports:  # the router subscribes to it (claimed with the job's ports)
+                iports["kv_events"] = f"kv_events_{index}"
             instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
     health = Health(
         kind="http",
@@ -128,36 +142,56 @@ def servers(b, name: str, slot: Slot, tp: int, dp: int, extra: list[str], role_e
         timeout=inf.startup_timeout,
         urls_var=f"URLS_{name.upper()}",
     )
-    b.add(
+    # ready means serving: a server no router fronts answers one completion first (a pooling server has none)
+    completion = None if routed or vllm.pooling(args) else r.model.served_model_name
+    ctx.add(Spec(
         name=name, role="inference", group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
-        tasks_per_node=shape.per_node, gpus_per_node=len(slot.gpus), stage=2, main=r.kind == "inference",
-        fail_fast=r.kind != "inference", health=health, instances=tuple(instances),
-        task=b.task(
-            name, prelude=[*shell.declare(*names), *prelude], env=env,
-            supervisor=b.supervise(
-                name, gpus=shell.gpu_slice(slot.gpus[0], shape.gpus, not multi), ready=ready),
-            command=(*b.py, *(vllm.SERVE if multi else vllm.ENTRY), *args),
+        tasks_per_node=shape.per_node, gpus_per_node=len(slot.gpus), stage=2,
+        main=r.kind == "inference" and ctx.serving_is_main, fail_fast=r.kind != "inference", health=health,
+        instances=tuple(instances), reads_model=True,
+        task=ctx.task(
+            Supervisor(name, gpus=shell.gpu_slice(slot.gpus[0], shape.gpus, not multi), ready=ready,
+                       ready_completion=completion),
+            prelude=[*shell.declare(*names), *prelude], env=env,
+            command=(*ctx.py, *(vllm.SERVE if multi else vllm.ENTRY), *args),
         ),
-    )
+    ))
 
 
-def inference(b) -> None:
-    inf = b.r.inference
+# ---- the engine protocol (slurmrl.plan.engines.base.Engine) -------------------------------------
+def check(r: Recipe) -> None:
+    lora.check(r)
+
+
+def serves(r: Recipe) -> bool:
+    return r.inference is not None and r.inference.backend != "dynamo"
+
+
+def place(ctx: Context) -> None:
+    placement.inference(ctx)
+
+
+def build(ctx: Context) -> None:
+    """The servers, then the Mooncake store and the router in front of them."""
+    inf = ctx.r.inference
     if inf.mode == "pd":
         specs = {role: getattr(inf, role) for role in ("prefill", "decode")}
-        per_node = {role: server_shape(b, b.slots[role], s.tp, s.dp, f"inference.{role}", s.nodes_per_worker).per_node
-                    for role, s in specs.items()}
+        shapes = {role: server_shape(ctx, ctx.slots[role], s.tp, s.dp, f"inference.{role}", s.nodes_per_worker)
+                  for role, s in specs.items()}
+    else:
+        shapes = {"inference": server_shape(ctx, ctx.slots["inference"], inf.tp, inf.dp, "inference")}
+    routed = services.router_enabled(inf, sum(ctx.slots[n].nodes * s.per_node for n, s in shapes.items()))
+    if inf.mode == "pd":
+        per_node = {role: shape.per_node for role, shape in shapes.items()}
         first = 0
         for role, spec in specs.items():
             others = sum(per_node.values()) - per_node[role] if inf.share_nodes else 0
-            servers(b, role, b.slots[role], spec.tp, spec.dp, spec.extra_args, spec.env, role, spec.expert_parallel,
-                    span=spec.nodes_per_worker, first_index=first, neighbours=others)
+            servers(ctx, role, ctx.slots[role], spec.tp, spec.dp, spec.extra_args, spec.env, role,
+                    spec.expert_parallel, routed, span=spec.nodes_per_worker, first_index=first, neighbours=others)
             if inf.share_nodes:
                 first += per_node[role]
     else:
         ep = inf.expert_parallel if inf.expert_parallel is not None else inf.mode == "wide_ep"
-        servers(b, "inference", b.slots["inference"], inf.tp, inf.dp, [], {}, None, ep)
-
-
-def server_names(b) -> tuple[str, ...]:
-    return ("prefill", "decode") if b.r.inference.mode == "pd" else ("inference",)
+        servers(ctx, "inference", ctx.slots["inference"], inf.tp, inf.dp, [], {}, None, ep, routed)
+    services.mooncake(ctx)
+    services.router(ctx, routed)
