@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 from slurmrl.errors import UserError
+from slurmrl.plan import parallel
 from slurmrl.plan.context import Context, Group
+from slurmrl.plan.parallel import Parallelism
 from slurmrl.plan.spec import Slot
 from slurmrl.recipe.schema import Recipe
 
@@ -35,58 +35,16 @@ def colocated(ctx: Context) -> dict[str, Slot]:
     }
 
 
-def worker_span(field: str, tp: int, dp: int, gpn: int, span: int | None) -> tuple[int, int]:
-    """(nodes per worker, GPUs per node of a worker) for one worker of tp x dp GPUs on nodes of
-    ``gpn`` GPUs: one node when it fits, else whole nodes (or ``span`` nodes when given)."""
-    size = tp * dp
-    if tp > gpn:
-        raise UserError(f"{field}.tp", f"tp={tp} needs more than the {gpn} GPUs of one node")
-    if span is None:
-        if size <= gpn:
-            return 1, size
-        if size % gpn:
-            raise UserError(
-                f"{field}.dp",
-                f"a worker of tp x dp = {size} GPUs spans whole nodes of {gpn} GPUs; make tp x dp a multiple of {gpn}",
-            )
-        return size // gpn, gpn
-    if size % span or (size // span) % tp or size // span > gpn:
-        raise UserError(
-            f"{field}.nodes_per_worker",
-            f"{span} nodes cannot hold a worker of tp x dp = {size} GPUs evenly (whole engines of tp={tp}, "
-            f"at most {gpn} GPUs per node)",
-        )
-    return span, size // span
-
-
 def pd_role(ctx: Context, role: str, group: Group | None = None, first_gpu: int = 0) -> Slot:
     """Nodes of one side of prefill/decode: as few as fit its workers, unless given."""
     gpn = ctx.r.slurm.gpus_per_node
     spec = getattr(ctx.r.inference, role)
     field = f"inference.{role}"
-    span, per = worker_span(field, spec.tp, spec.dp, gpn - first_gpu, spec.nodes_per_worker)
-    if span > 1:
-        nodes = spec.nodes or spec.replicas * span
-        if nodes != spec.replicas * span:
-            raise UserError(
-                f"{field}.nodes",
-                f"{spec.replicas} workers x {span} nodes each need {spec.replicas * span} nodes, not {nodes}",
-            )
-        gpus = per
-    else:
-        nodes = spec.nodes or (group.nodes if group is not None else math.ceil(spec.replicas * per / gpn))
-        if spec.replicas % nodes:
-            raise UserError(
-                f"{field}.replicas",
-                f"{spec.replicas} workers do not spread evenly over {nodes} nodes; use a multiple of {nodes}",
-            )
-        gpus = spec.replicas // nodes * per
-        if gpus > gpn - first_gpu:
-            left = f"; {first_gpu} go to prefill" if first_gpu else ""
-            raise UserError(
-                f"{field}.nodes",
-                f"{spec.replicas // nodes} workers x {per} GPUs per node need {gpus} GPUs; nodes have {gpn}{left}",
-            )
+    p = Parallelism(field, spec.tp, spec.dp)
+    span, per = parallel.worker_span(p, gpn - first_gpu, spec.nodes_per_worker)
+    left = f"; {first_gpu} go to prefill" if first_gpu else ""
+    shared = group.nodes if group is not None and span == 1 else None  # decode on prefill's nodes
+    nodes, gpus = parallel.spread(p, spec.replicas, span, per, gpn, spec.nodes or shared, first_gpu, left)
     if group is None:
         group = ctx.group(role, nodes, gpn)
     elif nodes != group.nodes:

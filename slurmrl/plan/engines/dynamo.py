@@ -20,15 +20,15 @@ Stops run in reverse start order: the frontend, then the workers, then NATS and 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from slurmrl import ports
 from slurmrl.errors import UserError
 from slurmrl.layout import dynamo_data_dir
-from slurmrl.plan import shell, vllm
+from slurmrl.plan import parallel, shell, vllm
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh
+from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.spec import Slot, Spec, Supervisor
 from slurmrl.recipe.schema import Dynamo, Inference, Recipe
 
@@ -175,17 +175,17 @@ class Role:
     engine_config: str | None
     expert_parallel: bool
 
+    @property
+    def slice(self) -> Slice:
+        """GPUs per task: a worker's (one task per worker), or a node's share of a worker spanning nodes."""
+        return Slice(self.span, self.per_node, self.tp if self.span == 1 else self.gpus_per_node)
 
-def _shape(r: Recipe, field: str, tp: int, gpn: int, engine: str) -> tuple[int, int]:
-    """(nodes per worker, workers per node) of workers of ``tp`` GPUs on nodes of ``gpn`` GPUs."""
-    if tp <= gpn:
-        return 1, gpn // tp
-    if engine != "trtllm":
-        raise UserError(f"{field}.tp", f"tp={tp} needs more than the {gpn} GPUs of one node; dynamo.{engine} "
-                        "workers run on one node (engine 'trtllm' spans nodes with MPI)")
-    if tp % gpn:
-        raise UserError(f"{field}.tp", f"a worker of tp={tp} spans whole nodes of {gpn} GPUs; use a multiple of {gpn}")
-    return tp // gpn, 1
+
+def _worker_span(r: Recipe, p: Parallelism, gpn: int) -> tuple[int, int]:
+    """(nodes per worker, its GPUs per node): a worker spans nodes only with engine 'trtllm' (MPI)."""
+    engine = settings(r.inference).engine
+    return parallel.worker_span(p, gpn, tp_spans=engine == "trtllm", one_node=f"; dynamo.{engine} workers run on "
+                                "one node (engine 'trtllm' spans nodes with MPI)")
 
 
 def roles(r: Recipe) -> list[Role]:
@@ -194,35 +194,20 @@ def roles(r: Recipe) -> list[Role]:
     out = []
     if inf.mode != "pd":
         n = inf.gpus_per_node or gpn
-        span, per_node = _shape(r, "inference", inf.tp, n, d.engine)
-        if span == 1 and n % inf.tp:
-            raise UserError("inference.tp", f"tp={inf.tp} does not divide the {n} inference GPUs per node")
-        if inf.nodes % span:
-            raise UserError("inference.nodes", f"{inf.nodes} nodes do not hold whole workers of {span} nodes "
-                            f"(tp={inf.tp}); use a multiple of {span}")
+        p = Parallelism("inference", inf.tp, by_tp=True)
+        span, _ = _worker_span(r, p, n)
+        per_node = parallel.per_node(p, n) if span == 1 else 1
+        parallel.whole_workers(p, inf.nodes, span)
         out.append(Role("inference", None, "inference", inf.nodes // span * per_node, inf.tp, span, per_node,
                         inf.nodes, n if span > 1 else per_node * inf.tp, (), {}, d.engine_config,
                         bool(inf.expert_parallel)))
     else:
         for name in ("prefill", "decode"):
             spec, field = getattr(inf, name), f"inference.{name}"
-            span, fit = _shape(r, field, spec.tp, gpn, d.engine)
-            if span > 1:
-                nodes = spec.nodes or spec.replicas * span
-                if nodes != spec.replicas * span:
-                    raise UserError(f"{field}.nodes", f"{spec.replicas} workers x {span} nodes each need "
-                                    f"{spec.replicas * span} nodes, not {nodes}")
-                per_node, used = 1, gpn
-            else:
-                nodes = spec.nodes or math.ceil(spec.replicas * spec.tp / gpn)
-                if spec.replicas % nodes:
-                    raise UserError(f"{field}.replicas", f"{spec.replicas} workers do not spread evenly over "
-                                    f"{nodes} nodes; use a multiple of {nodes}")
-                per_node = spec.replicas // nodes
-                used = per_node * spec.tp
-                if used > gpn:
-                    raise UserError(f"{field}.nodes", f"{per_node} workers x tp={spec.tp} per node need {used} "
-                                    f"GPUs; nodes have {gpn}")
+            p = Parallelism(field, spec.tp, by_tp=True)
+            span, per = _worker_span(r, p, gpn)
+            nodes, used = parallel.spread(p, spec.replicas, span, per, gpn, spec.nodes)
+            per_node = spec.replicas // nodes if span == 1 else 1
             config = getattr(d, f"{name}_engine_config") or d.engine_config
             out.append(Role(name, name, field, spec.replicas, spec.tp, span, per_node, nodes, used,
                             tuple(spec.extra_args), dict(spec.env), config, bool(getattr(spec, "expert_parallel", False))))
@@ -351,7 +336,7 @@ def workers(ctx: Context, role: Role, slot: Slot, head: int, first_index: int = 
     instances = []
     for node in range(slot.nodes):
         for local in range(role.per_node):
-            gpus = slot.gpus[local * role.tp:(local + 1) * role.tp]
+            gpus = role.slice.task_gpus(slot.gpus, local)
             iports = {"system": f"server_{first_index + local}"}
             if nixl:
                 iports["kv"] = f"nixl_{gpus[0]}"
@@ -375,8 +360,7 @@ def mpi_workers(ctx: Context, role: Role, slot: Slot, head: int) -> None:
         name = role.name if count == 1 else f"{role.name}-{w}"
         node = (w // role.per_node) * role.span
         local = w % role.per_node
-        first = slot.gpus[0] + local * role.tp if role.span == 1 else slot.gpus[0]
-        gpus = tuple(range(first, first + (role.tp if role.span == 1 else role.gpus_per_node)))
+        gpus = role.slice.task_gpus(slot.gpus, local)  # every rank of the node sees them (its local rank picks one)
         ranks_per_node = len(gpus)
         wslot = Slot(slot.group, node, role.span, gpus, shared=role.per_node > 1)
         system = f"server_{local}"

@@ -14,9 +14,10 @@ import random
 
 from slurmrl import envs, ports
 from slurmrl.errors import UserError
-from slurmrl.plan import shell, vllm
+from slurmrl.plan import parallel, shell, vllm
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh
+from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.rules import changed
 from slurmrl.plan.spec import Slot, Spec, Supervisor
 from slurmrl.recipe.schema import Recipe, template_fields
@@ -51,12 +52,11 @@ def check(r: Recipe) -> None:
                 raise UserError(f"judge.{name}", "only applies to kind 'generative' (a reward model returns its score)")
     gpn = r.slurm.gpus_per_node
     gpus = j.gpus_per_node or j.tp
-    if j.tp > gpn:
-        raise UserError("judge.tp", f"tp={j.tp} needs more than the {gpn} GPUs of one node")
+    p = parallelism(r)
+    parallel.worker_span(p, gpn)  # a judge server runs on one node
     if gpus > gpn:
         raise UserError("judge.gpus_per_node", f"{gpus} is more than the {gpn} GPUs per node (slurm.gpus_per_node)")
-    if gpus % j.tp:
-        raise UserError("judge.tp", f"tp={j.tp} does not divide the judge's {gpus} GPUs per node")
+    parallel.per_node(p, gpus, of=f"the judge's {gpus} GPUs")
     if j.placement == "inference":
         inf = r.inference
         if inf.mode != "replicas":
@@ -70,6 +70,11 @@ def check(r: Recipe) -> None:
             raise UserError("judge.nodes", f"{j.nodes} judge nodes, but the judge shares the inference nodes and there "
                             f"are {inf_nodes}")
     check_template(r)
+
+
+def parallelism(r: Recipe) -> Parallelism:
+    """A judge server: tp GPUs on one node (no data parallel of its own: more servers instead)."""
+    return Parallelism("judge", r.judge.tp, by_tp=True)
 
 
 def check_template(r: Recipe) -> None:
@@ -137,12 +142,13 @@ def build(ctx: Context) -> None:
     """The judge component (after the inference servers, whose ports it follows on shared nodes)."""
     r, j = ctx.r, ctx.r.judge
     where, first = ctx.slots["judge"], first_index(ctx)
-    per_node = len(where.gpus) // j.tp
+    shape = Slice(span=1, per_node=parallel.per_node(parallelism(r), len(where.gpus)), gpus=j.tp)
+    per_node = shape.per_node
     if first + per_node > ports.MAX_LOCAL:
         raise UserError("judge.gpus_per_node", f"{first + per_node} servers per node with the inference servers; at "
                         f"most {ports.MAX_LOCAL} are supported")
     instances = tuple(
-        Instance(rank=node * per_node + k, node=node, local=k, gpus=where.gpus[k * j.tp:(k + 1) * j.tp],
+        Instance(rank=node * per_node + k, node=node, local=k, gpus=shape.task_gpus(where.gpus, k),
                  ports={"http": f"server_{first + k}"})
         for node in range(where.nodes) for k in range(per_node)
     )

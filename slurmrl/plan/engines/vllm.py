@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from slurmrl import ports
 from slurmrl.errors import UserError
-from slurmrl.plan import lora, placement, router_rules, services, shell, vllm
+from slurmrl.plan import lora, parallel, placement, router_rules, services, shell, vllm
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh
+from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.placement import server_names
 from slurmrl.plan.spec import Slot, Spec, Supervisor
 from slurmrl.recipe.schema import Recipe
@@ -22,12 +23,9 @@ name = "vllm"
 
 
 @dataclass(frozen=True)
-class Shape:
+class Shape(Slice):
     """How one inference component's GPUs form workers (vLLM deployments)."""
 
-    per_node: int  # tasks per node: workers per node, or 1 when a worker spans nodes
-    gpus: int  # GPUs per task
-    span: int  # nodes per worker
     dp: int  # data-parallel ranks per worker
     dp_local: int  # data-parallel ranks per task
 
@@ -35,28 +33,20 @@ class Shape:
 def server_shape(ctx: Context, slot: Slot, tp: int, dp: int, where: str, span: int | None = None) -> Shape:
     """Workers of tp x dp GPUs on this slot, or a UserError naming the field."""
     inf, n = ctx.r.inference, len(slot.gpus)
-    if inf.mode == "wide_ep" and dp == 1:
-        if n % tp:
-            raise UserError("inference.tp", f"tp={tp} does not divide the {n} inference GPUs per node")
-        dp = n // tp * slot.nodes  # one deployment over every node
+    if inf.mode == "wide_ep" and dp == 1:  # one deployment over every node
+        dp = parallel.per_node(Parallelism("inference", tp, by_tp=True), n) * slot.nodes
+    p = Parallelism(where, tp, dp)
     if span is None:
-        span, _ = placement.worker_span(where, tp, dp, n, None)
+        span, _ = parallel.worker_span(p, n)
     if span > 1:
-        if n % tp or tp * dp != n * span:
+        if n % tp or p.size != n * span:
             raise UserError(f"{where}.tp", f"tp={tp} does not divide the {n} inference GPUs per node")
-        if slot.nodes % span:
-            raise UserError(
-                "inference.nodes" if where == "inference" else f"{where}.nodes",
-                f"{slot.nodes} nodes do not hold whole workers of {span} nodes (tp x dp = {tp * dp} GPUs); "
-                f"use a multiple of {span}",
-            )
-        return Shape(per_node=1, gpus=n, span=span, dp=dp, dp_local=n // tp)
-    sg = tp * dp
-    if n % sg:
-        raise UserError(f"{where}.tp", f"tp x dp = {sg} does not divide the {n} inference GPUs per node")
-    if n // sg > ports.MAX_LOCAL:
-        raise UserError(f"{where}.tp", f"{n // sg} servers per node; at most {ports.MAX_LOCAL} are supported")
-    return Shape(per_node=n // sg, gpus=sg, span=1, dp=dp, dp_local=dp)
+        parallel.whole_workers(p, slot.nodes, span)
+        return Shape(span=span, per_node=1, gpus=n, dp=dp, dp_local=n // tp)
+    per = parallel.per_node(p, n)
+    if per > ports.MAX_LOCAL:
+        raise UserError(f"{where}.tp", f"{per} servers per node; at most {ports.MAX_LOCAL} are supported")
+    return Shape(span=1, per_node=per, gpus=p.size, dp=dp, dp_local=dp)
 
 
 def vllm_env(ctx: Context, role_env: dict) -> list:
@@ -122,7 +112,7 @@ def servers(ctx: Context, name: str, slot: Slot, tp: int, dp: int, extra: list[s
     for node in range(slot.nodes):
         lead = node % shape.span == 0
         for local in range(shape.per_node):
-            gpus = slot.gpus[local * shape.gpus:(local + 1) * shape.gpus]
+            gpus = shape.task_gpus(slot.gpus, local)
             index = first_index + local
             iports = {"http": f"server_{index}"} if lead else {}
             if lead and shape.dp > 1:
