@@ -1,8 +1,11 @@
 """recipe -> plan. Pure: no I/O, no clock, no environment. Same recipe, same plan.
 
 This module assembles; each piece decides one thing: ``placement`` (het groups, nodes, GPU
-positions), ``servers`` (vLLM servers), ``services`` (router, Mooncake), ``training`` (trainer,
-orchestrator), ``directives`` (#SBATCH lines), ``vllm`` and ``shell`` (command lines).
+positions), ``engines/`` (one module per engine family: vLLM's servers and router, Dynamo, the
+judge, behind one protocol), ``parallel`` (tp x dp on nodes), ``services`` (router, Mooncake),
+``training`` (trainer, orchestrator), ``benchmark``, ``staging``, ``directives`` (#SBATCH lines),
+``vllm`` and ``shell`` (command lines). Builders add frozen ``spec.Spec`` objects to a
+``context.Context``; this module then splits CPUs, writes srun options and makes the ``Plan``.
 """
 
 from __future__ import annotations
@@ -123,7 +126,7 @@ class _Builder:
                 directives=group_directives(r, g.index, g.nodes, g.gpus_per_node, self._group_cpus(g), self.run_dir)
                 + topology.directives(r, g.name),
                 claim_srun=self.claim_srun(g),
-                check_srun=self.check_srun(g) if dynamo.enabled(r) else (),  # wide-EP leaves /dev/shm/moe_*
+                check_srun=self.check_srun(g) if dynamo.serves(r) else (),  # wide-EP leaves /dev/shm/moe_*
             )
             for g in ctx.groups
         )
@@ -186,7 +189,7 @@ class _Builder:
     def claim_srun(self, g: Group) -> tuple:
         """The short step that claims the job's port block on every node of group ``g``."""
         args: list = [f"--het-group={g.index}"] if len(self.ctx.groups) > 1 else []
-        args += [f"--job-name=ports", f"--nodes={g.nodes}", f"--ntasks={g.nodes}", "--ntasks-per-node=1",
+        args += ["--job-name=ports", f"--nodes={g.nodes}", f"--ntasks={g.nodes}", "--ntasks-per-node=1",
                  "--cpus-per-task=1", "--overlap"]
         if g.gpus_per_node:
             args.append("--gpus-per-node=0")
@@ -274,7 +277,6 @@ def plan(recipe: Recipe, run_dir: str, preflight: bool = False) -> Plan:
     With ``preflight`` every component runs ``slurmrl.runtime.probe`` in the same layout.
     """
     rules.check(recipe)
-    check_engines(recipe)
+    check_engines(recipe)  # each engine family's rules (vLLM's include a LoRA policy's, slurmrl.plan.lora)
     staging.check(recipe)
-    lora.check(recipe)
     return _Builder(lora.apply(recipe), run_dir, preflight).build()

@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 
 from slurmrl import ports
-from slurmrl.plan import router_rules
-from slurmrl.plan import shell
+from slurmrl.plan import router_rules, shell
 from slurmrl.plan.model import Arg, Cat, Sh
 from slurmrl.recipe.schema import Inference, Model
 

@@ -45,11 +45,8 @@ WORKER_ROLE = "dynamo-worker"
 FRONTEND_ROLE = "dynamo-frontend"
 
 
-def enabled(r: Recipe) -> bool:
+def serves(r: Recipe) -> bool:
     return r.inference is not None and r.inference.backend == "dynamo"
-
-
-serves = enabled
 
 
 def settings(inf: Inference) -> Dynamo:
