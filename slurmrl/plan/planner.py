@@ -14,11 +14,10 @@ from dataclasses import replace
 
 from slurmrl import ports
 from slurmrl.errors import UserError
-from slurmrl.plan import benchmark, lora, placement, rules, shell, staging, topology, training
+from slurmrl.plan import benchmark, engines, lora, placement, rules, shell, staging, topology, training
 from slurmrl.plan.context import Context, Group
 from slurmrl.plan.directives import group_directives
-from slurmrl.plan.engines import ENGINES, dynamo
-from slurmrl.plan.engines import check as check_engines
+from slurmrl.plan.engines import dynamo
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep
 from slurmrl.plan.spec import Spec
 from slurmrl.recipe.schema import Recipe, time_seconds
@@ -103,7 +102,7 @@ class _Builder:
     def build(self) -> Plan:
         r, ctx = self.r, self.ctx
         placement.layout(ctx)  # the trainer's nodes, or the one node it shares with inference
-        for engine in ENGINES:  # vLLM servers and router, or Dynamo; then the judge
+        for engine in engines.ENGINES:  # vLLM servers and router, or Dynamo; then the judge (one registry)
             if engine.serves(r):
                 engine.place(ctx)
                 engine.build(ctx)
@@ -277,6 +276,6 @@ def plan(recipe: Recipe, run_dir: str, preflight: bool = False) -> Plan:
     With ``preflight`` every component runs ``slurmrl.runtime.probe`` in the same layout.
     """
     rules.check(recipe)
-    check_engines(recipe)  # each engine family's rules (vLLM's include a LoRA policy's, slurmrl.plan.lora)
+    engines.check(recipe)  # each engine family's rules (vLLM's include a LoRA policy's, slurmrl.plan.lora)
     staging.check(recipe)
     return _Builder(lora.apply(recipe), run_dir, preflight).build()
