@@ -73,6 +73,12 @@ def test_workers_per_node_and_their_gpus():
     s = Slice(span=1, per_node=4, gpus=2)
     assert s.gpus_per_node == 8
     assert [s.task_gpus(tuple(range(2, 10)), k) for k in range(4)] == [(2, 3), (4, 5), (6, 7), (8, 9)]
+    assert list(Slice(span=1, per_node=2, gpus=1).tasks((4, 5), nodes=2)) == [
+        (0, 0, (4,)), (0, 1, (5,)), (1, 0, (4,)), (1, 1, (5,))]
+    wide = Slice(span=2, per_node=1, gpus=8)  # one worker over two nodes: only the first serves
+    assert [wide.leads(n) for n in range(4)] == [True, False, True, False]
+    assert [wide.worker_at(w) for w in range(2)] == [(0, 0), (2, 0)]
+    assert [s.worker_at(w) for w in (0, 3, 4, 9)] == [(0, 0), (0, 3), (1, 0), (2, 1)]
 
 
 def test_replicas_spread_over_as_few_nodes_as_hold_them_unless_given():

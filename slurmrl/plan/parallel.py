@@ -9,6 +9,7 @@ replicas spread over nodes. Every refusal names the recipe field it comes from
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from slurmrl.errors import UserError
@@ -51,6 +52,20 @@ class Slice:
     def task_gpus(self, positions: tuple[int, ...], local: int) -> tuple[int, ...]:
         """The GPU positions task ``local`` of a node takes from the component's ``positions``."""
         return positions[local * self.gpus:(local + 1) * self.gpus]
+
+    def tasks(self, positions: tuple[int, ...], nodes: int) -> Iterator[tuple[int, int, tuple[int, ...]]]:
+        """(node, local, GPU positions) of every task of a component over ``nodes`` nodes, in rank order."""
+        for node in range(nodes):
+            for local in range(self.per_node):
+                yield node, local, self.task_gpus(positions, local)
+
+    def leads(self, node: int) -> bool:
+        """``node`` is a worker's first node (the one that serves its API)."""
+        return node % self.span == 0
+
+    def worker_at(self, worker: int) -> tuple[int, int]:
+        """(first node, local index) of worker number ``worker``: a node's workers fill it first."""
+        return worker // self.per_node * self.span, worker % self.per_node
 
 
 def worker_span(p: Parallelism, gpn: int, span: int | None = None, tp_spans: bool = False,

@@ -330,14 +330,12 @@ def workers(ctx: Context, role: Role, slot: Slot, head: int, first_index: int = 
     if nixl:  # one side-channel port per worker, indexed by its first GPU: TP ranks add to it
         env += [("VLLM_NIXL_SIDE_CHANNEL_HOST", Sh(sh="$(hostname)")),
                 ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh=shell.per_task("nixl", slot.gpus[0], role.tp)))]
-    instances = []
-    for node in range(slot.nodes):
-        for local in range(role.per_node):
-            gpus = role.slice.task_gpus(slot.gpus, local)
-            iports = {"system": f"server_{first_index + local}"}
-            if nixl:
-                iports["kv"] = f"nixl_{gpus[0]}"
-            instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
+    instances: list[Instance] = []
+    for node, local, gpus in role.slice.tasks(slot.gpus, slot.nodes):
+        iports = {"system": f"server_{first_index + local}"}
+        if nixl:
+            iports["kv"] = f"nixl_{gpus[0]}"
+        instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
     ctx.add(Spec(
         name=role.name, role=WORKER_ROLE, group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
         tasks_per_node=role.per_node, gpus_per_node=len(slot.gpus), stage=2, main=ctx.serving_is_main,
@@ -355,8 +353,7 @@ def mpi_workers(ctx: Context, role: Role, slot: Slot, head: int) -> None:
     count = role.replicas
     for w in range(count):
         name = role.name if count == 1 else f"{role.name}-{w}"
-        node = (w // role.per_node) * role.span
-        local = w % role.per_node
+        node, local = role.slice.worker_at(w)
         gpus = role.slice.task_gpus(slot.gpus, local)  # every rank of the node sees them (its local rank picks one)
         ranks_per_node = len(gpus)
         wslot = Slot(slot.group, node, role.span, gpus, shared=role.per_node > 1)

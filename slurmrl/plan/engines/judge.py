@@ -148,9 +148,8 @@ def build(ctx: Context) -> None:
         raise UserError("judge.gpus_per_node", f"{first + per_node} servers per node with the inference servers; at "
                         f"most {ports.MAX_LOCAL} are supported")
     instances = tuple(
-        Instance(rank=node * per_node + k, node=node, local=k, gpus=shape.task_gpus(where.gpus, k),
-                 ports={"http": f"server_{first + k}"})
-        for node in range(where.nodes) for k in range(per_node)
+        Instance(rank=node * per_node + k, node=node, local=k, gpus=gpus, ports={"http": f"server_{first + k}"})
+        for node, k, gpus in shape.tasks(where.gpus, where.nodes)
     )
     env = sorted(j.env.items())
     cmd = command(ctx)

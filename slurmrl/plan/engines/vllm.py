@@ -108,22 +108,20 @@ def servers(ctx: Context, name: str, slot: Slot, tp: int, dp: int, extra: list[s
     a, e = vllm.offload(inf, shape.per_node + neighbours, ctx.slots[server_names(r)[0]].group, transfer)
     args += a + list(inf.extra_args) + list(extra)
     env += e
-    instances = []
-    for node in range(slot.nodes):
-        lead = node % shape.span == 0
-        for local in range(shape.per_node):
-            gpus = shape.task_gpus(slot.gpus, local)
-            index = first_index + local
-            iports = {"http": f"server_{index}"} if lead else {}
-            if lead and shape.dp > 1:
-                iports["dp_rpc"] = f"dprpc_{index}"
-            if pd_role == "prefill" and inf.kv_connector == "MooncakeConnector" and lead:
-                iports["kv"] = f"kv_{index}"  # the Mooncake bootstrap port
-            elif pd_role and inf.kv_connector == "NixlConnector":  # NIXL: one side-channel port per engine (data-parallel rank) of the task
-                iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(shape.dp_local)})
-            if events and "http" in iports:  # the router subscribes to it (claimed with the job's ports)
-                iports["kv_events"] = f"kv_events_{index}"
-            instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
+    instances: list[Instance] = []
+    for node, local, gpus in shape.tasks(slot.gpus, slot.nodes):
+        lead = shape.leads(node)
+        index = first_index + local
+        iports = {"http": f"server_{index}"} if lead else {}
+        if lead and shape.dp > 1:
+            iports["dp_rpc"] = f"dprpc_{index}"
+        if pd_role == "prefill" and inf.kv_connector == "MooncakeConnector" and lead:
+            iports["kv"] = f"kv_{index}"  # the Mooncake bootstrap port
+        elif pd_role and inf.kv_connector == "NixlConnector":  # NIXL: one side-channel port per engine (data-parallel rank) of the task
+            iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(shape.dp_local)})
+        if events and "http" in iports:  # the router subscribes to it (claimed with the job's ports)
+            iports["kv_events"] = f"kv_events_{index}"
+        instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
     health = Health(
         kind="http",
         ports=tuple(f"server_{first_index + i}" for i in range(shape.per_node)),
