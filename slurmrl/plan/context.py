@@ -6,7 +6,7 @@ Builders (``slurmrl.plan.engines``, services, training) read the recipe from it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from slurmrl.errors import UserError
 from slurmrl.plan import staging
@@ -72,10 +72,6 @@ class Context:
 
     def has(self, name: str) -> bool:
         return any(c.name == name for c in self.specs)
-
-    def update(self, name: str, **changes) -> None:
-        """Replace a placed spec's fields (a frozen spec is never edited in place)."""
-        self.specs = [replace(c, **changes) if c.name == name else c for c in self.specs]
 
     # ---- what each task runs ------------------------------------------------------------
     def task(self, supervisor: Supervisor, command: tuple[Arg, ...] | list[Arg], prelude=(), env=()) -> Task:

@@ -79,7 +79,7 @@ def parallelism(r: Recipe) -> Parallelism:
 
 def check_template(r: Recipe) -> None:
     """Placeholders the built-in environment's tasks cannot fill (a custom one's are checked as it scores)."""
-    j, o = r.judge, r.orchestrator
+    o = r.orchestrator
     if o is None or o.environment != "judge":
         return
     source = o.environment_args.get("prompts_from")
