@@ -60,15 +60,14 @@ def vllm_env(ctx: Context, role_env: dict) -> list:
     return env
 
 
-def servers(ctx: Context, name: str, slot: Slot, tp: int, dp: int, extra: list[str], role_env: dict,
-            pd_role: str | None, expert_parallel: bool, routed: bool, span: int | None = None, first_index: int = 0,
+def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: list[str], role_env: dict,
+            pd_role: str | None, expert_parallel: bool, routed: bool, first_index: int = 0,
             neighbours: int = 0) -> None:
-    """One inference component: its workers' vLLM command line, once, with per-task values in the
-    prelude. ``first_index``: the first per-node port index it may use, ``neighbours``: servers of
-    other components on the same nodes (P/D sharing nodes); ``routed``: vllm-router fronts it."""
+    """One inference component of workers of ``shape`` on ``slot``: their vLLM command line, once,
+    with per-task values in the prelude. ``first_index``: the first per-node port index it may use,
+    ``neighbours``: servers of other components on the same nodes (P/D sharing nodes); ``routed``:
+    vllm-router fronts it."""
     r, inf = ctx.r, ctx.r.inference
-    where = f"inference.{pd_role}" if pd_role else "inference"
-    shape = server_shape(ctx, slot, tp, dp, where, span)
     if r.placement.share_gpus and inf.gpu_memory_utilization is None:
         inf = inf.model_copy(update={"gpu_memory_utilization": 0.45})
         ctx.warnings.append("inference.gpu_memory_utilization set to 0.45: the trainer shares the GPU")
@@ -148,6 +147,7 @@ def servers(ctx: Context, name: str, slot: Slot, tp: int, dp: int, extra: list[s
 
 # ---- the engine protocol (slurmrl.plan.engines.base.Engine) -------------------------------------
 def check(r: Recipe) -> None:
+    """vLLM's own rules beyond the recipe's (``slurmrl.plan.rules``): a LoRA policy its servers hot-load."""
     lora.check(r)
 
 
@@ -156,11 +156,13 @@ def serves(r: Recipe) -> bool:
 
 
 def place(ctx: Context) -> None:
+    """The servers' het groups (or prefill's and decode's), after the trainer's (``placement``)."""
     placement.inference(ctx)
 
 
 def build(ctx: Context) -> None:
-    """The servers, then the Mooncake store and the router in front of them."""
+    """The servers (sized first: the router runs in front of more than one), then the Mooncake store
+    and the router."""
     inf = ctx.r.inference
     if inf.mode == "pd":
         specs = {role: getattr(inf, role) for role in ("prefill", "decode")}
@@ -174,12 +176,12 @@ def build(ctx: Context) -> None:
         first = 0
         for role, spec in specs.items():
             others = sum(per_node.values()) - per_node[role] if inf.share_nodes else 0
-            servers(ctx, role, ctx.slots[role], spec.tp, spec.dp, spec.extra_args, spec.env, role,
-                    spec.expert_parallel, routed, span=spec.nodes_per_worker, first_index=first, neighbours=others)
+            servers(ctx, role, ctx.slots[role], shapes[role], spec.tp, spec.extra_args, spec.env, role,
+                    spec.expert_parallel, routed, first_index=first, neighbours=others)
             if inf.share_nodes:
                 first += per_node[role]
     else:
         ep = inf.expert_parallel if inf.expert_parallel is not None else inf.mode == "wide_ep"
-        servers(ctx, "inference", ctx.slots["inference"], inf.tp, inf.dp, [], {}, None, ep, routed)
+        servers(ctx, "inference", ctx.slots["inference"], shapes["inference"], inf.tp, [], {}, None, ep, routed)
     services.mooncake(ctx)
     services.router(ctx, routed)
