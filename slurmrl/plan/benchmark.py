@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from slurmrl import layout
 from slurmrl.errors import UserError
+from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Instance, Sh
+from slurmrl.plan.spec import Spec, Supervisor
 from slurmrl.recipe.schema import time_seconds
 
 BENCH_CPUS = 2  # the asyncio client and the tokenizer that makes the random prompts
@@ -24,45 +26,43 @@ PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 FRONTS = ("router", "frontend")  # what clients talk to when the job has one: vllm-router, Dynamo's frontend
 
 
-def endpoint(b) -> tuple[dict, Sh]:
+def endpoint(ctx: Context) -> tuple[Spec, Sh]:
     """(the component the load goes to, its URL as the batch shell exports it once it is ready):
     the router's or frontend's, else the one vLLM server's."""
-    front = next((c for c in b.comps if c["name"] in FRONTS), None)
+    front = next((c for c in ctx.specs if c.name in FRONTS), None)
     if front is not None:
-        return front, Sh(sh=f"${{{front['health'].urls_var}}}")
-    servers = [c for c in b.comps if c["role"] == "inference"]
-    serving = [i for c in servers for i in c["instances"]
-               if "http" in i.ports and not (c["health"].first_node_only and i.node)]
+        return front, Sh(sh=f"${{{front.health.urls_var}}}")
+    servers = [c for c in ctx.specs if c.role == "inference"]
+    serving = [i for c in servers for i in c.instances
+               if "http" in i.ports and not (c.health.first_node_only and i.node)]
     if len(serving) != 1:
         raise UserError(
             "inference.router.enabled",
             f"the benchmark needs one address to load, and the job has {len(serving)} servers without a router; "
             "enable the router",
         )
-    return servers[0], Sh(sh=f"${{{servers[0]['health'].urls_var}}}")
+    return servers[0], Sh(sh=f"${{{servers[0].health.urls_var}}}")
 
 
-def benchmark(b) -> None:
-    r, bench = b.r, b.r.benchmark
+def benchmark(ctx: Context) -> None:
+    r, bench = ctx.r, ctx.r.benchmark
     if bench is None:
         return
-    front, url = endpoint(b)
-    head = b.groups[front["group"]]
-    b.reserve(head, 0, BENCH_CPUS, "the benchmark")
+    front, url = endpoint(ctx)
+    head = ctx.groups[front.group]
+    ctx.reserve(head, 0, BENCH_CPUS, "the benchmark")
     if bench.num_prompts < max(bench.concurrencies):
-        b.warnings.append(
+        ctx.warnings.append(
             f"benchmark.num_prompts ({bench.num_prompts}) is below the largest concurrency "
             f"({max(bench.concurrencies)}): that point never has that many requests in flight"
         )
     if bench.timeout > time_seconds(r.slurm.time):
-        b.warnings.append(f"benchmark.timeout ({bench.timeout} s) is longer than slurm.time ({r.slurm.time})")
-    if bench.then == "stop":  # the job completes with the benchmark, not with the servers
-        for c in b.comps:
-            c["main"] = False
+        ctx.warnings.append(f"benchmark.timeout ({bench.timeout} s) is longer than slurm.time ({r.slurm.time})")
+    # then = "stop": the job completes with the benchmark, not with the servers (ctx.serving_is_main)
     vllm_args: list[Arg] = [
         "--base-url", url,
         "--dataset-name", "random",
-        "--model", r.model.path,
+        "--model", ctx.model_path(),  # the tokenizer: the node-local copy with model.stage
         "--served-model-name", r.model.served_model_name,
         "--num-prompts", str(bench.num_prompts),
     ]
@@ -72,7 +72,7 @@ def benchmark(b) -> None:
         vllm_args.append("--trust-remote-code")
     vllm_args += ["--percentile-metrics", PERCENTILE_METRICS, "--disable-tqdm", *bench.extra_args]
     command = [
-        *b.py, "-m", "slurmrl.runtime.bench",
+        *ctx.py, "-m", "slurmrl.runtime.bench",
         "--out", Sh(sh="${RUN_DIR}/" + layout.BENCHMARK),
         "--concurrencies", *map(str, bench.concurrencies),
         "--input-lens", *map(str, bench.input_lens),
@@ -81,13 +81,10 @@ def benchmark(b) -> None:
         "--then", bench.then,
         "--", *vllm_args,
     ]
-    b.add(
+    ctx.add(Spec(
         name="benchmark", role="benchmark", group=head.index, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=BENCH_CPUS, gpus_per_node=0, stage=STAGE, main=bench.then == "stop", health=None,
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={}),),
-        task=b.task(
-            "benchmark",
-            supervisor=b.supervise("benchmark", ready="started"),
-            command=tuple(command),
-        ),
-    )
+        reads_model=True,
+        task=ctx.task(Supervisor("benchmark", ready="started"), command=tuple(command)),
+    ))

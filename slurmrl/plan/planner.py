@@ -1,19 +1,25 @@
 """recipe -> plan. Pure: no I/O, no clock, no environment. Same recipe, same plan.
 
 This module assembles; each piece decides one thing: ``placement`` (het groups, nodes, GPU
-positions), ``servers`` (vLLM servers), ``services`` (router, Mooncake), ``training`` (trainer,
-orchestrator), ``directives`` (#SBATCH lines), ``vllm`` and ``shell`` (command lines).
+positions), ``engines/`` (one module per engine family: vLLM's servers and router, Dynamo, the
+judge, behind one protocol), ``parallel`` (tp x dp on nodes), ``services`` (router, Mooncake),
+``training`` (trainer, orchestrator), ``benchmark``, ``staging``, ``directives`` (#SBATCH lines),
+``vllm`` and ``shell`` (command lines). Builders add frozen ``spec.Spec`` objects to a
+``context.Context``; this module then splits CPUs, writes srun options and makes the ``Plan``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace
 
-from slurmrl.errors import UserError
 from slurmrl import ports
-from slurmrl.plan import benchmark, dynamo, judge, lora, placement, rules, servers, services, serving, shell, staging, topology, training
+from slurmrl.errors import UserError
+from slurmrl.plan import benchmark, engines, lora, placement, rules, shell, staging, topology, training
+from slurmrl.plan.context import Context, Group
 from slurmrl.plan.directives import group_directives
-from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep, Task
+from slurmrl.plan.engines import dynamo
+from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep
+from slurmrl.plan.spec import Spec
 from slurmrl.recipe.schema import Recipe, time_seconds
 
 # Stages, in start order. Each waits for the previous stage's readiness checks.
@@ -27,103 +33,39 @@ STAGES = (
 )
 
 
-@dataclass
-class _Group:
-    index: int
-    name: str
-    nodes: int
-    gpus_per_node: int
-    roles: list[str] = field(default_factory=list)
-    reserved: dict[int, int] = field(default_factory=dict)  # node -> CPUs taken by services
-
-
 class _Builder:
+    """Assembles a ``Plan`` from what the builders put into the ``Context``."""
+
     def __init__(self, r: Recipe, run_dir: str, preflight: bool):
         self.r = r
         self.run_dir = run_dir
-        self.preflight = preflight
-        self.groups: list[_Group] = []
-        self.comps: list[dict] = []
-        self.warnings: list[str] = []
-        self.slots: dict[str, placement.Slot] = {}
-        self.staging: tuple = ()  # model.stage: the copy steps (slurmrl.plan.staging)
-        self.py = (
-            ("uv", "run", "--project", r.python.uv_project, r.python.executable)
-            if r.python.uv_project
-            else (r.python.executable,)
-        )
-
-    # ---- groups and components ----------------------------------------------------------
-    def group(self, name: str, nodes: int, gpus_per_node: int) -> _Group:
-        g = _Group(len(self.groups), name, nodes, gpus_per_node)
-        self.groups.append(g)
-        return g
-
-    def reserve(self, g: _Group, node: int, cpus: int, what: str) -> None:
-        g.reserved[node] = g.reserved.get(node, 0) + cpus
-        if g.reserved[node] >= self.r.slurm.cpus_per_node and g.gpus_per_node > 0:
-            raise UserError(
-                "slurm.cpus_per_node",
-                f"{self.r.slurm.cpus_per_node} CPUs per node leave nothing for the GPU steps on node {node} "
-                f"of group {g.name!r} after {what}; raise it",
-            )
-
-    def add(self, **c) -> None:
-        g = self.groups[c["group"]]
-        label = c["name"] if c["role"] == "inference" else c["role"]
-        if label not in g.roles:
-            g.roles.append(label)
-        c.setdefault("overlap", False)
-        c.setdefault("main", False)
-        c.setdefault("fail_fast", True)
-        self.comps.append(c)
-
-    def comp(self, name: str) -> dict:
-        return next(c for c in self.comps if c["name"] == name)
-
-    def has(self, name: str) -> bool:
-        return any(c["name"] == name for c in self.comps)
-
-    # ---- what each task runs ------------------------------------------------------------
-    def supervise(self, name: str, gpus: str | Sh | None = None, ready: Sh | None = None,
-                  cuda_runtime: bool = False, heartbeat: int = 0) -> tuple[Arg, ...]:
-        """``python -m slurmrl.runtime.supervise NAME [--gpus FIRST:COUNT] [--ready URL] --``"""
-        argv: list[Arg] = [*self.py, "-m", "slurmrl.runtime.supervise", name]
-        if gpus is not None:
-            argv += ["--gpus", gpus]
-        if ready is not None:
-            argv += ["--ready", ready]
-        if heartbeat:
-            argv += ["--heartbeat", str(heartbeat)]
-        if cuda_runtime:
-            argv.append("--cuda-runtime")
-        return (*argv, "--")
-
-    def task(self, name: str, command: tuple, supervisor: tuple = (), prelude=(), env=()) -> Task:
-        """The task function's body; in a preflight every component runs the probe instead."""
-        if self.preflight:
-            return Task(env=tuple(env), command=(*self.py, "-m", "slurmrl.runtime.probe", name))
-        return Task(prelude=tuple(prelude), env=tuple(env), supervisor=supervisor, command=tuple(command))
+        self.ctx = Context(r, run_dir, preflight)
 
     # ---- cpu split ----------------------------------------------------------------------
-    def split_cpus(self) -> None:
+    def split_cpus(self, specs: list[Spec]) -> list[Spec]:
         """CPUs per task of each GPU component: what services leave on a node, shared by GPU count."""
-        slots = [(c, c["slot"]) for c in self.comps if c.get("slot")]
-        for c, s in slots:
-            g = self.groups[s.group]
+        slots = [s.slot for s in specs if s.slot]
+        out = []
+        for c in specs:
+            s = c.slot
+            if s is None:
+                out.append(c)
+                continue
+            g = self.ctx.groups[s.group]
             shares = []
             for node in range(s.first_node, s.first_node + s.nodes):
                 free = self.r.slurm.cpus_per_node - g.reserved.get(node, 0)
-                total = sum(len(o.gpus) for _, o in slots if o.group == s.group and o.first_node <= node < o.first_node + o.nodes)
+                total = sum(len(o.gpus) for o in slots if o.group == s.group and o.first_node <= node < o.first_node + o.nodes)
                 shares.append(free * len(s.gpus) // total)
-            per_task = min(shares) // c["tasks_per_node"]
+            per_task = min(shares) // c.tasks_per_node
             if per_task < 1:
                 raise UserError(
                     "slurm.cpus_per_node",
-                    f"{self.r.slurm.cpus_per_node} CPUs per node are too few for {c['tasks_per_node']} "
-                    f"{c['name']} tasks per node in group {g.name!r}; raise it",
+                    f"{self.r.slurm.cpus_per_node} CPUs per node are too few for {c.tasks_per_node} "
+                    f"{c.name} tasks per node in group {g.name!r}; raise it",
                 )
-            c["cpus_per_task"] = per_task
+            out.append(replace(c, cpus_per_task=per_task))
+        return out
 
     def warn_early_signal(self) -> None:
         """The warning signal must not fire before the servers may take their startup_timeout."""
@@ -132,57 +74,49 @@ class _Builder:
             return
         fires_at = time_seconds(s.time) - int(s.signal.split("@")[1])
         if fires_at < inf.startup_timeout:
-            self.warnings.append(
+            self.ctx.warnings.append(
                 f"slurm.signal {s.signal} fires {max(fires_at, 0)} s into a {s.time} job, before "
                 f"inference.startup_timeout ({inf.startup_timeout} s) is up: a job that is not ready by then ends "
                 "without a requeue; raise slurm.time or lower startup_timeout"
             )
 
-    def thread_pools(self) -> None:
+    @staticmethod
+    def thread_pools(specs: list[Spec]) -> list[Spec]:
         """One OpenMP thread pool per trainer process, sized to its CPUs."""
-        for c in self.comps:
-            if c["role"] == "trainer" and not any(k == "OMP_NUM_THREADS" for k, _ in c["task"].env):
-                omp = str(max(1, c["cpus_per_task"] // len(c["slot"].gpus)))
-                c["task"] = c["task"].model_copy(update={"env": (("OMP_NUM_THREADS", omp), *c["task"].env)})
+        out = []
+        for c in specs:
+            if c.role == "trainer" and not any(k == "OMP_NUM_THREADS" for k, _ in c.task.env):
+                omp = str(max(1, c.cpus_per_task // len(c.slot.gpus)))
+                c = replace(c, task=c.task.model_copy(update={"env": (("OMP_NUM_THREADS", omp), *c.task.env)}))
+            out.append(c)
+        return out
 
     def trim_gpus(self) -> None:
         """Ask Slurm only for the GPUs the plan uses (others may share the node)."""
-        for g in self.groups:
-            used = [i for c in self.comps if c.get("slot") and c["group"] == g.index for i in c["slot"].gpus]
+        for g in self.ctx.groups:
+            used = [i for c in self.ctx.specs if c.slot and c.group == g.index for i in c.slot.gpus]
             if g.gpus_per_node:
                 g.gpus_per_node = max(used) + 1 if used else 0
 
     # ---- assemble -----------------------------------------------------------------------
     def build(self) -> Plan:
-        r = self.r
-        self.slots = dynamo.layout(self) if dynamo.enabled(r) else placement.layout(self)
-        if dynamo.enabled(r):
-            dynamo.components(self)  # etcd, NATS, frontend and workers in place of servers and router
-        elif r.inference is not None:
-            servers.inference(self)
-            services.mooncake(self)
-            services.router(self)
-        benchmark.benchmark(self)  # after the router or Dynamo's frontend: what it loads
-        judge.place(self)  # after the inference servers: on shared nodes its ports follow theirs
+        r, ctx = self.r, self.ctx
+        placement.layout(ctx)  # the trainer's nodes, or the one node it shares with inference
+        for engine in engines.ENGINES:  # vLLM servers and router, or Dynamo; then the judge (one registry)
+            if engine.serves(r):
+                engine.place(ctx)
+                engine.build(ctx)
+        benchmark.benchmark(ctx)  # after the router or Dynamo's frontend: what it loads
         if r.trainer is not None:
-            training.trainer(self)
+            training.trainer(ctx)
         if r.orchestrator is not None:
-            training.orchestrator(self)
-        serving.apply(self)  # ready means serving: the fronts' readiness includes one completion
-        staging.apply(self)  # model.stage: servers read the node-local copy the staging steps make
-        topology.check(r, {g.name: g.nodes for g in self.groups})
-        self.split_cpus()
+            training.orchestrator(ctx)
+        ctx.staging = staging.steps(r, ctx.specs, ctx.groups, ctx.py, ctx.preflight)
+        topology.check(r, {g.name: g.nodes for g in ctx.groups})
+        specs = self.thread_pools(self.split_cpus(ctx.specs))
         self.warn_early_signal()
-        self.thread_pools()
         self.trim_gpus()
-        comps = []
-        for c in sorted(self.comps, key=lambda c: c["stage"]):
-            slot = c.pop("slot", None)
-            shared = slot is not None and slot.shared
-            fail_fast = c.pop("fail_fast")
-            c["gpus_per_node"] = self.groups[c["group"]].gpus_per_node if shared else c["gpus_per_node"]
-            c["overlap"] = shared
-            comps.append(Component(**c, srun=self.srun_args(c, fail_fast)))
+        comps = [self.component(c) for c in sorted(specs, key=lambda c: c.stage)]
         stage_ids = sorted({c.stage for c in comps})
         groups = tuple(
             HetGroup(
@@ -191,12 +125,12 @@ class _Builder:
                 directives=group_directives(r, g.index, g.nodes, g.gpus_per_node, self._group_cpus(g), self.run_dir)
                 + topology.directives(r, g.name),
                 claim_srun=self.claim_srun(g),
-                check_srun=self.check_srun(g) if dynamo.enabled(r) else (),  # wide-EP leaves /dev/shm/moe_*
+                check_srun=self.check_srun(g) if dynamo.serves(r) else (),  # wide-EP leaves /dev/shm/moe_*
             )
-            for g in self.groups
+            for g in ctx.groups
         )
         return Plan(
-            name=r.name, kind=r.kind, preflight=self.preflight, job_name=r.slurm.job_name or r.name, groups=groups,
+            name=r.name, kind=r.kind, preflight=ctx.preflight, job_name=r.slurm.job_name or r.name, groups=groups,
             components=tuple(comps),
             stages=tuple(
                 Stage(index=i, title=dict(STAGES)[s], components=tuple(c.name for c in comps if c.stage == s))
@@ -205,56 +139,66 @@ class _Builder:
             ports={k: ports.offset(k) for k in sorted(_ports_used(comps), key=ports.offset)},
             port_base=r.placement.port_base,
             container_flags=container_flags(r, self.run_dir),
-            python=self.py, venv=r.python.venv, modules=tuple(r.python.modules), setup=tuple(r.python.setup),
+            python=ctx.py, venv=r.python.venv, modules=tuple(r.python.modules), setup=tuple(r.python.setup),
             env=dict(r.env), services=tuple(c.name for c in comps if c.stage in (0, 3)),
             requeue=r.slurm.requeue, max_requeues=r.slurm.max_requeues,
             max_total_seconds=time_seconds(r.slurm.max_total_time) if r.slurm.max_total_time else None,
             signal=r.slurm.signal.split("@")[0], grace_seconds=r.slurm.grace_seconds,
             stop_order=stop_order(comps, r.slurm.grace_seconds),
-            warnings=tuple(self.warnings),
-            image_import=staging.image_import(r), staging=self.staging,
-            nvlink_domain=tuple(g.index for g in self.groups if g.name in r.slurm.nvlink_domain),
+            warnings=tuple(ctx.warnings),
+            image_import=staging.image_import(r), staging=ctx.staging,
+            nvlink_domain=tuple(g.index for g in ctx.groups if g.name in r.slurm.nvlink_domain),
         )
 
-    def srun_args(self, c: dict, fail_fast: bool) -> tuple:
+    def component(self, c: Spec) -> Component:
+        """A spec as the plan shows it: a step sharing its node's GPUs asks for all of them."""
+        shared = c.slot is not None and c.slot.shared
+        gpus = self.ctx.groups[c.group].gpus_per_node if shared else c.gpus_per_node
+        return Component(
+            name=c.name, role=c.role, group=c.group, first_node=c.first_node, nodes=c.nodes,
+            tasks_per_node=c.tasks_per_node, cpus_per_task=c.cpus_per_task, gpus_per_node=gpus, overlap=shared,
+            stage=c.stage, main=c.main, task=c.task, health=c.health, instances=c.instances, settings=c.settings,
+            mpi=c.mpi, srun=self.srun_args(c, gpus, shared),
+        )
+
+    def srun_args(self, c: Spec, gpus: int, overlap: bool) -> tuple:
         """One srun builder for every component."""
         args: list = []
-        if len(self.groups) > 1:
-            args.append(f"--het-group={c['group']}")
+        if len(self.ctx.groups) > 1:
+            args.append(f"--het-group={c.group}")
         args += [
-            f"--job-name={c['name']}", f"--nodes={c['nodes']}", f"--relative={c['first_node']}",
-            f"--ntasks={c['nodes'] * c['tasks_per_node']}", f"--ntasks-per-node={c['tasks_per_node']}",
-            f"--cpus-per-task={c['cpus_per_task']}", "--exact",
+            f"--job-name={c.name}", f"--nodes={c.nodes}", f"--relative={c.first_node}",
+            f"--ntasks={c.nodes * c.tasks_per_node}", f"--ntasks-per-node={c.tasks_per_node}",
+            f"--cpus-per-task={c.cpus_per_task}", "--exact",
         ]
-        if c["overlap"]:
+        if overlap:
             args.append("--overlap")  # shares this node's GPUs with another step; each takes its slice
-        gpus = c["gpus_per_node"]
         if gpus and self.r.slurm.gpu_request == "gres":
             args.append(f"--gres=gpu:{gpus}")
         elif gpus:
             args.append(f"--gpus-per-node={gpus}")
-        elif self.groups[c["group"]].gpus_per_node:
+        elif self.ctx.groups[c.group].gpus_per_node:
             args.append("--gpus-per-node=0")  # no GPUs, so it never waits for a GPU step (--gres=none is refused)
-        if c.get("mpi"):
-            args.append(f"--mpi={c['mpi']}")
-        args.append(f"--kill-on-bad-exit={int(fail_fast)}")
-        args.append(Sh(sh=f"--output=${{LOG_DIR}}/{c['name']}.%t.log"))
+        if c.mpi:
+            args.append(f"--mpi={c.mpi}")
+        args.append(f"--kill-on-bad-exit={int(c.fail_fast)}")
+        args.append(Sh(sh=f"--output=${{LOG_DIR}}/{c.name}.%t.log"))
         return tuple(args)
 
-    def claim_srun(self, g: _Group) -> tuple:
+    def claim_srun(self, g: Group) -> tuple:
         """The short step that claims the job's port block on every node of group ``g``."""
-        args: list = [f"--het-group={g.index}"] if len(self.groups) > 1 else []
-        args += [f"--job-name=ports", f"--nodes={g.nodes}", f"--ntasks={g.nodes}", "--ntasks-per-node=1",
+        args: list = [f"--het-group={g.index}"] if len(self.ctx.groups) > 1 else []
+        args += ["--job-name=ports", f"--nodes={g.nodes}", f"--ntasks={g.nodes}", "--ntasks-per-node=1",
                  "--cpus-per-task=1", "--overlap"]
         if g.gpus_per_node:
             args.append("--gpus-per-node=0")
         args.append(Sh(sh=f"--output=${{LOG_DIR}}/ports.g{g.index}.%t.log"))
         return tuple(args)
 
-    def check_srun(self, g: _Group) -> tuple:
+    def check_srun(self, g: Group) -> tuple:
         """The short step that checks every node of group ``g`` for an earlier job's leftovers,
         with the group's GPUs (so nvidia-smi sees the ones this job got)."""
-        args: list = [f"--het-group={g.index}"] if len(self.groups) > 1 else []
+        args: list = [f"--het-group={g.index}"] if len(self.ctx.groups) > 1 else []
         args += ["--job-name=leftovers", f"--nodes={g.nodes}", f"--ntasks={g.nodes}", "--ntasks-per-node=1",
                  "--cpus-per-task=1", "--overlap"]
         if g.gpus_per_node:
@@ -263,7 +207,7 @@ class _Builder:
         args.append(Sh(sh=f"--output=${{LOG_DIR}}/leftovers.g{g.index}.%t.log"))
         return tuple(args)
 
-    def _group_cpus(self, g: _Group) -> int:
+    def _group_cpus(self, g: Group) -> int:
         return self.r.slurm.cpus_per_node if g.gpus_per_node else self.r.orchestrator.cpus
 
 
@@ -332,8 +276,6 @@ def plan(recipe: Recipe, run_dir: str, preflight: bool = False) -> Plan:
     With ``preflight`` every component runs ``slurmrl.runtime.probe`` in the same layout.
     """
     rules.check(recipe)
-    dynamo.check(recipe)
-    judge.check(recipe)
+    engines.check(recipe)  # each engine family's rules (vLLM's include a LoRA policy's, slurmrl.plan.lora)
     staging.check(recipe)
-    lora.check(recipe)
     return _Builder(lora.apply(recipe), run_dir, preflight).build()

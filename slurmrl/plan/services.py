@@ -5,35 +5,45 @@ from __future__ import annotations
 from slurmrl import ports
 from slurmrl.errors import UserError
 from slurmrl.plan import router_rules, shell
+from slurmrl.plan.context import Context
+from slurmrl.plan.model import Arg, Health, Instance, Sh
+from slurmrl.plan.placement import server_names
 from slurmrl.plan.rules import changed
-from slurmrl.plan.model import Health, Instance, Sh
-from slurmrl.plan.servers import server_names
+from slurmrl.plan.spec import Spec, Supervisor
+from slurmrl.recipe.schema import Inference
 
 SERVICE_CPUS = {"router": 2, "mooncake-master": 1, "mooncake-client": 1}
 ROUTER_HEALTH_INTERVAL_S = 5
 KV_CONNECTOR_FLAG = {"NixlConnector": "nixl", "MooncakeConnector": "mooncake"}  # vllm-router: nixl, mooncake, moriio
 
 
-def router_program(b) -> tuple[str, ...]:
+# The router's worker count, from the arrays its task function reads the servers' URLs into.
+ROUTER_WORKERS = {
+    "pd": Sh(sh="$((${#prefill[@]} + ${#decode[@]}))"),
+    "other": Sh(sh="${#workers[@]}"),
+}
+
+
+def router_program(ctx: Context) -> tuple[str, ...]:
     """``vllm-router``; in P/D mode with the job's secret, our module that runs it with the secret as
     the key it sends to the servers (it does not forward the client's Authorization there)."""
-    inf = b.r.inference
+    inf = ctx.r.inference
     if inf.mode == "pd" and inf.auth == "job_secret":
-        return (*b.py, "-m", "slurmrl.runtime.router_key")
-    return shell.tool(b.py, "vllm-router")
+        return (*ctx.py, "-m", "slurmrl.runtime.router_key")
+    return shell.tool(ctx.py, "vllm-router")
 
 
-def router_enabled(b) -> bool:
-    inf = b.r.inference
+def router_enabled(inf: Inference, servers: int) -> bool:
+    """vllm-router runs when asked, or in front of more than one server task (``servers``), or for P/D."""
     if inf.router.enabled is not None:
         return inf.router.enabled
-    servers = sum(len(b.comp(n)["instances"]) for n in server_names(b))
     return servers > 1 or inf.mode == "pd"
 
 
-def router(b) -> None:
-    inf = b.r.inference
-    if not router_enabled(b):
+def router(ctx: Context, enabled: bool) -> None:
+    """vllm-router (``enabled``: see router_enabled) in front of the servers, with its pools."""
+    inf = ctx.r.inference
+    if not enabled:
         for name in type(inf.router).model_fields:  # no silent knobs: the router's settings need a router
             if name != "enabled" and changed(inf.router, name):
                 why = "router.enabled is false" if inf.router.enabled is False else "there is one server"
@@ -41,11 +51,9 @@ def router(b) -> None:
                                 "= true to run one, or remove it")
         return
     router_rules.check(inf)
-    publishing = [n for n in server_names(b) if router_rules.reads_events(inf, n)]
-    for n in publishing:
-        _kv_event_ports(b.comp(n))
-    head = b.groups[b.comp(server_names(b)[0])["group"]]
-    b.reserve(head, 0, SERVICE_CPUS["router"], "the router")
+    publishing = [n for n in server_names(ctx.r) if router_rules.reads_events(inf, n)]
+    head = ctx.groups[ctx.spec(server_names(ctx.r)[0]).group]
+    ctx.reserve(head, 0, SERVICE_CPUS["router"], "the router")
     port = shell.var("router")
     gate = inf.auth == "job_secret"  # vllm-router checks no credential on its management routes
     args = [
@@ -83,29 +91,32 @@ def router(b) -> None:
         args += ["--policy", policy["inference"], *router_rules.option_args(inf)]
         if publishing:
             prelude += _event_sources("--kv-event-source", "workers")
-            model = inf.router.kv_event_model or b.r.model.served_model_name  # the router requires one
+            model = inf.router.kv_event_model or ctx.r.model.served_model_name  # the router requires one
             args += [Sh(sh="${events[@]}"), "--kv-event-model", model]
         args += ["--worker-urls", Sh(sh="${workers[@]}")]
     args += list(inf.router.extra_args)
-    b.add(
+    ctx.add(Spec(
         name="router", role="router", group=head.index, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=SERVICE_CPUS["router"], gpus_per_node=0, stage=3,
         health=Health(kind="http", ports=("router",), first_node_only=True, timeout=300, urls_var="URLS_ROUTER"),
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={
             "http": "router", "metrics": "router_metrics",
             **({"upstream": "router_upstream"} if gate else {})}),),
-        task=b.task(
-            "router", prelude=prelude,
-            supervisor=b.supervise("router", ready=shell.url("http", port)),
-            command=(*(gate_program(b, port) if gate else ()), *router_program(b), *args),
+        task=ctx.task(
+            # ready means serving: every server registered, and one completion through the router
+            Supervisor("router", ready=shell.url("http", port),
+                       ready_workers=ROUTER_WORKERS["pd" if inf.mode == "pd" else "other"],
+                       ready_completion=ctx.r.model.served_model_name),
+            prelude=prelude,
+            command=(*(gate_program(ctx, port) if gate else ()), *router_program(ctx), *args),
         ),
-    )
+    ))
 
 
-def gate_program(b, port: Sh) -> tuple:
+def gate_program(ctx: Context, port: Sh) -> tuple[Arg, ...]:
     """``python -m slurmrl.runtime.auth_gate --listen 0.0.0.0:PORT --upstream PORT --``: the job's
     port, where every request but /health and /metrics needs the secret, in front of the router."""
-    return (*b.py, "-m", "slurmrl.runtime.auth_gate", "--listen", Sh(sh=f"0.0.0.0:{port.sh}"),
+    return (*ctx.py, "-m", "slurmrl.runtime.auth_gate", "--listen", Sh(sh=f"0.0.0.0:{port.sh}"),
             "--upstream", shell.var("router_upstream"), "--")
 
 
@@ -120,46 +131,36 @@ def _event_sources(flag: str, workers: str) -> list[str]:
     ]
 
 
-def _kv_event_ports(c: dict) -> None:
-    """Each serving task of a component whose KV events the router reads listens on its entry of
-    the kv_events block too (claimed with the job's ports, bound by the preflight probe)."""
-    c["instances"] = tuple(
-        i.model_copy(update={"ports": {**i.ports, "kv_events": "kv_events_" + i.ports["http"].rpartition("_")[2]}})
-        if "http" in i.ports else i
-        for i in c["instances"]
-    )
-
-
-def mooncake(b) -> None:
-    off = b.r.inference.kv_offload
+def mooncake(ctx: Context) -> None:
+    off = ctx.r.inference.kv_offload
     if off.kind != "mooncake":
         return
     groups: dict[int, int] = {}  # het group -> inference nodes in it: a client on each
-    for n in server_names(b):
-        slot = b.slots[n]
+    for n in server_names(ctx.r):
+        slot = ctx.slots[n]
         groups[slot.group] = max(groups.get(slot.group, 0), slot.first_node + slot.nodes)
-    g = b.groups[next(iter(groups))]
-    b.reserve(g, 0, SERVICE_CPUS["mooncake-master"], "the Mooncake master")
+    g = ctx.groups[next(iter(groups))]
+    ctx.reserve(g, 0, SERVICE_CPUS["mooncake-master"], "the Mooncake master")
     rpc, meta, admin = shell.var("mooncake_rpc"), shell.var("mooncake_metadata"), shell.var("mooncake_admin")
-    b.add(
+    ctx.add(Spec(
         name="mooncake-master", role="mooncake", group=g.index, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=1, gpus_per_node=0, stage=0,
         health=Health(kind="tcp", ports=("mooncake_rpc",), first_node_only=True, timeout=120),
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={
             "rpc": "mooncake_rpc", "metadata": "mooncake_metadata", "admin": "mooncake_admin"}),),
-        task=b.task(
-            "mooncake-master", prelude=[*shell.declare("host"), shell.HOST_LINE],
-            supervisor=b.supervise("mooncake-master", ready=shell.url("tcp", rpc)),
+        task=ctx.task(
+            Supervisor("mooncake-master", ready=shell.url("tcp", rpc)),
+            prelude=[*shell.declare("host"), shell.HOST_LINE],
             command=(
-                *shell.tool(b.py, "mooncake_master"), Sh(sh=f"-rpc_port={rpc.sh}"),
+                *shell.tool(ctx.py, "mooncake_master"), Sh(sh=f"-rpc_port={rpc.sh}"),
                 "-enable_http_metadata_server=true", Sh(sh=f"-http_metadata_server_port={meta.sh}"),
                 Sh(sh=f"-metrics_port={admin.sh}"),
             ),
         ),
-    )
+    ))
     client, h = shell.var("mooncake_client"), shell.head(g.index).sh
     command = [
-        *shell.tool(b.py, "mooncake_client"),
+        *shell.tool(ctx.py, "mooncake_client"),
         Sh(sh=f"--master_server_address={h}:{rpc.sh}"),
         Sh(sh=f"--metadata_server=http://{h}:{meta.sh}/metadata"),
         f"--global_segment_size={off.cpu_gb:g} GB",
@@ -174,20 +175,20 @@ def mooncake(b) -> None:
         command.append("--enable_offload=true")
         env.append(("MOONCAKE_OFFLOAD_STORAGE_ROOT_DIR", off.disk_path))
     for gi, nodes in groups.items():  # one client component per het group (a step spans one group)
-        cg = b.groups[gi]
+        cg = ctx.groups[gi]
         name = "mooncake-client" if len(groups) == 1 else f"mooncake-client-{cg.name}"
         for node in range(nodes):
-            b.reserve(cg, node, SERVICE_CPUS["mooncake-client"], "the Mooncake client")
-        b.add(
+            ctx.reserve(cg, node, SERVICE_CPUS["mooncake-client"], "the Mooncake client")
+        ctx.add(Spec(
             name=name, role="mooncake", group=gi, first_node=0, nodes=nodes, tasks_per_node=1,
             cpus_per_task=1, gpus_per_node=0, stage=1,
             health=Health(kind="tcp", ports=("mooncake_client",), timeout=120),
             instances=tuple(
                 Instance(rank=n, node=n, local=0, gpus=(), ports={"client": "mooncake_client"}) for n in range(nodes)
             ),
-            task=b.task(
-                name, prelude=[*shell.declare("host"), shell.HOST_LINE], env=env,
-                supervisor=b.supervise(name, ready=shell.url("tcp", client), cuda_runtime=True),
+            task=ctx.task(
+                Supervisor(name, ready=shell.url("tcp", client), cuda_runtime=True),
+                prelude=[*shell.declare("host"), shell.HOST_LINE], env=env,
                 command=tuple(command),
             ),
-        )
+        ))

@@ -20,6 +20,7 @@ import re
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Cat, ImageImport, Sh, StageStep
 from slurmrl.plan.rules import changed
+from slurmrl.plan.spec import Spec
 from slurmrl.recipe.schema import Recipe
 
 NODE = Sh(sh="${SLURMD_NODENAME}")  # set by slurmd in every task: the node's name
@@ -89,37 +90,34 @@ def local_copy(r: Recipe) -> Cat:
     return Cat(parts=(r.model.stage_dir.rstrip("/") + "/", NODE, f"/{copy_key(r)}"))
 
 
-def apply(b) -> None:
-    """Point every server that reads model.path at the node-local copy, and plan the copy steps."""
-    r = b.r
+def steps(r: Recipe, specs: list[Spec], groups: list, python: tuple[str, ...], preflight: bool) -> tuple[StageStep, ...]:
+    """The copy steps: one task per node of each het group where a component reads model.path
+    (``Spec.reads_model``; its ``--model`` already names ``local_copy``). ``groups``: the planner's
+    groups (``.gpus_per_node``)."""
     if r.model.stage != "node-local":
-        return
-    dest = local_copy(r)
+        return ()
     spans: dict[int, tuple[int, int]] = {}  # het group -> (first node, end) of the servers reading the model
-    for c in b.comps:
-        cmd = c["task"].command
-        at = [i for i in range(len(cmd) - 1) if cmd[i] == "--model" and cmd[i + 1] == r.model.path]
-        if not at:
+    for c in specs:
+        if not c.reads_model:
             continue
-        c["task"] = c["task"].model_copy(update={"command": tuple(dest if i - 1 in at else a for i, a in enumerate(cmd))})
-        lo, hi = spans.get(c["group"], (c["first_node"], c["first_node"] + c["nodes"]))
-        spans[c["group"]] = (min(lo, c["first_node"]), max(hi, c["first_node"] + c["nodes"]))
+        lo, hi = spans.get(c.group, (c.first_node, c.first_node + c.nodes))
+        spans[c.group] = (min(lo, c.first_node), max(hi, c.first_node + c.nodes))
     if not spans:
         raise UserError("model.stage", "no vLLM server of this job reads model.path (kind sft, or Dynamo's workers); "
                         "use 'shared'")
-    if b.preflight:
-        return  # the probe stands in for every component: nothing to copy
-    steps = []
+    if preflight:
+        return ()  # the probe stands in for every component: nothing to copy
+    out = []
     for group, (first, end) in sorted(spans.items()):
         nodes = end - first
-        srun: list = [f"--het-group={group}"] if len(b.groups) > 1 else []
+        srun: list = [f"--het-group={group}"] if len(groups) > 1 else []
         srun += ["--job-name=stage-model", f"--nodes={nodes}", f"--relative={first}", f"--ntasks={nodes}",
                  "--ntasks-per-node=1", "--cpus-per-task=1", "--overlap"]
-        if b.groups[group].gpus_per_node:
+        if groups[group].gpus_per_node:
             srun.append("--gpus-per-node=0")
         srun.append(Sh(sh=f"--output=${{LOG_DIR}}/stage-model.g{group}.%t.log"))
         prepare = ("mkdir", "-p", r.model.stage_dir) if r.container is not None else ()  # a mount's source must exist
-        steps.append(StageStep(group=group, srun=tuple(srun), prepare=prepare,
-                               command=(*b.py, "-m", "slurmrl.runtime.stage", r.model.path,
-                                        r.model.stage_dir.rstrip("/"), copy_key(r))))
-    b.staging = tuple(steps)
+        out.append(StageStep(group=group, srun=tuple(srun), prepare=prepare,
+                             command=(*python, "-m", "slurmrl.runtime.stage", r.model.path,
+                                      r.model.stage_dir.rstrip("/"), copy_key(r))))
+    return tuple(out)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from slurmrl.errors import UserError
-from slurmrl.plan import judge, shell
+from slurmrl.plan import shell
+from slurmrl.plan.context import Context
+from slurmrl.plan.engines import judge
 from slurmrl.plan.model import Instance, Sh
-from slurmrl.plan.servers import server_names
+from slurmrl.plan.placement import server_names
+from slurmrl.plan.spec import Spec, Supervisor
 from slurmrl.recipe.schema import global_batch
 from slurmrl.settings.orchestrator import orchestrator_settings
 from slurmrl.settings.trainer import trainer_settings
@@ -15,9 +18,9 @@ def config(name: str) -> Sh:
     return Sh(sh=f"${{RUN_DIR}}/components/{name}.toml")
 
 
-def trainer(b) -> None:
-    r, t = b.r, b.r.trainer
-    slot = b.slots["trainer"]
+def trainer(ctx: Context) -> None:
+    r, t = ctx.r, ctx.r.trainer
+    slot = ctx.slots["trainer"]
     world = slot.nodes * len(slot.gpus)
     batch = global_batch(r)
     where = "orchestrator.prompts_per_step" if r.kind == "rl" else "trainer.batch_size"
@@ -29,56 +32,55 @@ def trainer(b) -> None:
         )
     head = shell.head(slot.group).sh
     command = (
-        *shell.tool(b.py, "torchrun"),
+        *shell.tool(ctx.py, "torchrun"),
         f"--nnodes={slot.nodes}", f"--nproc-per-node={len(slot.gpus)}", "--rdzv-backend=c10d",
         Sh(sh=f"--rdzv-endpoint={head}:{shell.var('torch_rdzv').sh}"), Sh(sh="--rdzv-id=${SLURM_JOB_ID}"),
         f"--shutdown-timeout={r.slurm.grace_seconds}",  # time workers get after TERM to checkpoint
         "-m", "slurmrl.runtime.trainer", "--config", config("trainer"),
     )
-    settings = trainer_settings(r, b.run_dir, world, batch).model_dump(mode="json", exclude_none=True)
-    b.add(
+    settings = trainer_settings(r, ctx.run_dir, world, batch).model_dump(mode="json", exclude_none=True)
+    ctx.add(Spec(
         name="trainer", role="trainer", group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
         tasks_per_node=1, gpus_per_node=len(slot.gpus), stage=4, main=True, health=None,
         instances=tuple(
             Instance(rank=n, node=n, local=0, gpus=slot.gpus, ports={"rdzv": "torch_rdzv"} if n == 0 else {})
             for n in range(slot.nodes)
         ),
-        task=b.task(
-            "trainer", env=sorted(t.env.items()),
-            supervisor=b.supervise("trainer", gpus=shell.gpu_slice(slot.gpus[0], len(slot.gpus), False),
-                                   heartbeat=r.slurm.heartbeat_timeout),
-            command=command,
+        task=ctx.task(
+            Supervisor("trainer", gpus=shell.gpu_slice(slot.gpus[0], len(slot.gpus), False),
+                       heartbeat=r.slurm.heartbeat_timeout),
+            env=sorted(t.env.items()), command=command,
         ),
         settings=settings,
-    )
+    ))
 
 
-def orchestrator(b) -> None:
-    r, o = b.r, b.r.orchestrator
+def orchestrator(ctx: Context) -> None:
+    r, o = ctx.r, ctx.r.orchestrator
     if o.placement == "own":
-        g = b.group("orchestrator", 1, 0)
+        g = ctx.group("orchestrator", 1, 0)
     elif o.placement == "trainer":
-        g = b.groups[b.slots["trainer"].group]
+        g = ctx.groups[ctx.slots["trainer"].group]
     else:
-        g = b.groups[b.comp(server_names(b)[0])["group"]]
-    b.reserve(g, 0, o.cpus, "the orchestrator")
-    servers = server_names(b)
+        g = ctx.groups[ctx.spec(server_names(r)[0]).group]
+    ctx.reserve(g, 0, o.cpus, "the orchestrator")
+    servers = server_names(r)
     urls = " ".join(f"${{URLS_{n.upper()}}}" for n in servers)
-    judge_prelude, judge_args = judge.orchestrator_words(b)
+    judge_prelude, judge_args = judge.orchestrator_words(ctx)
     prelude = [*shell.declare(arrays=("servers",)), f'read -ra servers <<<"{urls}"', *judge_prelude]
-    requests = Sh(sh="${URLS_ROUTER}") if b.has("router") else Sh(sh="${servers[@]}")
-    settings = orchestrator_settings(r, b.run_dir).model_dump(mode="json", exclude_none=True)
-    b.add(
+    requests = Sh(sh="${URLS_ROUTER}") if ctx.has("router") else Sh(sh="${servers[@]}")
+    settings = orchestrator_settings(r, ctx.run_dir).model_dump(mode="json", exclude_none=True)
+    ctx.add(Spec(
         name="orchestrator", role="orchestrator", group=g.index, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=o.cpus, gpus_per_node=0, stage=4, main=True, health=None,
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={}),),
-        task=b.task(
-            "orchestrator", prelude=prelude, env=sorted(o.env.items()),
-            supervisor=b.supervise("orchestrator", heartbeat=r.slurm.heartbeat_timeout),
+        task=ctx.task(
+            Supervisor("orchestrator", heartbeat=r.slurm.heartbeat_timeout),
+            prelude=prelude, env=sorted(o.env.items()),
             command=(
-                *b.py, "-m", "slurmrl.runtime.orchestrator", "--config", config("orchestrator"),
+                *ctx.py, "-m", "slurmrl.runtime.orchestrator", "--config", config("orchestrator"),
                 "--requests-url", requests, "--admin-urls", Sh(sh="${servers[@]}"), *judge_args,
             ),
         ),
         settings=settings,
-    )
+    ))

