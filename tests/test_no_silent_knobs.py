@@ -36,7 +36,7 @@ from slurmrl import envs
 from slurmrl.errors import UserError
 from slurmrl.plan import plan, rules
 from slurmrl.recipe.load import apply_overrides, check_numbers, read_toml
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
 from slurmrl.render import planned, tomlw
 from slurmrl.render.script import render_script
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Arg, Instance, Sh
-from slurmrl.recipe.schema import time_seconds
+from slurmrl.recipe.slurm_values import time_seconds
 
 BENCH_CPUS = 2  # the asyncio client and the tokenizer that makes the random prompts
 STAGE = 5

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from slurmrl.plan.model import Directive
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
 
 
 def group_directives(

@@ -29,7 +29,9 @@ from slurmrl.errors import UserError
 from slurmrl.plan import shell, vllm
 from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.placement import Slot
-from slurmrl.recipe.schema import Dynamo, Inference, Recipe
+from slurmrl.recipe.dynamo import Dynamo
+from slurmrl.recipe.inference import Inference
+from slurmrl.recipe.recipe import Recipe
 
 SERVICE_CPUS = {"etcd": 1, "nats": 1, "frontend": 2}
 MODULES = {"vllm": "dynamo.vllm", "trtllm": "dynamo.trtllm", "mocker": "dynamo.mocker"}

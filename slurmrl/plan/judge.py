@@ -19,8 +19,9 @@ from slurmrl.plan import shell, vllm
 from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.placement import Slot
 from slurmrl.plan.rules import changed
-from slurmrl.recipe.schema import Recipe, template_fields
-from slurmrl.settings.judge import judge_settings
+from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.roles import judge_settings
+from slurmrl.settings.judge import template_fields
 
 GENERATIVE_ONLY = ("max_tokens", "max_score")
 SERVED = ("path", "served_name", "dtype", "max_model_len", "trust_remote_code")  # what the judge's vLLM reads

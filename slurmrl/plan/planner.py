@@ -14,7 +14,8 @@ from slurmrl import ports
 from slurmrl.plan import benchmark, dynamo, judge, lora, placement, rules, servers, services, serving, shell, staging, topology, training
 from slurmrl.plan.directives import group_directives
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep, Task
-from slurmrl.recipe.schema import Recipe, time_seconds
+from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.slurm_values import time_seconds
 
 # Stages, in start order. Each waits for the previous stage's readiness checks.
 STAGES = (

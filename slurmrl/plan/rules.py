@@ -6,7 +6,9 @@ import inspect
 import re
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.schema import Inference, Orchestrator, Recipe, global_batch
+from slurmrl.recipe.inference import Inference
+from slurmrl.recipe.orchestrator import Orchestrator
+from slurmrl.recipe.recipe import Recipe, global_batch
 from slurmrl import envs
 from slurmrl.envs import BUILTIN
 

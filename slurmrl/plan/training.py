@@ -6,9 +6,8 @@ from slurmrl.errors import UserError
 from slurmrl.plan import judge, shell
 from slurmrl.plan.model import Instance, Sh
 from slurmrl.plan.servers import server_names
-from slurmrl.recipe.schema import global_batch
-from slurmrl.settings.orchestrator import orchestrator_settings
-from slurmrl.settings.trainer import trainer_settings
+from slurmrl.recipe.recipe import global_batch
+from slurmrl.recipe.roles import orchestrator_settings, trainer_settings
 
 
 def config(name: str) -> Sh:

@@ -13,7 +13,8 @@ from slurmrl import ports
 from slurmrl.plan import router_rules
 from slurmrl.plan import shell
 from slurmrl.plan.model import Arg, Sh
-from slurmrl.recipe.schema import Inference, Model
+from slurmrl.recipe.inference import Inference
+from slurmrl.recipe.model import Model
 
 PORT = Sh(sh="${port}")  # this task's HTTP port (prelude: port=...)
 ENTRY = ("-m", "vllm.entrypoints.openai.api_server")

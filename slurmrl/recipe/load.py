@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.schema import INT64, Recipe
+from slurmrl.recipe.recipe import Recipe
+from slurmrl.settings.limits import INT64
 
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a few KB; this keeps /dev/zero and the like out
 

@@ -1,0 +1,17 @@
+"""The base of every recipe section and role settings model: unknown keys are errors, models are
+frozen, non-finite floats (``inf``, ``nan``, ``1e999``) are refused."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+class Section(BaseModel):
+    # coerce_numbers_to_str: `--set slurm.time=90` or `account = 1234` mean the text.
+    # allow_inf_nan=False: `lr = inf`, `nan` or `1e999` (infinite in a float) are refused.
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True, allow_inf_nan=False)
