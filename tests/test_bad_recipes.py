@@ -94,8 +94,11 @@ CASES = [
     # single-field formats
     ("bad-time", RL, ['slurm.time="1 hour"'], "slurm.time", "not a Slurm time"),
     ("bad-time-days", RL, ['slurm.time="1d"'], "slurm.time", "not a Slurm time"),
-    ("bad-signal", RL, ["slurm.signal=USR1"], "slurm.signal", "SIGNAL@SECONDS"),
-    ("bad-signal-lower", RL, ["slurm.signal=usr1@60"], "slurm.signal", "SIGNAL@SECONDS"),
+    ("bad-signal", RL, ["slurm.signal=USR1@"], "slurm.signal", "SIGNAL[@SECONDS]"),
+    ("bad-signal-name", RL, ["slurm.signal=USR3@60"], "slurm.signal", "not a signal name"),
+    ("bad-signal-kill", RL, ["slurm.signal=KILL@60"], "slurm.signal", "cannot be caught"),
+    ("bad-mail-type", RL, ["slurm.mail_type=END,FAILURE"], "slurm.mail_type", "not a mail type"),
+    ("bad-partition", RL, ['slurm.partition="gpu debug"'], "slurm.partition", "not one word"),
     ("bad-mem", RL, ["slurm.mem=lots"], "slurm.mem", "memory size"),
     ("bad-extra-directive", RL, ['slurm.extra_directives=["reservation=x"]'], "slurm.extra_directives", "'-'"),
     ("bad-name", RL, ['name="my run"'], "name", "my run"),

@@ -54,7 +54,8 @@ def benchmark(b) -> None:
             f"benchmark.num_prompts ({bench.num_prompts}) is below the largest concurrency "
             f"({max(bench.concurrencies)}): that point never has that many requests in flight"
         )
-    if bench.timeout > time_seconds(r.slurm.time):
+    limit = time_seconds(r.slurm.time)  # None: no time limit
+    if limit is not None and bench.timeout > limit:
         b.warnings.append(f"benchmark.timeout ({bench.timeout} s) is longer than slurm.time ({r.slurm.time})")
     if bench.then == "stop":  # the job completes with the benchmark, not with the servers
         for c in b.comps:

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from slurmrl.recipe.fields import _check_single_line
-from slurmrl.recipe.slurm_values import time_seconds
+from slurmrl.recipe.slurm_values import WORD_OPTIONS, MailTypes, Signal, TimeBudget, TimeLimit, Word, check_word
 from slurmrl.settings.limits import MAX_CPUS, MAX_DAYS, MAX_GPUS_PER_NODE, MAX_MEM_MB, MAX_NODES, MAX_SIGNAL_SECONDS
 from slurmrl.settings.section import NonNegInt, Section
 
@@ -16,19 +16,20 @@ from slurmrl.settings.section import NonNegInt, Section
 class Slurm(Section):
     """Directives for sbatch. Every het group gets the same account/partition/qos/time."""
 
-    job_name: str | None = Field(None, description="Slurm job name; defaults to the recipe name.")
-    account: str | None = Field(None, description="`--account` to charge.")
-    partition: str | None = Field(None, description="`--partition` for the GPU groups.")
-    cpu_partition: str | None = Field(
+    job_name: Word | None = Field(None, description="Slurm job name; defaults to the recipe name.")
+    account: Word | None = Field(None, description="`--account` to charge.")
+    partition: Word | None = Field(None, description="`--partition` for the GPU groups.")
+    cpu_partition: Word | None = Field(
         None, description="`--partition` for a CPU-only group (own orchestrator); defaults to `partition`."
     )
-    qos: str | None = Field(None, description="`--qos`.")
-    time: str = Field(
-        "01:00:00", description=f"Wall-clock limit, `[D-]HH:MM:SS` or minutes; at most {MAX_DAYS} days."
+    qos: Word | None = Field(None, description="`--qos`.")
+    time: TimeLimit = Field(
+        "01:00:00", description="Wall-clock limit in any form sbatch takes: minutes, `MM:SS`, `HH:MM:SS`, `D-HH`, "
+        f"`D-HH:MM` or `D-HH:MM:SS`; at most {MAX_DAYS} days, or `UNLIMITED` (also `INFINITE`, `0`) for none.",
     )
-    nodelist: str | None = Field(None, description="`--nodelist` (applies to the first het group).")
-    exclude: str | None = Field(None, description="`--exclude` nodes, for every group.")
-    constraint: str | None = Field(None, description="`--constraint` feature expression, for GPU groups.")
+    nodelist: Word | None = Field(None, description="`--nodelist` (applies to the first het group).")
+    exclude: Word | None = Field(None, description="`--exclude` nodes, for every group.")
+    constraint: Word | None = Field(None, description="`--constraint` feature expression, for GPU groups.")
     exclusive: bool = Field(False, description="Ask for whole nodes (`--exclusive`).")
     mem: str | None = Field(None, description="`--mem` per node, e.g. `0` (all) or `200G`; at most `64T`.")
     cpus_per_node: int = Field(
@@ -43,14 +44,15 @@ class Slurm(Section):
     gpu_request: Literal["gpus-per-node", "gres"] = Field(
         "gpus-per-node", description="Ask for GPUs with `--gpus-per-node=N` or `--gres=gpu:N`."
     )
-    gpu_type: str | None = Field(None, description="GPU type for the request, e.g. `h100` (`gpu:h100:8`).")
-    dependency: str | None = Field(None, description="`--dependency`, e.g. `afterok:1234`.")
+    gpu_type: Word | None = Field(None, description="GPU type for the request, e.g. `h100` (`gpu:h100:8`).")
+    dependency: Word | None = Field(None, description="`--dependency`, e.g. `afterok:1234`.")
     requeue: bool = Field(True, description="Requeue the job on preemption or on the warning signal.")
-    signal: str = Field(
+    signal: Signal = Field(
         "USR1@120",
-        description="Warning signal and seconds before the time limit (`SIG@SECONDS`, seconds "
-        f"0-{MAX_SIGNAL_SECONDS} as sbatch allows); the script traps it, asks trainer and orchestrator to "
-        "checkpoint, then requeues.",
+        description="Warning signal and seconds before the time limit, as sbatch's `--signal` takes it: "
+        f"`[R:]SIG[@SECONDS]`, SIG a name with or without `SIG` or a number, seconds 0-{MAX_SIGNAL_SECONDS} (default 60); "
+        "always sent to the batch shell, which traps it, asks trainer and orchestrator to checkpoint, then requeues "
+        "(KILL, STOP, TERM and CHLD cannot serve).",
     )
     heartbeat_timeout: NonNegInt = Field(
         1800, le=7 * 86400,
@@ -62,15 +64,18 @@ class Slurm(Section):
         description="How many times the warning signal may requeue the job (0-1000). A warning that comes before "
         "every component is ready never requeues: the next attempt would start over the same way.",
     )
-    max_total_time: str | None = Field(
+    max_total_time: TimeBudget | None = Field(
         None, description="Total wall-clock budget over all attempts (Slurm time format); no requeue once it is used."
     )
     grace_seconds: int = Field(
         60, ge=0, le=3600,
         description="After a failure or the warning signal: seconds components get to flush before KILL (0-3600).",
     )
-    mail_user: str | None = Field(None, description="`--mail-user`.")
-    mail_type: str | None = Field(None, description="`--mail-type`, e.g. `END,FAIL`.")
+    mail_user: Word | None = Field(None, description="`--mail-user`.")
+    mail_type: MailTypes | None = Field(
+        None, description="`--mail-type`: a comma-separated list of NONE, BEGIN, END, FAIL, REQUEUE, ALL, "
+        "INVALID_DEPEND, STAGE_OUT, TIME_LIMIT, TIME_LIMIT_90, TIME_LIMIT_80, TIME_LIMIT_50, ARRAY_TASKS, e.g. `END,FAIL`.",
+    )
     comment: str | None = Field(None, description="`--comment`.")
     extra_directives: list[str] = Field(
         default_factory=list,
@@ -101,24 +106,6 @@ class Slurm(Section):
                 raise ValueError(f"{item!r} cannot hold line breaks or double quotes (it goes on an #SBATCH line)")
         return v
 
-    @field_validator("time", "max_total_time")
-    @classmethod
-    def _time(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^(\d{1,3}-\d{1,2}|\d{1,6})(:\d{2}){0,2}$", v):
-            raise ValueError(f"{v!r} is not a Slurm time; use HH:MM:SS, D-HH:MM:SS or minutes")
-        if v is not None and time_seconds(v) > MAX_DAYS * 86400:
-            raise ValueError(f"{v!r} is more than {MAX_DAYS} days")
-        return v
-
-    @field_validator("signal")
-    @classmethod
-    def _signal(cls, v: str) -> str:
-        if not re.match(r"^(SIG)?[A-Z0-9]+@\d+$", v):
-            raise ValueError(f"{v!r} is not SIGNAL@SECONDS, e.g. USR1@120")
-        if int(v.split("@")[1]) > MAX_SIGNAL_SECONDS:
-            raise ValueError(f"{v!r}: sbatch takes 0-{MAX_SIGNAL_SECONDS} seconds")
-        return v.removeprefix("SIG")
-
     @field_validator("extra_directives")
     @classmethod
     def _extra(cls, v: list[str]) -> list[str]:
@@ -126,6 +113,9 @@ class Slurm(Section):
         for d in v:
             if not d.startswith("-"):
                 raise ValueError(f"{d!r} must be an sbatch option starting with '-'")
+            option, eq, value = d.partition("=")
+            if eq and option in WORD_OPTIONS:
+                check_word(value)
         return v
 
     @field_validator("mem")
