@@ -58,7 +58,7 @@ path = "m"
 nodes = 1
 """
 
-PD = INF + """\
+PD = INF.replace("nodes = 1\n", "") + """\
 mode = "pd"
 [inference.prefill]
 replicas = 2
@@ -249,7 +249,7 @@ CASES = [
     ("lora-above-servers", RL, ["trainer.lora={rank=32}", "inference.max_lora_rank=16"], "trainer.lora.rank",
      "more than inference.max_lora_rank (16)"),
     ("lora-sft", SFT, ["trainer.lora={}"], "trainer.lora", "only applies to kind 'rl'"),
-    ("lora-pd", RL, ["trainer.lora={}", 'inference.mode="pd"', "inference.prefill={tp=1}", "inference.decode={tp=1}"],
+    ("lora-pd", RL.replace("[inference]\nnodes = 1\n", "[inference]\n"), ["trainer.lora={}", 'inference.mode="pd"', "inference.prefill={tp=1}", "inference.decode={tp=1}"],
      "trainer.lora", "use inference mode 'replicas'"),
     ("lora-target-name", RL, ['trainer.lora={target_modules=["q.proj"]}'], "trainer.lora.target_modules",
      "not a module name"),

@@ -174,7 +174,7 @@ def test_resolved_rl_recipe_keeps_batch_size_out(tmp_path):
     r = recipe(RL, tmp_path)
     data = r.model_dump(exclude_none=True)
     assert "batch_size" not in data["trainer"]
-    rules.check(validate(tomllib.loads(dumps(data))))
+    rules.check(validate(tomllib.loads(dumps(data)), resolved=True))
 
 
 # ---- weight_sync = nccl -------------------------------------------------------------------------

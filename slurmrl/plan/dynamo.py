@@ -32,6 +32,7 @@ from slurmrl.plan.placement import Slot
 from slurmrl.recipe.dynamo import Dynamo
 from slurmrl.recipe.inference import Inference
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.user_set import user_set
 
 SERVICE_CPUS = {"etcd": 1, "nats": 1, "frontend": 2}
 MODULES = {"vllm": "dynamo.vllm", "trtllm": "dynamo.trtllm", "mocker": "dynamo.mocker"}
@@ -95,10 +96,10 @@ def check(r: Recipe) -> None:
                         "(trtllm: enable_attention_dp in the engine config; vllm: extra_args)")
     defaults = Inference.model_fields
     for name in ("kv_connector", "share_nodes", "kv_load_failure_policy", "kv_buffer_device"):
-        if name in defaults and getattr(inf, name) != defaults[name].default:
+        if name in defaults and user_set(inf, name):
             raise UserError(f"inference.{name}", "vLLM P/D configuration; Dynamo's disaggregation moves KV itself")
     for name in VLLM_SERVER_KNOBS:
-        if name in defaults and getattr(inf, name) != defaults[name].get_default(call_default_factory=True):
+        if name in defaults and user_set(inf, name):
             raise UserError(f"inference.{name}", "a vLLM-server knob; Dynamo workers take their engine's flags in "
                             "inference.dynamo.extra_args")
     for role in ("prefill", "decode"):

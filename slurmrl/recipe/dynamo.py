@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from slurmrl.recipe.fields import EnvMap
-from slurmrl.settings.section import Section
+from slurmrl.settings.section import PathText, Section
 
 
 class Dynamo(Section):
@@ -21,13 +21,13 @@ class Dynamo(Section):
         "`srun --mpi=pmix` and `trtllm-llmapi-launch`; a worker of `tp` GPUs may then span tp / GPUs-per-node "
         "nodes), or `dynamo.mocker` (Dynamo's simulated engine: no GPU work, for tests and dry runs).",
     )
-    engine_config: str | None = Field(
+    engine_config: PathText | None = Field(
         None,
         description="`trtllm`: engine-config YAML for the workers (`--extra-engine-args`; its parallel sizes "
         "must match `tp`). Mode `pd`: the default of both roles.",
     )
-    prefill_engine_config: str | None = Field(None, description="`trtllm`, mode `pd`: the prefill workers' YAML.")
-    decode_engine_config: str | None = Field(None, description="`trtllm`, mode `pd`: the decode workers' YAML.")
+    prefill_engine_config: PathText | None = Field(None, description="`trtllm`, mode `pd`: the prefill workers' YAML.")
+    decode_engine_config: PathText | None = Field(None, description="`trtllm`, mode `pd`: the decode workers' YAML.")
     request_plane: Literal["tcp", "nats"] = Field(
         "tcp", description="How the frontend sends requests to workers (`--request-plane`); `nats` starts NATS."
     )

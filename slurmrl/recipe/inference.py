@@ -12,7 +12,7 @@ from slurmrl.recipe.dynamo import Dynamo
 from slurmrl.recipe.fields import EnvMap
 from slurmrl.recipe.router import Router
 from slurmrl.settings.limits import INT64, MAX_GPUS_PER_NODE, MAX_JOB_GPUS, MAX_NODES
-from slurmrl.settings.section import Section
+from slurmrl.settings.section import PathText, Section
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32's MaxLoRARanks
 
@@ -57,7 +57,7 @@ class KVOffload(Section):
     cpu_gb: float = Field(
         0, ge=0, le=65536, description="CPU memory per inference node for offloaded KV (GB; 0-65536)."
     )
-    disk_path: str | None = Field(None, description="`cpu_disk` / `mooncake`: local disk folder for KV.")
+    disk_path: PathText | None = Field(None, description="`cpu_disk` / `mooncake`: local disk folder for KV.")
     disk_gb: float = Field(0, ge=0, le=2**20, description=f"Disk budget per node (GB; 0-{2**20}).")
     mooncake_protocol: Literal["tcp", "rdma"] = Field("rdma", description="Mooncake transfer protocol.")
     mooncake_device: str | None = Field(None, description="RDMA device names for Mooncake, e.g. `mlx5_0`.")

@@ -7,12 +7,12 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from slurmrl.settings.limits import MAX_TOKENS
-from slurmrl.settings.section import Section
+from slurmrl.settings.section import PathText, Section
 
 
 class Model(Section):
-    path: str = Field(description="Hugging Face id or a directory with the model.")
-    served_name: str | None = Field(None, description="Name the OpenAI API serves; defaults to `path`.")
+    path: PathText = Field(description="Hugging Face id or a directory with the model.")
+    served_name: Annotated[str, Field(min_length=1)] | None = Field(None, description="Name the OpenAI API serves; defaults to `path`.")
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field("auto", description="Weights dtype.")
     max_model_len: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = Field(
         None, description=f"Context length for inference (1-{MAX_TOKENS} tokens)."
@@ -22,7 +22,7 @@ class Model(Section):
         "shared", description="`node-local`: before the servers start, copy `path` (a directory) once per node into "
         "`stage_dir` (one task per node, a lock, sha256 checked); the servers read that copy.",
     )
-    stage_dir: str = Field(
+    stage_dir: PathText = Field(
         "/tmp/slurmrl-models", description="`stage = \"node-local\"`: the node-local folder the copies go to "
         "(one folder per node name inside it).",
     )

@@ -5,19 +5,19 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from slurmrl.recipe.fields import _check_single_line
-from slurmrl.settings.section import Section
+from slurmrl.settings.section import PathText, Section
 
 
 class Python(Section):
     """How to enter the Python environment when there is no container (or inside it)."""
 
-    venv: str | None = Field(None, description="Virtualenv to activate (`source VENV/bin/activate`).")
-    uv_project: str | None = Field(None, description="Run Python through `uv run --project DIR`.")
+    venv: PathText | None = Field(None, description="Virtualenv to activate (`source VENV/bin/activate`).")
+    uv_project: PathText | None = Field(None, description="Run Python through `uv run --project DIR`.")
     modules: list[str] = Field(default_factory=list, description="Environment modules to `module load`.")
     setup: list[str] = Field(
         default_factory=list, description="Shell lines run verbatim in the batch shell before anything starts."
     )
-    executable: str = Field("python3", description="Python interpreter name or path.")
+    executable: PathText = Field("python3", description="Python interpreter name or path.")
 
     @field_validator("setup")
     @classmethod

@@ -34,14 +34,14 @@ from slurmrl.recipe.slurm import Slurm
 from slurmrl.recipe.sweep import Sweep
 from slurmrl.recipe.trainer import SFT_BATCH_SIZE, Trainer
 from slurmrl.settings.limits import MAX_JOB_GPUS
-from slurmrl.settings.section import Section
+from slurmrl.settings.section import PathText, Section
 
 
 class Recipe(Section):
     name: str = Field(pattern=NAME_RE, description="Run name; also the run dir name.")
     kind: Literal["sft", "rl", "inference"] = Field(description="What the job does.")
-    output_dir: str = Field("runs", description="Parent folder of run dirs (relative to the current directory).")
-    templates_dir: str | None = Field(
+    output_dir: PathText = Field("runs", description="Parent folder of run dirs (relative to the current directory).")
+    templates_dir: PathText | None = Field(
         None,
         description="Folder of ejected templates (`slurmrl templates eject DIR`) to render with instead "
         "(relative to the recipe file).",

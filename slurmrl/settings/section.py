@@ -5,10 +5,19 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
+
+
+def _a_path(text: str) -> str:
+    if not text.strip():
+        raise ValueError(f"is empty{' (only spaces)' if text else ''}; give a path")
+    return text
+
+
+PathText = Annotated[str, AfterValidator(_a_path)]  # a file or folder: an empty one would render as ''
 
 
 class Section(BaseModel):

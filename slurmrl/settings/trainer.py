@@ -10,7 +10,7 @@ from pydantic import AfterValidator, Field
 
 from slurmrl.settings.limits import MAX_SEED, MAX_STEPS, MAX_TOKENS
 from slurmrl.settings.read import read
-from slurmrl.settings.section import PosInt, Section
+from slurmrl.settings.section import PathText, PosInt, Section
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MODULE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -47,7 +47,7 @@ class TrainerKnobs(Section):
     """The trainer fields its program reads. ``slurmrl.settings.trainer.TrainerSettings`` extends
     this with what the planner derives, so a default lives here and nowhere else."""
 
-    dataset: str | None = Field(
+    dataset: PathText | None = Field(
         None,
         description="SFT: one local JSONL file (prompt/completion or chat messages): an absolute path, or relative "
         "to where the job starts or to the run dir. The trainer downloads nothing: a hub id or URL is refused.",
