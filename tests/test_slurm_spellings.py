@@ -169,7 +169,8 @@ def test_real_time_signals_are_taken_by_number(number):
 
 
 @pytest.mark.parametrize("text, says", [
-    ("USR1@65536", "0-65535"), ("USR1@-1", "SIGNAL[@SECONDS]"), ("USR1@1.5", "SIGNAL[@SECONDS]"),
+    ("USR1@65536", "0-65535"), ("USR1@" + "9" * 5000, "0-65535"), ("USR1@-1", "SIGNAL[@SECONDS]"),
+    ("USR1@1.5", "SIGNAL[@SECONDS]"),
     ("0@60", "not a signal a program can take"), ("65", "not a signal a program can take"),
     ("32", "not a signal a program can take"), ("USR3", "not a signal name"), ("SIG", "not a signal name"),
     ("X:USR1", "SIGNAL[@SECONDS]"), ("B:", "SIGNAL[@SECONDS]"), ("@60", "SIGNAL[@SECONDS]"), ("USR1@", "SIGNAL"),
@@ -177,6 +178,11 @@ def test_real_time_signals_are_taken_by_number(number):
 ])
 def test_signals_sbatch_refuses_are_refused(text, says):
     assert says in refused("slurm.signal", text)
+
+
+def test_leading_zeros_in_the_seconds_are_read_as_sbatch_reads_them():
+    p = plan(load(RL, **{"slurm.signal": "USR1@000120"}), RUN_DIR)
+    assert [d.value for d in p.groups[0].directives if d.option == "--signal"] == ["B:USR1@120"]
 
 
 def test_an_unsigned_signal_warning_counts_sbatchs_default_60_seconds():

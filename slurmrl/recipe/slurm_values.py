@@ -78,8 +78,8 @@ UNUSABLE = {  # signals the script cannot take as its warning, and why
     "TERM": "is how scancel and the time limit stop the script; pick another (USR1, USR2, ...)",
     "CHLD": "is sent whenever a child process exits; pick another (USR1, USR2, ...)",
 }
-_SIGNAL = re.compile(r"^(?:([RB]|RB|BR):)?([A-Za-z0-9]+)(?:@(\d{1,5}))?$", re.I)
-DEFAULT_SIGNAL_SECONDS = 60  # sbatch: "If a sig_num is specified without any sig_time, the default time will be 60 seconds"
+_SIGNAL = re.compile(r"^(?:([RB]|RB|BR):)?([A-Za-z0-9]+)(?:@(\d+))?$", re.I)
+DEFAULT_SIGNAL_SECONDS = 60  # sbatch(1): a sig_num without a sig_time is sent 60 seconds before the end
 
 
 def check_signal(text: str) -> str:
@@ -100,7 +100,8 @@ def check_signal(text: str) -> str:
             raise ValueError(f"{text!r}: {sig} is not a signal name sbatch knows (USR1, USR2, HUP, ...)")
     if name in UNUSABLE:
         raise ValueError(f"{text!r}: SIG{name} {UNUSABLE[name]}")
-    secs = DEFAULT_SIGNAL_SECONDS if seconds is None else int(seconds)
+    digits = (seconds or "").lstrip("0") or "0"  # sbatch reads 0120 as 120
+    secs = DEFAULT_SIGNAL_SECONDS if seconds is None else int(digits) if len(digits) <= 6 else MAX_SIGNAL_SECONDS + 1
     if secs > MAX_SIGNAL_SECONDS:
         raise ValueError(f"{text!r}: sbatch takes 0-{MAX_SIGNAL_SECONDS} seconds")
     return f"{'R:' if 'R' in flags else ''}{name}@{secs}"
