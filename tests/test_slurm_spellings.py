@@ -257,3 +257,35 @@ def test_extra_directives_with_a_broken_name_are_refused(directive):
 def test_extra_directives_with_names_are_taken():
     d = directives(RL, **{"slurm.extra_directives": ["--reservation=big", "--constraint=[rack1|rack2]"]})
     assert d["--reservation"] == ["big"]
+
+
+# ---- the local cluster's real sbatch reads what is rendered ------------------------------------
+
+SPELLINGS = [
+    {"slurm.signal": "sigusr2", "slurm.time": "1-2", "slurm.mail_type": "time_limit_90,array_tasks"},
+    {"slurm.signal": "R:10@5", "slurm.time": "90:30", "slurm.mail_type": "ALL"},
+    {"slurm.signal": "b:hup@000120", "slurm.time": "infinite", "slurm.mail_type": "NONE"},
+    {"slurm.signal": "40", "slurm.time": "0", "slurm.mail_type": "stage_out,invalid_depend,requeue"},
+    {"slurm.signal": "RB:USR1@65535", "slurm.time": "2-00:00:01", "slurm.mail_type": "TIME_LIMIT_50"},
+    {"slurm.signal": "SIGUSR1@0", "slurm.time": "1-2:30", "slurm.mail_user": "me@example.org"},
+]
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("fields", SPELLINGS, ids=[f["slurm.signal"] for f in SPELLINGS])
+def test_the_local_sbatch_takes_every_rendered_spelling(fields, tmp_path):
+    import os
+    import subprocess
+
+    from slurmrl.render import build
+
+    conf = Path(os.environ.get("SLURMRL_TEST_CLUSTER_DIR", "/tmp/slurmrl-test-cluster")) / "etc" / "slurm.conf"
+    if not conf.exists():
+        pytest.skip("no local Slurm cluster")
+    recipe = ROOT / "recipes" / "inference-debug.toml"
+    sets = [f"{k}={_value(v)}" for k, v in fields.items()] + ['model.path="/m"']
+    script = tmp_path / "job.sbatch"
+    script.write_text(build(recipe, sets, run_dir=tmp_path / "run").script)
+    t = subprocess.run(["sbatch", "--test-only", str(script)], env={**os.environ, "SLURM_CONF": str(conf)},
+                       capture_output=True, text=True, timeout=60)
+    assert t.returncode == 0 and "to start at" in t.stderr, t.stderr
