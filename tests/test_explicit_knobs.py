@@ -57,6 +57,14 @@ EXPLICIT_DEFAULTS = [
     ("inference-dynamo-debug", "inference.enable_eplb=false", "inference.enable_eplb", "vLLM-server knob"),
     ("inference-dynamo-debug", "inference.vllm_extra={}", "inference.vllm_extra", "vLLM-server knob"),
     ("inference-dynamo-debug", "inference.kv_buffer_device='gpu'", "inference.kv_buffer_device", "mode 'pd'"),
+    ("inference-dynamo-debug", "inference.router.policy='consistent_hash'", "inference.router", "router_mode"),
+    ("inference-dynamo-debug", "inference.kv_offload.kind='none'", "inference.kv_offload.kind", "vLLM-server"),
+    ("inference-dynamo-debug", "inference.dp=1", "inference.dp", "sized by tp"),
+    ("inference-dynamo-debug", "inference.extra_args=[]", "inference.extra_args", "inference.dynamo.extra_args"),
+    ("inference-dynamo-debug", "inference.admin_endpoints=false", "inference.admin_endpoints", "not available"),
+    ("inference-dynamo-debug", "inference.enforce_eager=false", "inference.enforce_eager", "a vLLM flag"),
+    ("inference-dynamo-debug", "model.dtype='auto'", "model.dtype", "engine 'mocker'"),
+    ("inference-dynamo-debug", "model.trust_remote_code=false", "model.trust_remote_code", "a vLLM flag"),
 ]
 
 
