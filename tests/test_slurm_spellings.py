@@ -225,8 +225,8 @@ def test_malformed_mail_type_lists_are_refused(text):
 
 # ---- names: one word on their #SBATCH line ------------------------------------------------------
 
-WORD_FIELDS = ["slurm.partition", "slurm.account", "slurm.qos", "slurm.constraint", "slurm.job_name",
-               "slurm.nodelist", "slurm.exclude", "slurm.gpu_type", "slurm.dependency", "slurm.mail_user"]
+WORD_FIELDS = ["slurm.partition", "slurm.cpu_partition", "slurm.account", "slurm.qos", "slurm.constraint",
+               "slurm.gpu_type"]
 
 
 @FAST

@@ -16,7 +16,7 @@ from slurmrl.settings.section import NonNegInt, Section
 class Slurm(Section):
     """Directives for sbatch. Every het group gets the same account/partition/qos/time."""
 
-    job_name: Word | None = Field(None, description="Slurm job name; defaults to the recipe name.")
+    job_name: str | None = Field(None, description="Slurm job name; defaults to the recipe name.")
     account: Word | None = Field(None, description="`--account` to charge.")
     partition: Word | None = Field(None, description="`--partition` for the GPU groups.")
     cpu_partition: Word | None = Field(
@@ -27,8 +27,8 @@ class Slurm(Section):
         "01:00:00", description="Wall-clock limit in any form sbatch takes: minutes, `MM:SS`, `HH:MM:SS`, `D-HH`, "
         f"`D-HH:MM` or `D-HH:MM:SS`; at most {MAX_DAYS} days, or `UNLIMITED` (also `INFINITE`, `0`) for none.",
     )
-    nodelist: Word | None = Field(None, description="`--nodelist` (applies to the first het group).")
-    exclude: Word | None = Field(None, description="`--exclude` nodes, for every group.")
+    nodelist: str | None = Field(None, description="`--nodelist` (applies to the first het group).")
+    exclude: str | None = Field(None, description="`--exclude` nodes, for every group.")
     constraint: Word | None = Field(None, description="`--constraint` feature expression, for GPU groups.")
     exclusive: bool = Field(False, description="Ask for whole nodes (`--exclusive`).")
     mem: str | None = Field(None, description="`--mem` per node, e.g. `0` (all) or `200G`; at most `64T`.")
@@ -45,7 +45,7 @@ class Slurm(Section):
         "gpus-per-node", description="Ask for GPUs with `--gpus-per-node=N` or `--gres=gpu:N`."
     )
     gpu_type: Word | None = Field(None, description="GPU type for the request, e.g. `h100` (`gpu:h100:8`).")
-    dependency: Word | None = Field(None, description="`--dependency`, e.g. `afterok:1234`.")
+    dependency: str | None = Field(None, description="`--dependency`, e.g. `afterok:1234`.")
     requeue: bool = Field(True, description="Requeue the job on preemption or on the warning signal.")
     signal: Signal = Field(
         "USR1@120",
@@ -71,7 +71,7 @@ class Slurm(Section):
         60, ge=0, le=3600,
         description="After a failure or the warning signal: seconds components get to flush before KILL (0-3600).",
     )
-    mail_user: Word | None = Field(None, description="`--mail-user`.")
+    mail_user: str | None = Field(None, description="`--mail-user`.")
     mail_type: MailTypes | None = Field(
         None, description="`--mail-type`: a comma-separated list of NONE, BEGIN, END, FAIL, REQUEUE, ALL, "
         "INVALID_DEPEND, STAGE_OUT, TIME_LIMIT, TIME_LIMIT_90, TIME_LIMIT_80, TIME_LIMIT_50, ARRAY_TASKS, e.g. `END,FAIL`.",

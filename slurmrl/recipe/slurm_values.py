@@ -146,14 +146,16 @@ def check_mail_type(text: str) -> str:
 
 MailTypes = Annotated[str, AfterValidator(check_mail_type)]
 
-# ---- names: partition, account, qos, reservation, constraint, ... ------------------------------
+# ---- names: partition, account, qos, reservation, constraint, GPU type ---------------------------
+# Slurm keeps each as one token (slurm.conf, the accounting database), so a space, quote or '#' in one
+# can only fail; free text (job name, comment, mail user) is quoted for sbatch by the script instead.
 
 _BAD_IN_WORD = re.compile(r"[\s#'\"\\`$;]|[\x00-\x1f\x7f]")
 
 
 def check_word(text: str) -> str:
-    """One word on an #SBATCH line: sbatch reads the line up to the first space, and a '#' or quote
-    there starts something else. Empty means left out."""
+    """A Slurm name of one token: no space, quote, '#' or shell character, not starting with '-' (sbatch
+    would read an option). Empty means left out."""
     bad = _BAD_IN_WORD.search(text)
     if bad:
         raise ValueError(f"{text!r} is not one word: it holds {bad.group()!r}, which would break its #SBATCH line")
@@ -165,5 +167,4 @@ def check_word(text: str) -> str:
 Word = Annotated[str, AfterValidator(check_word)]
 
 # sbatch options whose value is such a word, when given verbatim in slurm.extra_directives
-WORD_OPTIONS = ("--partition", "-p", "--account", "-A", "--qos", "-q", "--reservation", "--constraint", "-C",
-                "--job-name", "-J", "--nodelist", "-w", "--exclude", "-x", "--mail-type", "--mail-user")
+WORD_OPTIONS = ("--partition", "-p", "--account", "-A", "--qos", "-q", "--reservation", "--constraint", "-C")
