@@ -278,7 +278,7 @@ CASES = [
      "container.cache", "is a squashfs file already"),
     ("switches-unknown-group", INF, ['slurm.switches.trainer="1"'], "slurm.switches.trainer",
      "no het group named 'trainer'; this job's groups: inference"),
-    ("switches-bad-format", INF, ['slurm.switches.inference="1@soon"'], "slurm.switches.inference", "match pattern"),
+    ("switches-bad-format", INF, ['slurm.switches.inference="1@soon"'], "slurm.switches.inference", "not a Slurm time"),
     ("segment-not-divisor", INF.replace("nodes = 1", "nodes = 3"), ["slurm.segment.inference=2"],
      "slurm.segment.inference", "do not split into segments of 2"),
     ("nvlink-unknown-group", RL, ['slurm.nvlink_domain=["decode"]'], "slurm.nvlink_domain", "no het group named 'decode'"),

@@ -191,6 +191,20 @@ def test_an_unsigned_signal_warning_counts_sbatchs_default_60_seconds():
     assert any("slurm.signal USR2@60 fires 540 s" in w for w in p.warnings), p.warnings
 
 
+@pytest.mark.parametrize("text", ["1", "1@30:00", "9999@1-0", "2@0", "4@90", "3@1-02:03:04"])
+def test_switches_take_a_count_and_a_slurm_time(text):
+    p = plan(load(INF, **{"slurm.switches": {"inference": text}}), RUN_DIR)
+    assert [d.value for g in p.groups for d in g.directives if d.option == "--switches"] == [text]
+
+
+@pytest.mark.parametrize("text, says", [("0", "COUNT"), ("10000", "COUNT"), ("1@", "COUNT"), ("x@1", "COUNT"),
+                                        ("1@soon", "not a Slurm time"), ("1@400-0", "365 days")])
+def test_switches_sbatch_would_refuse_are_refused(text, says):
+    with pytest.raises(UserError) as e:
+        load(INF, **{"slurm.switches": {"inference": text}})
+    assert e.value.field == "slurm.switches.inference" and says in e.value.message, e.value
+
+
 # ---- --mail-type --------------------------------------------------------------------------------
 
 CASE = st.sampled_from([str.upper, str.lower, str.title])

@@ -8,7 +8,16 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from slurmrl.recipe.fields import _check_single_line
-from slurmrl.recipe.slurm_values import WORD_OPTIONS, MailTypes, Signal, TimeBudget, TimeLimit, Word, check_word
+from slurmrl.recipe.slurm_values import (
+    WORD_OPTIONS,
+    MailTypes,
+    Signal,
+    Switches,
+    TimeBudget,
+    TimeLimit,
+    Word,
+    check_word,
+)
 from slurmrl.settings.limits import MAX_CPUS, MAX_DAYS, MAX_GPUS_PER_NODE, MAX_MEM_MB, MAX_NODES, MAX_SIGNAL_SECONDS
 from slurmrl.settings.section import NonNegInt, Section
 
@@ -81,7 +90,7 @@ class Slurm(Section):
         default_factory=list,
         description="Any other `#SBATCH` options, verbatim, e.g. `--reservation=big` (first het group).",
     )
-    switches: dict[str, Annotated[str, Field(pattern=r"^[1-9]\d{0,3}(@(\d{1,3}-\d{1,2}|\d{1,6})(:\d{2}){0,2})?$")]] = Field(
+    switches: dict[str, Switches] = Field(
         default_factory=dict,
         description="Topology: per het group (by name, e.g. `inference`), `COUNT[@MAX-WAIT]` for that group's "
         "`--switches`: at most COUNT leaf switches, waiting up to MAX-WAIT (Slurm time) for them.",

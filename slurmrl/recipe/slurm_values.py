@@ -63,6 +63,24 @@ def check_time_budget(text: str) -> str:
 TimeLimit = Annotated[str, AfterValidator(check_time_limit)]
 TimeBudget = Annotated[str, AfterValidator(check_time_budget)]
 
+
+def check_switches(text: str) -> str:
+    """sbatch's ``--switches=COUNT[@MAX-WAIT]``: 1-9999 leaf switches, waiting at most a Slurm time."""
+    count, at, wait = text.partition("@")
+    if not (count.isascii() and count.isdigit() and 1 <= int(count) <= 9999) or (at and not wait):
+        raise ValueError(f"{text!r} is not COUNT[@MAX-WAIT] (COUNT 1-9999 leaf switches, MAX-WAIT a Slurm time)")
+    if at:
+        try:
+            seconds = time_seconds(wait)
+        except ValueError:
+            raise ValueError(f"{text!r}: MAX-WAIT {wait!r} is not a Slurm time; use {TIME_FORMS}") from None
+        if seconds is not None and seconds > MAX_DAYS * 86400:  # 0: no wait (Slurm's cap: max_switch_wait)
+            raise ValueError(f"{text!r}: MAX-WAIT is more than {MAX_DAYS} days")
+    return text
+
+
+Switches = Annotated[str, AfterValidator(check_switches)]
+
 # ---- the warning signal: --signal=[{R|B}:]<sig_num>[@sig_time] -----------------------------------
 
 # The signal names sbatch knows (sig_name2num), with or without SIG, in any case; numbers are Linux's.
