@@ -106,7 +106,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from slurmrl.plan.lora import server_rank
-    from slurmrl.recipe.schema import Lora
+    from slurmrl.settings.trainer import Lora
     from slurmrl.runtime import adapters, admin
     from slurmrl.runtime.trainer import lora, state
 

@@ -99,7 +99,7 @@ def check_keys(grid: dict[str, list]) -> None:
 
 def points(grid: dict[str, list[str]]) -> list[dict[str, str]]:
     """Every combination, the first key varying slowest: [{key: value text}, ...]."""
-    from slurmrl.recipe.schema import MAX_SWEEP_POINTS
+    from slurmrl.recipe.sweep import MAX_SWEEP_POINTS
 
     count = 1
     for texts in grid.values():

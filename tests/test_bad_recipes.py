@@ -58,7 +58,7 @@ path = "m"
 nodes = 1
 """
 
-PD = INF + """\
+PD = INF.replace("nodes = 1\n", "") + """\
 mode = "pd"
 [inference.prefill]
 replicas = 2
@@ -94,8 +94,11 @@ CASES = [
     # single-field formats
     ("bad-time", RL, ['slurm.time="1 hour"'], "slurm.time", "not a Slurm time"),
     ("bad-time-days", RL, ['slurm.time="1d"'], "slurm.time", "not a Slurm time"),
-    ("bad-signal", RL, ["slurm.signal=USR1"], "slurm.signal", "SIGNAL@SECONDS"),
-    ("bad-signal-lower", RL, ["slurm.signal=usr1@60"], "slurm.signal", "SIGNAL@SECONDS"),
+    ("bad-signal", RL, ["slurm.signal=USR1@"], "slurm.signal", "SIGNAL[@SECONDS]"),
+    ("bad-signal-name", RL, ["slurm.signal=USR3@60"], "slurm.signal", "not a signal name"),
+    ("bad-signal-kill", RL, ["slurm.signal=KILL@60"], "slurm.signal", "cannot be caught"),
+    ("bad-mail-type", RL, ["slurm.mail_type=END,FAILURE"], "slurm.mail_type", "not a mail type"),
+    ("bad-partition", RL, ['slurm.partition="gpu debug"'], "slurm.partition", "not one word"),
     ("bad-mem", RL, ["slurm.mem=lots"], "slurm.mem", "memory size"),
     ("bad-extra-directive", RL, ['slurm.extra_directives=["reservation=x"]'], "slurm.extra_directives", "'-'"),
     ("bad-name", RL, ['name="my run"'], "name", "my run"),
@@ -246,7 +249,7 @@ CASES = [
     ("lora-above-servers", RL, ["trainer.lora={rank=32}", "inference.max_lora_rank=16"], "trainer.lora.rank",
      "more than inference.max_lora_rank (16)"),
     ("lora-sft", SFT, ["trainer.lora={}"], "trainer.lora", "only applies to kind 'rl'"),
-    ("lora-pd", RL, ["trainer.lora={}", 'inference.mode="pd"', "inference.prefill={tp=1}", "inference.decode={tp=1}"],
+    ("lora-pd", RL.replace("[inference]\nnodes = 1\n", "[inference]\n"), ["trainer.lora={}", 'inference.mode="pd"', "inference.prefill={tp=1}", "inference.decode={tp=1}"],
      "trainer.lora", "use inference mode 'replicas'"),
     ("lora-target-name", RL, ['trainer.lora={target_modules=["q.proj"]}'], "trainer.lora.target_modules",
      "not a module name"),
@@ -275,7 +278,7 @@ CASES = [
      "container.cache", "is a squashfs file already"),
     ("switches-unknown-group", INF, ['slurm.switches.trainer="1"'], "slurm.switches.trainer",
      "no het group named 'trainer'; this job's groups: inference"),
-    ("switches-bad-format", INF, ['slurm.switches.inference="1@soon"'], "slurm.switches.inference", "match pattern"),
+    ("switches-bad-format", INF, ['slurm.switches.inference="1@soon"'], "slurm.switches.inference", "not a Slurm time"),
     ("segment-not-divisor", INF.replace("nodes = 1", "nodes = 3"), ["slurm.segment.inference=2"],
      "slurm.segment.inference", "do not split into segments of 2"),
     ("nvlink-unknown-group", RL, ['slurm.nvlink_domain=["decode"]'], "slurm.nvlink_domain", "no het group named 'decode'"),

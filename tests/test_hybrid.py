@@ -144,7 +144,7 @@ def run_orchestrator(tmp_path, job_secret: str, steps: int, written: int = 0):
     from slurmrl.recipe.load import load_recipe
     from slurmrl.render.tomlw import dumps
     from slurmrl.runtime.tiny_model import build_no_weights
-    from slurmrl.settings.orchestrator import orchestrator_settings
+    from slurmrl.recipe.roles import orchestrator_settings
 
     model = build_no_weights(tmp_path / "tok")
     recipe = load_recipe(RECIPE, [f'model.path="{model}"', f"trainer.max_steps={steps}",

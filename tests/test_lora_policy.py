@@ -345,7 +345,7 @@ def run_orchestrator(tmp: Path, tiny: Path, trained: Path, requests_url: str, ad
     from slurmrl import layout
     from slurmrl.recipe.load import load_recipe
     from slurmrl.render.tomlw import dumps
-    from slurmrl.settings.orchestrator import orchestrator_settings
+    from slurmrl.recipe.roles import orchestrator_settings
 
     recipe = load_recipe(Path(__file__).resolve().parent.parent / "recipes" / "rl-debug.toml", [
         f'model.path="{tiny}"', 'model.served_name="tiny"', "trainer.max_steps=2", "trainer.lora={rank=8}",

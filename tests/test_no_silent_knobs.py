@@ -36,7 +36,7 @@ from slurmrl import envs
 from slurmrl.errors import UserError
 from slurmrl.plan import plan, rules
 from slurmrl.recipe.load import apply_overrides, check_numbers, read_toml
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
 from slurmrl.render import planned, tomlw
 from slurmrl.render.script import render_script
 
@@ -307,18 +307,43 @@ def outcome(recipe: Path, path: str, value) -> tuple[str, str]:
     r0, p0, view0, raw = baseline(recipe)
     text = override(path, value)
     data = apply_overrides(copy.deepcopy(raw), [text])
-    try:  # what load_recipe and planned do for `--set TEXT`, with the run dir fixed
-        check_numbers(data)
-        p = plan(Recipe.model_validate(data), RUN_DIR)
-    except ValidationError as e:  # the schema refuses the value itself: not a shape's answer
-        return "invalid", str(e.errors()[0]["msg"])
-    except UserError as e:
-        return ("refused" if names(e, path) else "other"), str(e)
+    for _ in range(4):
+        try:  # what load_recipe and planned do for `--set TEXT`, with the run dir fixed
+            check_numbers(data)
+            p = plan(Recipe.model_validate(data), RUN_DIR)
+            break
+        except ValidationError as e:  # the schema refuses the value itself: not a shape's answer
+            return "invalid", str(e.errors()[0]["msg"])
+        except UserError as e:
+            if names(e, path):
+                return "refused", str(e)
+            if not drop_default(data, e.field or ""):
+                return "other", str(e)
     if plan_view(p) != view0:
         return "changed", ""
     if render_script(p, RUN_DIR, recipe.name) != baseline_script(recipe):
         return "changed", ""
     return "same", text
+
+
+def drop_default(data: dict, path: str) -> bool:
+    """Remove ``path`` from the recipe's data where the recipe sets it to its default: a field the new
+    value leaves with nothing to do (explicit defaults are refused like any value; issue 27), which a
+    user changing the value would remove as well. False where it is not such a field."""
+    *parents, last = path.split(".")
+    node = data
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or last not in node:
+        return False
+    try:
+        f = field_at(path)
+    except (KeyError, AttributeError):
+        return False
+    if f.is_required() or node[last] != default_of(f):
+        return False
+    del node[last]
+    return True
 
 
 def check_field(recipe: Path, path: str) -> tuple[str, str]:

@@ -108,7 +108,7 @@ def wait_health(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60
 def test_orchestrator_writes_batches_without_running_ahead(tmp_path):
     from slurmrl.recipe.load import load_recipe
     from slurmrl.render.tomlw import dumps
-    from slurmrl.settings.orchestrator import orchestrator_settings
+    from slurmrl.recipe.roles import orchestrator_settings
 
     model = build_tiny(tmp_path / "tiny")
     recipe = load_recipe(ROOT / "recipes" / "rl-debug.toml", [

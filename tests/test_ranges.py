@@ -23,10 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmrl import cli
-from slurmrl.recipe import schema
+from slurmrl.recipe.inference import KVOffload
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.reference import field_paths, numeric_range, range_text, reference
 from slurmrl.settings import trainer as trainer_settings
+from slurmrl.settings.section import Section
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
@@ -119,12 +120,12 @@ def test_lora_rank_is_one_vllm_accepts():
 
 def test_no_float_field_takes_inf_or_nan():
     """allow_inf_nan=False on every section: also the settings files our programs read."""
-    assert schema.Section.model_config["allow_inf_nan"] is False
+    assert Section.model_config["allow_inf_nan"] is False
     for bad in (math.inf, -math.inf, math.nan):
         with pytest.raises(Exception, match="finite number"):
-            schema.TrainerKnobs(lr=bad)
+            trainer_settings.TrainerKnobs(lr=bad)
         with pytest.raises(Exception, match="finite number"):
-            schema.KVOffload(cpu_gb=bad)
+            KVOffload(cpu_gb=bad)
 
 
 def test_a_settings_file_with_inf_is_refused_in_one_line(tmp_path):

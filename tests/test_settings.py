@@ -18,7 +18,11 @@ from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.plan import rules
 from slurmrl.recipe.load import load_recipe, validate
-from slurmrl.recipe.schema import SFT_BATCH_SIZE, Orchestrator, Trainer, TrainerKnobs, global_batch
+from slurmrl.recipe import roles
+from slurmrl.recipe.orchestrator import Orchestrator
+from slurmrl.recipe.recipe import global_batch
+from slurmrl.recipe.trainer import SFT_BATCH_SIZE, Trainer
+from slurmrl.settings.trainer import TrainerKnobs
 from slurmrl.render.tomlw import dumps
 from slurmrl.settings import orchestrator as orch_settings
 from slurmrl.settings import trainer as trainer_settings
@@ -52,7 +56,7 @@ def write(run_dir: Path, role: str, settings) -> Path:
 
 
 def build_trainer(r, run_dir: Path, world_size: int = 1):
-    return trainer_settings.trainer_settings(r, str(run_dir), world_size, global_batch(r))
+    return roles.trainer_settings(r, str(run_dir), world_size, global_batch(r))
 
 
 # ---- defaults live in one place ------------------------------------------------------------
@@ -64,14 +68,14 @@ def test_runtime_sees_the_recipe_defaults(tmp_path):
     for name, field in TrainerKnobs.model_fields.items():  # every knob the runtime reads: the recipe's default
         assert getattr(s, name) == field.get_default(call_default_factory=True), name
     assert (s.kind, s.model, s.world_size, s.global_batch, s.run_dir) == ("rl", "m", 1, 64, str(tmp_path))
-    o = orch_settings.load(write(tmp_path, "orchestrator", orch_settings.orchestrator_settings(r, str(tmp_path))))
+    o = orch_settings.load(write(tmp_path, "orchestrator", roles.orchestrator_settings(r, str(tmp_path))))
     assert (o.prompts_per_step, o.rollouts_per_prompt, o.max_steps) == (8, 8, Trainer().max_steps)
     assert o.served_model_name == "m" and o.model == "m" and o.environment == Orchestrator().environment
 
 
 def test_served_model_name_defaults_to_the_path(tmp_path):
     r = recipe(RL.replace('path = "m"', 'path = "m"\nserved_name = "policy"'), tmp_path)
-    assert orch_settings.orchestrator_settings(r, str(tmp_path)).served_model_name == "policy"
+    assert roles.orchestrator_settings(r, str(tmp_path)).served_model_name == "policy"
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
@@ -81,7 +85,7 @@ def test_every_recipe_round_trips_without_extra_keys(path, tmp_path):
         return
     built = {"trainer": build_trainer(r, tmp_path, 8)}
     if r.orchestrator is not None:
-        built["orchestrator"] = orch_settings.orchestrator_settings(r, str(tmp_path))
+        built["orchestrator"] = roles.orchestrator_settings(r, str(tmp_path))
     loaders = {"trainer": trainer_settings.load, "orchestrator": orch_settings.load}
     for role, s in built.items():
         file = write(tmp_path, role, s)
@@ -110,7 +114,7 @@ def test_hand_edited_trainer_settings_fail_with_one_line(tmp_path, edit, expecte
 
 
 def test_missing_field_and_broken_toml_fail_with_one_line(tmp_path):
-    path = write(tmp_path, "orchestrator", orch_settings.orchestrator_settings(recipe(RL, tmp_path), str(tmp_path)))
+    path = write(tmp_path, "orchestrator", roles.orchestrator_settings(recipe(RL, tmp_path), str(tmp_path)))
     path.write_text("\n".join(x for x in path.read_text().splitlines() if not x.startswith("max_steps")))
     with pytest.raises(SystemExit, match=r"max_steps: missing$"):
         orch_settings.load(path)
@@ -170,7 +174,7 @@ def test_resolved_rl_recipe_keeps_batch_size_out(tmp_path):
     r = recipe(RL, tmp_path)
     data = r.model_dump(exclude_none=True)
     assert "batch_size" not in data["trainer"]
-    rules.check(validate(tomllib.loads(dumps(data))))
+    rules.check(validate(tomllib.loads(dumps(data)), resolved=True))
 
 
 # ---- weight_sync = nccl -------------------------------------------------------------------------
@@ -184,3 +188,14 @@ def test_weight_sync_nccl_is_refused(tmp_path):
     assert out.returncode == 2, out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "trainer.weight_sync" in lines[0], out.stderr
+
+
+# ---- settings sit below the recipe ------------------------------------------------------------
+@pytest.mark.parametrize("module", ["slurmrl.settings.trainer", "slurmrl.settings.orchestrator",
+                                    "slurmrl.settings.judge"])
+def test_a_role_reads_its_settings_without_the_recipe(module):
+    """The runtime loads its role's settings only: no recipe section (vllm-router's, Dynamo's, ...)."""
+    code = f"import sys, {module}; print(' '.join(m for m in sys.modules if m.startswith('slurmrl.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    loaded = set(out.stdout.split())
+    assert module in loaded and not {m for m in loaded if m.startswith(("slurmrl.recipe", "slurmrl.plan"))}, loaded

@@ -156,9 +156,9 @@ def run_dir_for(tmp: Path, recipe: str, name: str, overrides: list[str], world_s
     format: TrainerSettings' JSON dump as TOML)."""
     from slurmrl.plan import rules
     from slurmrl.recipe.load import load_recipe
-    from slurmrl.recipe.schema import global_batch
+    from slurmrl.recipe.recipe import global_batch
     from slurmrl.render.tomlw import dumps
-    from slurmrl.settings.trainer import trainer_settings
+    from slurmrl.recipe.roles import trainer_settings
 
     recipe = load_recipe(ROOT / "recipes" / recipe, overrides)
     rules.check(recipe)

@@ -17,7 +17,7 @@ from slurmrl.errors import UserError
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Instance, Sh
 from slurmrl.plan.spec import Spec, Supervisor
-from slurmrl.recipe.schema import time_seconds
+from slurmrl.recipe.slurm_values import time_seconds
 
 BENCH_CPUS = 2  # the asyncio client and the tokenizer that makes the random prompts
 STAGE = 5
@@ -56,7 +56,8 @@ def benchmark(ctx: Context) -> None:
             f"benchmark.num_prompts ({bench.num_prompts}) is below the largest concurrency "
             f"({max(bench.concurrencies)}): that point never has that many requests in flight"
         )
-    if bench.timeout > time_seconds(r.slurm.time):
+    limit = time_seconds(r.slurm.time)  # None: no time limit
+    if limit is not None and bench.timeout > limit:
         ctx.warnings.append(f"benchmark.timeout ({bench.timeout} s) is longer than slurm.time ({r.slurm.time})")
     # then = "stop": the job completes with the benchmark, not with the servers (ctx.serving_is_main)
     vllm_args: list[Arg] = [

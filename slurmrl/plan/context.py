@@ -12,7 +12,7 @@ from slurmrl.errors import UserError
 from slurmrl.plan import staging
 from slurmrl.plan.model import Arg, Cat, StageStep, Task
 from slurmrl.plan.spec import PROBE, Slot, Spec, Supervisor, supervisor_argv
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
 
 
 @dataclass

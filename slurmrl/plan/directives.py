@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from slurmrl.plan.model import Directive
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.slurm_values import signal_option
 
 
 def group_directives(
@@ -20,7 +21,7 @@ def group_directives(
         add("--output", f"{run_dir}/logs/batch-%j.out", "the batch shell's own log; steps log per attempt")
         add("--open-mode", "append")
         add("--requeue" if s.requeue else "--no-requeue")
-        add("--signal", f"B:{s.signal}", "warning signal to the batch shell: checkpoint, then requeue")
+        add("--signal", signal_option(s.signal), "warning signal to the batch shell: checkpoint, then requeue")
         for opt, val in (("--dependency", s.dependency), ("--mail-user", s.mail_user),
                          ("--mail-type", s.mail_type), ("--comment", s.comment), ("--nodelist", s.nodelist)):
             if val:

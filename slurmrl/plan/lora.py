@@ -9,7 +9,8 @@ holds it (what the script then shows on the servers' command lines).
 from __future__ import annotations
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.schema import VLLM_LORA_RANKS, Recipe
+from slurmrl.recipe.inference import VLLM_LORA_RANKS
+from slurmrl.recipe.recipe import Recipe
 
 
 def check(r: Recipe) -> None:

@@ -7,7 +7,7 @@ from slurmrl.plan import parallel
 from slurmrl.plan.context import Context, Group
 from slurmrl.plan.parallel import Parallelism
 from slurmrl.plan.spec import Slot
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
 
 
 def colocated(ctx: Context) -> dict[str, Slot]:

@@ -20,7 +20,8 @@ from slurmrl.plan.directives import group_directives
 from slurmrl.plan.engines import dynamo
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep
 from slurmrl.plan.spec import Spec
-from slurmrl.recipe.schema import Recipe, time_seconds
+from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.slurm_values import signal_name, signal_seconds, time_seconds
 
 # Stages, in start order. Each waits for the previous stage's readiness checks.
 STAGES = (
@@ -70,9 +71,10 @@ class _Builder:
     def warn_early_signal(self) -> None:
         """The warning signal must not fire before the servers may take their startup_timeout."""
         inf, s = self.r.inference, self.r.slurm
-        if inf is None:
+        limit = time_seconds(s.time)
+        if inf is None or limit is None:  # no time limit: no warning signal
             return
-        fires_at = time_seconds(s.time) - int(s.signal.split("@")[1])
+        fires_at = limit - signal_seconds(s.signal)
         if fires_at < inf.startup_timeout:
             self.ctx.warnings.append(
                 f"slurm.signal {s.signal} fires {max(fires_at, 0)} s into a {s.time} job, before "
@@ -143,7 +145,7 @@ class _Builder:
             env=dict(r.env), services=tuple(c.name for c in comps if c.stage in (0, 3)),
             requeue=r.slurm.requeue, max_requeues=r.slurm.max_requeues,
             max_total_seconds=time_seconds(r.slurm.max_total_time) if r.slurm.max_total_time else None,
-            signal=r.slurm.signal.split("@")[0], grace_seconds=r.slurm.grace_seconds,
+            signal=signal_name(r.slurm.signal), grace_seconds=r.slurm.grace_seconds,
             stop_order=stop_order(comps, r.slurm.grace_seconds),
             warnings=tuple(ctx.warnings),
             image_import=staging.image_import(r), staging=ctx.staging,

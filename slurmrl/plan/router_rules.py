@@ -18,7 +18,9 @@ What vllm-router 0.1.17 reads (its ``--help`` and what it logs at start):
 from __future__ import annotations
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.schema import Inference, Router
+from slurmrl.recipe.user_set import user_set
+from slurmrl.recipe.inference import Inference
+from slurmrl.recipe.router import Router
 
 PD_EVENT_BLOCK_SIZE = 16  # vllm-router 0.1.17: "--pd-kv-events ... Block size is 16"
 
@@ -127,10 +129,10 @@ def check(inf: Inference) -> None:
             if getattr(r, name) is not None:
                 raise UserError(field(name), f"only mode 'pd' has prefill and decode pools; mode {inf.mode!r} routes "
                                 "by inference.router.policy")
-    elif r.prefill_policy and r.decode_policy and r.policy != Router.model_fields["policy"].default:
+    elif r.prefill_policy and r.decode_policy and user_set(r, "policy"):
         raise UserError(field("policy"), "mode 'pd' with both prefill_policy and decode_policy set does not use it; "
                         "leave it out")
-    for name in changed(r):
+    for name in (n for n in Router.model_fields if n in OPTIONS and user_set(r, n)):
         why = _needs(name, inf, pol)
         if why:
             raise UserError(field(name), why)

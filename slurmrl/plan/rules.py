@@ -6,8 +6,11 @@ import inspect
 import re
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.schema import Inference, Orchestrator, Recipe, global_batch
+from slurmrl.recipe.orchestrator import Orchestrator
+from slurmrl.recipe.recipe import Recipe, global_batch
+from slurmrl.recipe.user_set import user_set
 from slurmrl import envs
+from slurmrl.plan import router_rules
 from slurmrl.envs import BUILTIN
 
 SECTIONS = {
@@ -28,9 +31,11 @@ def check_sections(r: Recipe) -> None:
 
 def check_placement(r: Recipe) -> None:
     p = r.placement
-    if p.colocate and r.kind != "rl":
+    if changed(p, "colocate") and r.kind != "rl":
         raise UserError("placement.colocate", f"only applies to kind 'rl' (this recipe is {r.kind!r})")
-    if p.share_gpus and not p.colocate:
+    if changed(p, "share_gpus") and not p.colocate:
+        if not p.share_gpus:
+            raise UserError("placement.share_gpus", "only applies with placement.colocate; remove it")
         raise UserError("placement.share_gpus", "needs placement.colocate = true (trainer and inference on one node)")
     if p.colocate == "hybrid":
         check_hybrid(r)
@@ -94,7 +99,7 @@ def check_inference(r: Recipe) -> None:
     else:
         for name in ("share_nodes", "kv_load_failure_policy", "kv_buffer_device", "kv_connector",
                      "kv_transfer_protocol"):
-            if getattr(inf, name) != Inference.model_fields[name].default:
+            if changed(inf, name):
                 raise UserError(f"inference.{name}", f"only applies to mode 'pd' (mode is {inf.mode!r})")
         for role in ("prefill", "decode"):
             if getattr(inf, role) is not None:
@@ -131,9 +136,9 @@ def check_inference(r: Recipe) -> None:
             if off:
                 where = " and ".join(f"{r}.expert_parallel" for r in off) if inf.mode == "pd" else "expert_parallel"
                 raise UserError(f"inference.{name}", f"needs expert parallel; set inference.{where} = true")
-    if inf.kv_transfer_protocol != "rdma" and inf.kv_connector != "MooncakeConnector":
+    if changed(inf, "kv_transfer_protocol") and inf.kv_connector != "MooncakeConnector":
         raise UserError("inference.kv_transfer_protocol", "only applies to kv_connector 'MooncakeConnector'")
-    if inf.kv_buffer_device != "gpu" and inf.kv_connector != "NixlConnector":
+    if changed(inf, "kv_buffer_device") and inf.kv_connector != "NixlConnector":
         raise UserError("inference.kv_buffer_device", "only applies to kv_connector 'NixlConnector'")
 
 
@@ -214,8 +219,8 @@ def check_benchmark(r: Recipe) -> None:
 
 
 def changed(section, name: str) -> bool:
-    """``section.name`` is not its field's default (a resolved recipe.toml repeats the defaults)."""
-    return getattr(section, name) != type(section).model_fields[name].get_default(call_default_factory=True)
+    """``section.name`` was set by the user, whatever its value (``slurmrl.recipe.user_set``)."""
+    return user_set(section, name)
 
 
 # Fields of [inference.kv_offload] and the offload kinds that use them.
@@ -263,7 +268,12 @@ def check_applies(r: Recipe) -> None:
         if changed(off, name) and off.kind not in kinds:
             raise UserError(f"inference.kv_offload.{name}", f"only applies to kv_offload.kind "
                             f"{' or '.join(map(repr, kinds))} (kind is {off.kind!r})")
-    if changed(inf.router, "session_header"):  # vllm-router 0.1.17 has no flag for it
+    header = inf.router.session_header
+    if changed(inf.router, "session_header") and "consistent_hash" not in router_rules.policies(inf).values():
+        raise UserError("inference.router.session_header", "only the consistent_hash policy keys on a session header "
+                        f"(the router's policies: {', '.join(sorted(set(router_rules.policies(inf).values())))}); "
+                        "leave it out")
+    if header != type(inf.router).model_fields["session_header"].default:  # vllm-router 0.1.17 has no flag for it
         raise UserError("inference.router.session_header", "vllm-router cannot be told which header to hash: "
                         "consistent_hash reads the session headers it knows (X-Session-ID, X-User-ID, X-Tenant-ID, ...) "
                         "in its own order, whichever a request sends; leave it out")

@@ -10,7 +10,7 @@ from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.placement import server_names
 from slurmrl.plan.rules import changed
 from slurmrl.plan.spec import Spec, Supervisor
-from slurmrl.recipe.schema import Inference
+from slurmrl.recipe.inference import Inference
 
 SERVICE_CPUS = {"router": 2, "mooncake-master": 1, "mooncake-client": 1}
 ROUTER_HEALTH_INTERVAL_S = 5

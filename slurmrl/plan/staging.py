@@ -21,7 +21,7 @@ from slurmrl.errors import UserError
 from slurmrl.plan.model import Cat, ImageImport, Sh, StageStep
 from slurmrl.plan.rules import changed
 from slurmrl.plan.spec import Spec
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
 
 NODE = Sh(sh="${SLURMD_NODENAME}")  # set by slurmd in every task: the node's name
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Directive
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
 
 
 def check(r: Recipe, groups: dict[str, int]) -> None:

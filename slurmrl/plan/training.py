@@ -9,9 +9,8 @@ from slurmrl.plan.engines import judge
 from slurmrl.plan.model import Instance, Sh
 from slurmrl.plan.placement import server_names
 from slurmrl.plan.spec import Spec, Supervisor
-from slurmrl.recipe.schema import global_batch
-from slurmrl.settings.orchestrator import orchestrator_settings
-from slurmrl.settings.trainer import trainer_settings
+from slurmrl.recipe.recipe import global_batch
+from slurmrl.recipe.roles import orchestrator_settings, trainer_settings
 
 
 def config(name: str) -> Sh:

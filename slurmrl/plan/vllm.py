@@ -12,7 +12,8 @@ import json
 from slurmrl import ports
 from slurmrl.plan import router_rules, shell
 from slurmrl.plan.model import Arg, Cat, Sh
-from slurmrl.recipe.schema import Inference, Model
+from slurmrl.recipe.inference import Inference
+from slurmrl.recipe.model import Model
 
 PORT = Sh(sh="${port}")  # this task's HTTP port (prelude: port=...)
 ENTRY = ("-m", "vllm.entrypoints.openai.api_server")

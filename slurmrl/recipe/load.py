@@ -14,9 +14,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.schema import INT64, Recipe
+from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.user_set import unresolve
+from slurmrl.settings.limits import INT64
 
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a few KB; this keeps /dev/zero and the like out
+# The first line of a run dir's recipe.toml (slurmrl.render writes it): every default written out.
+RESOLVED_HEADER = "# The recipe as resolved (overrides applied, defaults filled in)."
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -108,8 +112,12 @@ def check_numbers(data: dict) -> None:
             raise UserError(field, f"{v} does not fit in 64 bits (TOML integers are -2^63 to 2^63-1)")
 
 
-def validate(data: dict) -> Recipe:
+def validate(data: dict, resolved: bool = False) -> Recipe:
+    """``data`` as a Recipe, or a UserError naming the field. ``resolved``: ``data`` is a resolved recipe
+    (every default written out); only the values that differ from the defaults count as set."""
     check_numbers(data)
+    if resolved:
+        data = unresolve(Recipe, data)
     try:
         return Recipe.model_validate(data)
     except ValidationError as err:
@@ -163,9 +171,22 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
     """Read, override, validate. Relative paths in the recipe stay relative to the recipe file."""
     path = Path(path)
     data = read_toml(path)
+    resolved = is_resolved(path)
     if "lock" in data:  # a run dir's lock.toml is a recipe; its [lock] table is provenance, not read here
         from slurmrl import lock
 
         lock.check_table(data.pop("lock"))
+        resolved = True
+    if resolved:  # what the user set is what differs from the defaults; --set below is set
+        data = unresolve(Recipe, data)
     data = apply_overrides(data, list(overrides))
     return validate(data)
+
+
+def is_resolved(path: Path) -> bool:
+    """``path`` is a resolved recipe that slurmrl wrote (a run dir's recipe.toml, or a copy of one)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(RESOLVED_HEADER)).decode("utf-8", "replace") == RESOLVED_HEADER
+    except OSError:
+        return False

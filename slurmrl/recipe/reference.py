@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
 
 
 def _submodel(annotation) -> type[BaseModel] | None:

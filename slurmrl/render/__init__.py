@@ -10,7 +10,7 @@ from slurmrl.layout import LOCK
 from slurmrl.lock import recorded_source
 from slurmrl.plan import Plan, plan
 from slurmrl.recipe.load import load_recipe
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
 from slurmrl.render import tomlw
 from slurmrl.render.rundir import write_run_dir
 

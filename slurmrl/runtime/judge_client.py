@@ -31,7 +31,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-from slurmrl.recipe.schema import template_fields
+from slurmrl.settings.judge import template_fields
 from slurmrl.settings.judge import JudgeSettings
 
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")

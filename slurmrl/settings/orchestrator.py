@@ -5,12 +5,44 @@ script passes those URLs on the command line (``--requests-url``, ``--admin-urls
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field
 
-from slurmrl.recipe.schema import OrchestratorKnobs, PosInt, Recipe
-from slurmrl.settings.judge import JudgeSettings, judge_settings
+from slurmrl.settings.judge import JudgeSettings
+from slurmrl.settings.limits import INT64, MAX_SEED, MAX_TOKENS
 from slurmrl.settings.read import read
+from slurmrl.settings.section import PosInt, Section
+
+
+class OrchestratorKnobs(Section):
+    """The orchestrator fields its program reads. ``slurmrl.settings.orchestrator.OrchestratorSettings``
+    extends this with what the planner derives, so a default lives here and nowhere else."""
+
+    environment: str = Field(
+        "reverse_text", description="Built-in environment name or `package.module:Class` for a custom one."
+    )
+    environment_args: dict[str, bool | Annotated[int, Field(ge=INT64[0], le=INT64[1])] | float | str] = Field(
+        default_factory=dict,
+        description="Keyword arguments for the environment's constructor, e.g. `{ few_shot = 2 }` for "
+        "`arithmetic` (built-in environments' arguments are checked by `plan`).",
+    )
+    prompts_per_step: int = Field(8, ge=1, le=65536, description="Prompts sampled per training step (1-65536).")
+    rollouts_per_prompt: int = Field(
+        8, ge=1, le=4096, description="Completions per prompt (the GRPO group size; 1-4096)."
+    )
+    max_tokens: int = Field(
+        128, ge=1, le=MAX_TOKENS, description=f"Maximum new tokens per completion (1-{MAX_TOKENS})."
+    )
+    temperature: float = Field(
+        1.0, ge=0, le=10, description="Sampling temperature (0-10; vLLM sets no cap, text is noise well before 10)."
+    )
+    max_off_policy_steps: int = Field(
+        1, ge=0, le=1000, description="How many steps generation may run ahead of training (0 = synchronous; 0-1000)."
+    )
+    seed: int = Field(0, ge=0, le=MAX_SEED, description=f"Random seed (0-{MAX_SEED}).")
+
+
 
 
 class OrchestratorSettings(OrchestratorKnobs):
@@ -32,18 +64,6 @@ class OrchestratorSettings(OrchestratorKnobs):
     @property
     def root(self) -> Path:
         return Path(self.run_dir)
-
-
-def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
-    """What the planner writes for ``recipe``'s orchestrator (``recipe.orchestrator`` must be set)."""
-    return OrchestratorSettings(
-        **recipe.orchestrator.model_dump(include=set(OrchestratorKnobs.model_fields)),
-        run_dir=run_dir, model=recipe.model.path, served_model_name=recipe.model.served_model_name,
-        trust_remote_code=recipe.model.trust_remote_code,
-        max_steps=recipe.trainer.max_steps,
-        judge=judge_settings(recipe),
-        hybrid=recipe.placement.colocate == "hybrid",
-    )
 
 
 def load(path: str | Path) -> OrchestratorSettings:

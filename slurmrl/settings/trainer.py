@@ -2,13 +2,90 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
-from slurmrl.recipe.schema import PosInt, Recipe, TrainerKnobs
+from slurmrl.settings.limits import MAX_SEED, MAX_STEPS, MAX_TOKENS
 from slurmrl.settings.read import read
+from slurmrl.settings.section import PathText, PosInt, Section
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+MODULE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+def _check_targets(names: list[str]) -> list[str]:
+    for n in names:
+        if not MODULE_NAME_RE.match(n):
+            raise ValueError(f"{n!r} is not a module name (the last part of a Linear layer's name, e.g. q_proj)")
+    if len(set(names)) != len(names):
+        raise ValueError("a module is named twice")
+    return names
+
+
+class Lora(Section):
+    """A LoRA policy: the trainer trains low-rank adapters on the frozen base model, and each step's
+    adapter (megabytes) is hot-loaded into the inference servers instead of the full weights."""
+
+    rank: int = Field(16, ge=1, le=512, description="Adapter rank r (1-512; inference.max_lora_rank must be at "
+                      "least this, and is set to the smallest rank vLLM accepts when left out).")
+    alpha: float = Field(32.0, gt=0, le=65536, description="Scaling numerator: the update is B @ A x alpha / rank "
+                         "(above 0, at most 65536).")
+    dropout: float = Field(0.0, ge=0, le=0.9, description="Dropout on the adapter's input while training "
+                           "(0-0.9).")
+    target_modules: Annotated[list[str], AfterValidator(_check_targets)] = Field(
+        default_factory=lambda: list(LORA_TARGETS), min_length=1, max_length=64,
+        description="Linear layers that get adapters, by the last part of their name (every layer whose name ends "
+        "so); default the attention and MLP projections of Llama/Qwen/Mistral-style models. vLLM loads adapters "
+        "on these modules of its supported architectures.",
+    )
+
+
+class TrainerKnobs(Section):
+    """The trainer fields its program reads. ``slurmrl.settings.trainer.TrainerSettings`` extends
+    this with what the planner derives, so a default lives here and nowhere else."""
+
+    dataset: PathText | None = Field(
+        None,
+        description="SFT: one local JSONL file (prompt/completion or chat messages): an absolute path, or relative "
+        "to where the job starts or to the run dir. The trainer downloads nothing: a hub id or URL is refused.",
+    )
+    lr: float = Field(1e-5, gt=0, le=1, description="AdamW learning rate (above 0, at most 1).")
+    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay (0-1).")
+    max_grad_norm: float = Field(
+        1.0, gt=0, le=1e6,
+        description="Clip the global gradient norm to this before each step (above 0, at most 1000000; "
+        "a large value leaves gradients unclipped).",
+    )
+    micro_batch_size: int = Field(4, ge=1, le=4096, description="Sequences per forward/backward per GPU (1-4096).")
+    seq_len: int = Field(
+        2048, ge=1, le=MAX_TOKENS, description=f"Maximum tokens per sequence (packing length for SFT; 1-{MAX_TOKENS})."
+    )
+    max_steps: int = Field(100, ge=1, le=MAX_STEPS, description=f"Optimizer steps to run (1-{MAX_STEPS}).")
+    checkpoint_every: int = Field(10, ge=1, le=MAX_STEPS, description=f"Steps between checkpoints (1-{MAX_STEPS}).")
+    keep_checkpoints: int = Field(3, ge=1, le=1000, description="Checkpoints to keep (1-1000).")
+    gradient_checkpointing: bool = Field(True, description="Recompute activations in backward.")
+    dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Training dtype (fp32 where no bf16).")
+    clip_eps: float = Field(
+        0.2, gt=0, le=1, description="RL: importance-ratio clip range, ratios outside 1 +- clip_eps (above 0, at most 1)."
+    )
+    kl_coef: float = Field(0.0, ge=0, le=10, description="RL: KL penalty to the reference model (0 = off; 0-10).")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description=f"Random seed (0-{MAX_SEED}).")
+    peak_tflops: float | None = Field(
+        None, gt=0, le=1e6,
+        description="Peak dense TFLOP/s of one trainer device in the training dtype, for the MFU metric (above 0, "
+        "at most 1000000); default: the datasheet figure of known GPUs in bfloat16 (A100, H100, H200, B200, "
+        "GB200), else none and MFU is not reported.",
+    )
+    lora: Lora | None = Field(
+        None,
+        description="RL: train a LoRA adapter instead of the full weights (`[trainer.lora]`); the servers hot-load "
+        "each step's adapter, and the KL reference is the base model with adapters off. See docs/rl.md.",
+    )
+
+
 
 
 class TrainerSettings(TrainerKnobs):
@@ -30,15 +107,6 @@ class TrainerSettings(TrainerKnobs):
     @property
     def root(self) -> Path:
         return Path(self.run_dir)
-
-
-def trainer_settings(recipe: Recipe, run_dir: str, world_size: int, global_batch: int) -> TrainerSettings:
-    """What the planner writes for ``recipe``'s trainer (``recipe.trainer`` must be set)."""
-    return TrainerSettings(
-        **recipe.trainer.model_dump(include=set(TrainerKnobs.model_fields)),
-        run_dir=run_dir, kind=recipe.kind, model=recipe.model.path, trust_remote_code=recipe.model.trust_remote_code,
-        world_size=world_size, global_batch=global_batch, hybrid=recipe.placement.colocate == "hybrid",
-    )
 
 
 def load(path: str | Path) -> TrainerSettings:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from slurmrl.plan.engines import dynamo, judge, vllm
 from slurmrl.plan.engines.base import Engine
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
 
 ENGINES: tuple[Engine, ...] = (vllm, dynamo, judge)
 

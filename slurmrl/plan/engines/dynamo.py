@@ -30,7 +30,10 @@ from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.spec import Slot, Spec, Supervisor
-from slurmrl.recipe.schema import Dynamo, Inference, Recipe
+from slurmrl.recipe.dynamo import Dynamo
+from slurmrl.recipe.inference import Inference
+from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.user_set import user_set
 
 name = "dynamo"
 
@@ -75,51 +78,51 @@ def check(r: Recipe) -> None:
     if inf.auth != "none":
         raise UserError("inference.auth", "Dynamo's frontend cannot check the job's secret (it has no API-key option): "
                         "set auth = \"none\" and keep its port off networks you do not trust")
-    if inf.router != type(inf.router)():
+    if user_set(inf, "router"):
         raise UserError("inference.router", "Dynamo's frontend routes requests: use inference.dynamo.router_mode and "
                         "frontend_args instead of [inference.router]")
-    if inf.kv_offload.kind != "none":
+    if user_set(inf.kv_offload, "kind"):
         raise UserError("inference.kv_offload.kind", "KV offload is vLLM-server configuration; with Dynamo pass the "
                         "engine's own flags in inference.dynamo.extra_args")
     for name, why in (("max_lora_rank", "runtime LoRA loading goes through vLLM's admin endpoints"),
                       ("admin_endpoints", "the admin endpoints are vLLM server routes")):
-        if getattr(inf, name):
+        if user_set(inf, name):
             raise UserError(f"inference.{name}", f"not available with Dynamo: {why}")
     if inf.gpus_per_node == 0:
         raise UserError("inference.gpus_per_node", "Dynamo workers take tp GPUs each (the mocker too: it stands in "
                         "for a GPU engine); leave it out or give at least tp")
-    if inf.extra_args:
+    if user_set(inf, "extra_args"):
         raise UserError("inference.extra_args", "vLLM-server arguments; Dynamo workers take inference.dynamo.extra_args "
                         "(every worker) and prefill/decode extra_args")
-    if inf.dp != 1:
+    if user_set(inf, "dp"):
         raise UserError("inference.dp", "Dynamo workers are sized by tp; data parallelism is the engine's own "
                         "(trtllm: enable_attention_dp in the engine config; vllm: extra_args)")
     defaults = Inference.model_fields
     for name in ("kv_connector", "share_nodes", "kv_load_failure_policy", "kv_buffer_device"):
-        if name in defaults and getattr(inf, name) != defaults[name].default:
+        if name in defaults and user_set(inf, name):
             raise UserError(f"inference.{name}", "vLLM P/D configuration; Dynamo's disaggregation moves KV itself")
     for name in VLLM_SERVER_KNOBS:
-        if name in defaults and getattr(inf, name) != defaults[name].get_default(call_default_factory=True):
+        if name in defaults and user_set(inf, name):
             raise UserError(f"inference.{name}", "a vLLM-server knob; Dynamo workers take their engine's flags in "
                             "inference.dynamo.extra_args")
     for role in ("prefill", "decode"):
         spec = getattr(inf, role)
         for name in ("dp", "nodes_per_worker"):
-            if spec is not None and getattr(spec, name, None) not in (None, 1):
+            if spec is not None and user_set(spec, name):
                 raise UserError(f"inference.{role}.{name}", "Dynamo workers are sized by tp (and nodes)")
-        if spec is not None and getattr(spec, "expert_parallel", False) and d.engine != "vllm":
+        if spec is not None and user_set(spec, "expert_parallel") and d.engine != "vllm":
             raise UserError(f"inference.{role}.expert_parallel", f"engine {d.engine!r}: set expert parallelism in "
                             "the engine config")
     if d.engine != "vllm":
         for name in ("gpu_memory_utilization", "expert_parallel"):
-            if getattr(inf, name) is not None:
+            if user_set(inf, name):
                 raise UserError(f"inference.{name}", f"a vLLM flag; engine {d.engine!r} takes its own in "
                                 f"{'the engine config' if d.engine == 'trtllm' else 'inference.dynamo.extra_args'}")
-        if inf.enforce_eager:
+        if user_set(inf, "enforce_eager"):
             raise UserError("inference.enforce_eager", f"a vLLM flag; engine {d.engine!r} does not take it")
-        if r.model.dtype != "auto":
+        if user_set(r.model, "dtype"):
             raise UserError("model.dtype", f"engine {d.engine!r} takes the dtype from the model (or engine config)")
-        if r.model.trust_remote_code:
+        if user_set(r.model, "trust_remote_code"):
             raise UserError("model.trust_remote_code", f"a vLLM flag; engine {d.engine!r} does not take it")
     if d.engine == "trtllm":
         configs = {"engine_config": d.engine_config}

@@ -20,8 +20,9 @@ from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.rules import changed
 from slurmrl.plan.spec import Slot, Spec, Supervisor
-from slurmrl.recipe.schema import Recipe, template_fields
-from slurmrl.settings.judge import judge_settings
+from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.roles import judge_settings
+from slurmrl.settings.judge import template_fields
 
 name = "judge"
 GENERATIVE_ONLY = ("max_tokens", "max_score")

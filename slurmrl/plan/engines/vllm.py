@@ -17,7 +17,7 @@ from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.placement import server_names
 from slurmrl.plan.spec import Slot, Spec, Supervisor
-from slurmrl.recipe.schema import Recipe
+from slurmrl.recipe.recipe import Recipe
 
 name = "vllm"
 

@@ -1,0 +1,46 @@
+"""Field types more than one recipe section uses: environment maps, single-line lists, names."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Environment variables the launcher sets itself; a recipe may not override them.
+PROTECTED_ENV = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+        "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "VLLM_PORT", "VLLM_HOST_IP",
+        "VLLM_NIXL_SIDE_CHANNEL_PORT", "VLLM_NIXL_SIDE_CHANNEL_HOST",
+    }
+)
+PROTECTED_ENV_PREFIXES = ("SLURM_", "SLURMRL_", "PMI_", "PMIX_")
+SECRET_ENV = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)($|_)", re.I)  # never into the script
+
+
+def _check_env(env: dict[str, str]) -> dict[str, str]:
+    for key in env:
+        if not ENV_NAME_RE.match(key):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+        if key in PROTECTED_ENV or key.startswith(PROTECTED_ENV_PREFIXES):
+            raise ValueError(f"{key} is set by the slurmrl launcher and cannot be overridden")
+        if SECRET_ENV.search(key):
+            raise ValueError(
+                f"{key} looks like a secret; it would be written into job.sbatch. Export it in the shell you "
+                "submit from (sbatch passes your environment to the job), or list it in container.env"
+            )
+    return env
+
+
+def _check_single_line(values: list[str], what: str) -> list[str]:
+    for v in values:
+        if "\n" in v or "\r" in v:
+            raise ValueError(f"{what} must be single lines; got {v!r}")
+    return values
+
+
+EnvMap = Annotated[dict[str, str], AfterValidator(_check_env)]

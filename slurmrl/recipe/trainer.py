@@ -1,0 +1,34 @@
+"""[trainer]: the fields the trainer program reads (``slurmrl.settings.trainer.TrainerKnobs``) and
+what the planner places it with."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from slurmrl.recipe.fields import EnvMap
+from slurmrl.settings.limits import MAX_GPUS_PER_NODE, MAX_NODES
+from slurmrl.settings.trainer import TrainerKnobs
+
+SFT_BATCH_SIZE = 32  # trainer.batch_size of kind sft when the recipe leaves it out; see global_batch()
+
+
+class Trainer(TrainerKnobs):
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description=f"Trainer nodes (1-{MAX_NODES}).")
+    gpus_per_node: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_NODE)] | None = Field(
+        None,
+        description="GPUs per node for the trainer; defaults to all (or what inference leaves when colocated) "
+        f"(0-{MAX_GPUS_PER_NODE}).",
+    )
+    batch_size: Annotated[int, Field(ge=1, le=2**20)] | None = Field(
+        None,
+        description=f"Sequences per optimizer step (global; 1-{2**20}). Kind `sft`: {SFT_BATCH_SIZE} when left out. "
+        "Kind `rl`: always orchestrator.prompts_per_step x rollouts_per_prompt; leave it out or give that number.",
+    )
+    weight_sync: Literal["filesystem", "nccl"] = Field(
+        "filesystem",
+        description="RL: how new weights reach inference: safetensors in the run dir. `nccl` (broadcast) "
+        "is refused by `plan` until the trainer implements it.",
+    )
+    env: EnvMap = Field(default_factory=dict, description="Extra environment for the trainer step.")
