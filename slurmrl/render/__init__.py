@@ -12,6 +12,7 @@ from slurmrl.plan import Plan, plan
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.schema import Recipe
 from slurmrl.render import tomlw
+from slurmrl.render.keep_edits import refuse_lost_edits
 from slurmrl.render.rundir import write_run_dir
 
 
@@ -124,6 +125,8 @@ def render(
     preflight: bool = False,
 ) -> Rendered:
     out = build(recipe_path, overrides, run_dir, preflight)
+    if not force:
+        refuse_lost_edits(out.run_dir, out.files, build)  # no hand edit is lost without --force
     out = Rendered(out.recipe, out.plan, out.run_dir, {**out.files, LOCK: lock_text(out, recipe_path)})
     write_run_dir(out.run_dir, out.files, force=force)
     return out
