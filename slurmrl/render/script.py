@@ -81,8 +81,8 @@ def _message(e: BaseException) -> str:
         return f"includes {e.name!r}, which is not there"
     if isinstance(e, jinja2.TemplateSyntaxError):
         return e.message or "syntax error"
-    if isinstance(e, jinja2.UndefinedError):
-        return e.message or "undefined"
+    if isinstance(e, jinja2.UndefinedError):  # StrictUndefined: "'x' is undefined", "... has no attribute 'y'"
+        return e.message if e.message and "undefined" in e.message else f"undefined: {e.message}"
     if isinstance(e, RecursionError):
         return "includes itself (recursion)"
     return f"{e.__class__.__name__}: {e}"
