@@ -70,6 +70,7 @@ def inline_functions(script: str) -> str:
     the helper's text, so it runs without a rendered run dir."""
     line = f'source -- "${{RUN_DIR}}/{FUNCTIONS}" {FUNCTIONS_VERSION}\n'
     assert line in script, "the script does not source the helper file"
+    script = re.sub(rf"^\[\[ -r \${{RUN_DIR}}/{re.escape(FUNCTIONS)} \]\] .*\n", "", script, count=1, flags=re.M)
     return script.replace(line, f"set -- {FUNCTIONS_VERSION}\n{render_functions()}set --\n", 1)
 
 
