@@ -41,7 +41,7 @@ EDITS = {
 }
 
 
-@pytest.mark.parametrize("edited", [[k] for k in EDITS] + [sorted(EDITS)], ids=["+".join([k]) for k in EDITS] + ["all"])
+@pytest.mark.parametrize("edited", [[k] for k in EDITS] + [sorted(EDITS)], ids=[*EDITS, "all"])
 def test_a_render_over_hand_edits_refuses_naming_them_and_force_renders(edited, tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert render(capsys, run_dir)[0] == 0
@@ -107,7 +107,7 @@ def test_the_lock_hashes_the_helper_file_and_diff_names_an_edit_to_it(tmp_path, 
     helper = run_dir / "slurmrl-functions.sh"
     lock = tomllib.loads((run_dir / "lock.toml").read_text())["lock"]
     assert "slurmrl-functions.sh" in lock["files"]
-    assert f'source -- "${{RUN_DIR}}/slurmrl-functions.sh" 1' in (run_dir / "job.sbatch").read_text()
+    assert 'source -- "${RUN_DIR}/slurmrl-functions.sh" 1' in (run_dir / "job.sbatch").read_text()
     helper.write_text(helper.read_text().replace("sleep 1\n", "sleep 5\n", 1))
     rc, out, _ = run(capsys, "diff", str(run_dir))
     assert rc == 1
