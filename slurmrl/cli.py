@@ -80,7 +80,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     if wanted("render"):
         p = sub.add_parser("render", help="write the run dir and print its path")
         _recipe_args(p)
-        p.add_argument("--force", action="store_true", help="render over a run dir that was already submitted")
+        p.add_argument("--force", action="store_true", help="render over a run dir that was submitted or edited by hand")
         p.add_argument("--run-dir", help="write here instead of OUTPUT_DIR/NAME")
         p.add_argument("--stdout", action="store_true", help="print job.sbatch instead of writing the run dir")
         p.add_argument(

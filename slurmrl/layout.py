@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 SCRIPT = "job.sbatch"
+FUNCTIONS = "slurmrl-functions.sh"  # the helper file job.sbatch sources: the machinery every job shares
 PLAN = "plan.json"
 RECIPE = "recipe.toml"
 LOCK = "lock.toml"  # a complete recipe plus provenance (slurmrl.lock); the job appends its versions

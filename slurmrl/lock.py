@@ -180,7 +180,7 @@ def job_files(run_dir: Path) -> dict[str, str]:
     """Relative path -> text of job.sbatch and everything it reads in the run dir."""
     run_dir = Path(run_dir)
     out = {}
-    for rel in (layout.SCRIPT, layout.PLAN):
+    for rel in (layout.SCRIPT, layout.FUNCTIONS, layout.PLAN):
         if (run_dir / rel).is_file():
             out[rel] = (run_dir / rel).read_text(encoding="utf-8", errors="replace")
     for p in sorted((run_dir / layout.COMPONENTS).glob("*.toml")):

@@ -1,4 +1,5 @@
-"""Golden scripts: sbatch/<recipe>.sbatch is what recipes/<recipe>.toml renders to.
+"""Golden scripts: sbatch/<recipe>.sbatch is what recipes/<recipe>.toml renders to, and
+sbatch/slurmrl-functions.sh the helper file each of them sources.
 
 Regenerate after a template or planner change (then read the diff as a user would):
 
@@ -26,8 +27,19 @@ def render(recipe: Path) -> str:
     return build(recipe, run_dir=f"{RUN_ROOT}/{recipe.stem}").script
 
 
+def functions() -> str:
+    """sbatch/slurmrl-functions.sh: the helper file every job.sbatch sources (the same for all)."""
+    from slurmrl.render.script import render_functions
+
+    return render_functions()
+
+
 def main() -> int:
+    from slurmrl.render.script import FUNCTIONS
+
     GOLDEN.mkdir(exist_ok=True)
+    (GOLDEN / FUNCTIONS).write_text(functions())
+    print(f"sbatch/{FUNCTIONS}")
     for stale in set(GOLDEN.glob("*.sbatch")) - {GOLDEN / f"{r.stem}.sbatch" for r in recipes()}:
         stale.unlink()
     for recipe in recipes():

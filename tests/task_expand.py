@@ -18,6 +18,7 @@ from pathlib import Path
 
 from slurmrl import ports
 from slurmrl.plan.model import Plan
+from slurmrl.render.script import FUNCTIONS, FUNCTIONS_VERSION, render_functions
 
 PROGRAMS = ("python3", "torchrun", "vllm-router", "mooncake_master", "mooncake_client", "uv",
             "etcd", "nats-server", "trtllm-llmapi-launch")
@@ -64,10 +65,19 @@ srun() { return 0; }                 # the port claim steps: every node grants t
 """
 
 
+def inline_functions(script: str) -> str:
+    """The script with its `source` of the helper file (RUN_DIR/slurmrl-functions.sh) replaced by
+    the helper's text, so it runs without a rendered run dir."""
+    line = f'source -- "${{RUN_DIR}}/{FUNCTIONS}" {FUNCTIONS_VERSION}\n'
+    assert line in script, "the script does not source the helper file"
+    script = re.sub(rf"^\[\[ -r \${{RUN_DIR}}/{re.escape(FUNCTIONS)} \]\] .*\n", "", script, count=1, flags=re.M)
+    return script.replace(line, f"set -- {FUNCTIONS_VERSION}\n{render_functions()}set --\n", 1)
+
+
 def prologue(script: str, scratch: Path) -> str:
     """The batch shell's part of the script before the first stage starts, with its log and
     ready folders moved to ``scratch`` (the run dir itself is left alone)."""
-    text = script[: script.index("\n# ---- stage ")]
+    text = inline_functions(script[: script.index("\n# ---- stage ")])
     text = re.sub(r"^LOG_DIR=.*$", f"LOG_DIR={scratch}/logs", text, count=1, flags=re.M)
     return re.sub(r"^READY_DIR=.*$", f"READY_DIR={scratch}/ready", text, count=1, flags=re.M)
 

@@ -232,7 +232,7 @@ def test_leftover_check_names_the_node_and_what_is_left(tmp_path):
     """The script's own function, run in bash with a /dev/shm glob and nvidia-smi it cannot touch
     replaced: a stand-in nvidia-smi (test double) reports one busy GPU."""
     out = render(tmp_path, RECIPES / "inference-dynamo-debug.toml")
-    fn = re.search(r"^check_leftovers_here\(\) \{\n.*?^\}\n", out.script, re.M | re.S)[0]
+    fn = re.search(r"^check_leftovers_here\(\) \{\n.*?^\}\n", out.files["slurmrl-functions.sh"], re.M | re.S)[0]
     shm = tmp_path / "shm"
     shm.mkdir()
     fn = fn.replace("/dev/shm/moe_*", f"{shm}/moe_*")

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def claim_functions() -> str:
-    script = build(ROOT / "recipes" / "inference-debug.toml", run_dir="/r").script
+    script = build(ROOT / "recipes" / "inference-debug.toml", run_dir="/r").files["slurmrl-functions.sh"]
     return "\n".join(re.findall(r"^((?:claim|release)_ports_here\(\) \{\n.*?^\})", script, re.M | re.S))
 
 

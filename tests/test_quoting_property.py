@@ -28,7 +28,7 @@ from unittest import mock
 
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
-from task_expand import JOB_ID, RECORDER, Expanded, expand
+from task_expand import JOB_ID, RECORDER, Expanded, expand, inline_functions
 
 from slurmrl import ports
 from slurmrl.errors import UserError
@@ -250,7 +250,7 @@ def run_stubbed(script: str, tmp: Path) -> dict:
         'source() { printf "%s\\0" "$@" >>"$SLURMRL_TEST_OUT/source"; }\n'
         'module() { printf "%s\\0" "$@" >>"$SLURMRL_TEST_OUT/module"; }\n'
     )
-    body = script
+    body = inline_functions(script)
     assert "\nlaunch() {" in body
     for fn, stub in STUBS.items():
         if f"\n{fn}() {{" in body:

@@ -125,7 +125,7 @@ def test_through_vllm_router_workers_are_counted_and_a_failing_worker_is_named(t
 
 def test_the_reason_reaches_failed_through_the_batch_shell(tmp_path):
     """The script's still_starting quotes LOG_DIR/<name>.waiting in its abort line."""
-    text = (ROOT / "slurmrl" / "templates" / "_functions.j2").read_text()
+    text = (ROOT / "sbatch" / "slurmrl-functions.sh").read_text()  # the helper file job.sbatch sources
     body = text[text.index("still_starting() {"):]
     body = body[: body.index("\n}\n") + 3]
     log_dir = tmp_path / "logs"

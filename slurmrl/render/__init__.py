@@ -12,6 +12,7 @@ from slurmrl.plan import Plan, plan
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.render import tomlw
+from slurmrl.render.keep_edits import refuse_lost_edits
 from slurmrl.render.rundir import write_run_dir
 
 
@@ -98,13 +99,14 @@ def build(
 
     ``source_name``: the recipe file named in the script's header (default: ``recipe_path``'s name;
     `slurmrl diff` re-renders a run dir's recipe.toml under the name it was first rendered from)."""
-    from slurmrl.render.script import render_script  # jinja2: only when rendering
+    from slurmrl.render.script import FUNCTIONS, render_functions, render_script  # jinja2: only when rendering
 
     recipe_path = Path(recipe_path)
     recipe, p, run_dir = planned(recipe_path, overrides, run_dir, preflight, place)
     files = {
         "job.sbatch": render_script(p, str(run_dir), source_name or recorded_source(recipe_path) or recipe_path.name,
                                     templates_dir(recipe, recipe_path)),
+        FUNCTIONS: render_functions(templates_dir(recipe, recipe_path)),
         "plan.json": plan_json(p),
         "recipe.toml": "# The recipe as resolved (overrides applied, defaults filled in).\n"
         + tomlw.dumps(resolved_recipe(recipe, recipe_path)),
@@ -123,6 +125,8 @@ def render(
     preflight: bool = False,
 ) -> Rendered:
     out = build(recipe_path, overrides, run_dir, preflight)
+    if not force:
+        refuse_lost_edits(out.run_dir, out.files, build)  # no hand edit is lost without --force
     out = Rendered(out.recipe, out.plan, out.run_dir, {**out.files, LOCK: lock_text(out, recipe_path)})
     write_run_dir(out.run_dir, out.files, force=force)
     return out

@@ -1,0 +1,344 @@
+# shellcheck shell=bash disable=SC2154,SC2034  # job.sbatch sets RUN_DIR, LOG_DIR, ... and reads PORT_BASE
+# slurmrl-functions.sh, version 1: the machinery every slurmrl job script shares (waiting,
+# readiness, teardown, signals, port claims, image import). `slurmrl render` writes it beside
+# job.sbatch, which sources it by its absolute path (`source -- RUN_DIR/slurmrl-functions.sh 1`).
+# It is the same for every job; what is a job's own (paths, ports, command lines, the start and stop
+# order) is in job.sbatch. You may edit it too: `slurmrl diff` shows the edit, lock.toml hashes it.
+[[ ${1:-} == 1 ]] || { echo "slurmrl: job.sbatch asks for slurmrl-functions.sh version ${1:-?}; this is version 1" >&2; exit 1; }
+((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)) || { echo "slurmrl: needs bash 5.1 or newer" >&2; exit 1; }
+declare -A PID_OF=()    # component -> its srun pid
+declare -A NAME_OF=()   # srun pid -> component
+UP=0                    # 1 once every component is ready (job.sbatch sets it)
+
+# phase WHAT: a timestamped start-up milestone, in this log and in LOG_DIR/phases (`slurmrl status`)
+phase() {
+    printf '%(%s)T %s\n' -1 "$*" >>"${LOG_DIR}/phases"
+    printf 'slurmrl: %(%H:%M:%S)T %s\n' -1 "$*"
+}
+
+# begin_attempt: folders, the job's end time and secret for the task functions, the first phase.
+begin_attempt() {
+    rm -rf "${READY_DIR}"  # readiness markers of an earlier run of this attempt
+    mkdir -p "${LOG_DIR}" "${READY_DIR}"
+    export RUN_DIR SLURMRL_RUN_DIR="${RUN_DIR}" SLURMRL_ATTEMPT="${ATTEMPT}"  # task functions read them
+    # when Slurm ends this attempt, in epoch seconds (empty without a time limit): the trainer saves
+    # early when the save the warning signal asks for might not finish before it
+    JOB_END="$(squeue -h -j "${SLURM_JOB_ID}" -o %e 2>/dev/null | head -n1 || true)"
+    SLURMRL_JOB_END="$( [[ ${JOB_END} == [0-9]*-*T* ]] && date -d "${JOB_END}" +%s 2>/dev/null || true)"
+    export SLURMRL_JOB_END
+    if [[ ${ENVIRONMENT:-} != BATCH ]]; then  # `bash job.sbatch` inside salloc: `slurmrl status RUN_DIR` finds it here
+        echo "${SLURM_JOB_ID}" >>"${RUN_DIR}/allocations"
+    fi
+    # the job's secret: requests to its servers and router need `Authorization: Bearer <RUN_DIR/secret>`;
+    # made once per run dir, never printed; steps get only its path
+    export SLURMRL_SECRET_FILE="${RUN_DIR}/secret"
+    [[ -s ${SLURMRL_SECRET_FILE} ]] || (umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"${SLURMRL_SECRET_FILE}")
+    phase "allocation: job ${SLURM_JOB_ID} attempt ${ATTEMPT} on $(hostname), logs in ${LOG_DIR}"
+}
+
+# group_nodes INDEX: the hostnames of a het group, in allocation order.
+group_nodes() {
+    local var="SLURM_JOB_NODELIST_HET_GROUP_$1"
+    if [[ -n ${SLURM_HET_SIZE:-} ]]; then scontrol show hostnames "${!var}"; else scontrol show hostnames "${SLURM_JOB_NODELIST}"; fi
+}
+
+# launch NAME CMD...: start one component's srun in the background.
+launch() {
+    local name=$1
+    shift
+    "$@" &
+    PID_OF[$name]=$!
+    NAME_OF[$!]=$name
+    echo "slurmrl: started ${name} (srun pid $!)"
+}
+
+# Readiness. Each task's supervisor runs its own check (its --ready URL), then writes
+# ready/attempt-N/<component>.<task>: the URL it serves at ("-" for none) and its step's task
+# count. wait_ready waits for every task's file, then checks each URL from here as well.
+url_ok() {
+    local hostport host port
+    hostport=${1#*://}
+    hostport=${hostport%%/*}
+    host=${hostport%:*} port=${hostport##*:}
+    if [[ $1 == http://* ]]; then
+        (
+            exec 3<>"/dev/tcp/${host}/${port}" || exit 1
+            printf 'GET /health HTTP/1.0\r\nHost: %s\r\n\r\n' "${host}" >&3
+            read -r -t 5 _ status _ <&3 && [[ $status == 200 ]]
+        ) 2>/dev/null
+    else
+        (exec 3<>"/dev/tcp/${host}/${port}") 2>/dev/null
+    fi
+}
+
+# ready_urls NAME: the URLs NAME's tasks serve at, in task order, on one line.
+ready_urls() {
+    local i url ntasks urls=()
+    { read -r _ && read -r ntasks; } <"${READY_DIR}/$1.0"
+    for ((i = 0; i < ntasks; i++)); do
+        read -r url <"${READY_DIR}/$1.${i}"
+        [[ $url == - ]] || urls+=("${url}")
+    done
+    echo "${urls[*]}"
+}
+
+# still_starting NAME SECONDS DEADLINE WHAT: fail at once if NAME's srun has exited, or at the deadline.
+# LOG_DIR/NAME.waiting: why a front does not serve yet (its supervisor's completion check).
+still_starting() {
+    local why=""
+    [[ ! -s ${LOG_DIR}/$1.waiting ]] || read -r why <"${LOG_DIR}/$1.waiting" || true
+    kill -0 "${PID_OF[$1]}" 2>/dev/null || abort "$1 exited before it was ready ($4)${why:+; ${why}}"
+    ((SECONDS < $3)) || abort "$1 not ready after $2s ($4)${why:+; ${why}}"
+}
+
+# wait_ready NAME SECONDS: poll until every task of NAME is ready and answers from here. Polling
+# is not a barrier: the next stage starts on success.
+wait_ready() {
+    local name=$1 seconds=$2 deadline=$((SECONDS + $2)) f have ntasks url urls
+    while :; do
+        have=0 ntasks=0
+        for f in "${READY_DIR}/${name}".*; do
+            [[ -e $f ]] || continue
+            { read -r _ && read -r ntasks; } <"$f"
+            have=$((have + 1))
+        done
+        ((ntasks > 0 && have >= ntasks)) && break
+        still_starting "${name}" "${seconds}" "${deadline}" "${have} of ${ntasks} task(s) ready"
+        sleep 1
+    done
+    read -ra urls <<<"$(ready_urls "${name}")"
+    for url in "${urls[@]}"; do
+        until url_ok "${url}"; do
+            still_starting "${name}" "${seconds}" "${deadline}" "${url} does not answer from $(hostname)"
+            sleep 1
+        done
+    done
+    phase "${name} ready (${have} task(s)${urls[*]:+: ${urls[*]}})"
+}
+
+# stop_steps SECONDS NAME...: TERM to the tasks of these components' steps (scancel --signal
+# only signals; srun itself would turn TERM into a kill), then up to SECONDS for them to exit.
+stop_steps() {
+    local seconds=$1 id name pid alive
+    shift
+    local -A want=()
+    local deadline=$((SECONDS + seconds))
+    for name in "$@"; do want[$name]=1; done
+    while read -r id name; do
+        if [[ -n ${want[$name]:-} ]]; then scancel --signal=TERM "${id}" 2>/dev/null || true; fi
+    done < <(squeue -h -s -j "${JOB_IDS}" -o "%i %j" 2>/dev/null)
+    while ((SECONDS < deadline)); do
+        alive=0
+        for pid in "${!NAME_OF[@]}"; do
+            if [[ -n ${want[${NAME_OF[$pid]}]:-} ]] && kill -0 "${pid}" 2>/dev/null; then alive=1; fi
+        done
+        ((alive)) || return 0
+        sleep 1
+    done
+}
+
+# stop_all: a planned stop, in job.sbatch's stop_components order (callers before what they call:
+# the trainer and orchestrator first, with GRACE_SECONDS to checkpoint), then end the steps that
+# are left. Only this job's steps are signalled.
+stop_all() {
+    local pids=("${!NAME_OF[@]}")
+    ((${#pids[@]})) || return 0
+    echo "slurmrl: stopping ${NAME_OF[*]} (in reverse start order; TERM, then up to ${GRACE_SECONDS}s to flush)"
+    phase "teardown: ${NAME_OF[*]}"  # `slurmrl status` labels these steps: the script ended them
+    stop_components
+    kill -TERM "${!NAME_OF[@]}" 2>/dev/null || true  # srun ends its step now
+    wait 2>/dev/null || true
+}
+
+# abort REASON: fail fast. Record why, stop everything, exit non-zero.
+abort() {
+    trap '' TERM "${WARN_SIGNAL}"  # a second signal must not cut the stop short
+    echo "slurmrl: FAILED: $1" >&2
+    echo "$1" >"${LOG_DIR}/FAILED"
+    stop_all
+    exit 1
+}
+
+# requeue_refusal: set REFUSAL to why the job must not requeue after the warning signal (empty:
+# it may). MAX_REQUEUES empty: slurm.requeue is off; MAX_TOTAL_SECONDS: slurm.max_total_time.
+# No command substitution here or in on_warning: bash 5.2 exits from a trap that
+# interrupted `wait -n` when a $(...) runs in it under set -e.
+requeue_refusal() {
+    local first now
+    REFUSAL=""
+    if [[ -z ${MAX_REQUEUES:-} ]]; then
+        REFUSAL="slurm.requeue is off"
+    elif [[ ${ENVIRONMENT:-} != BATCH ]]; then
+        REFUSAL="not a batch job (bash job.sbatch inside salloc)"
+    elif ((!UP)); then
+        REFUSAL="it came before every component was ready; another attempt would start over the same way"
+    elif ((ATTEMPT >= MAX_REQUEUES)); then
+        REFUSAL="requeued ${ATTEMPT} time(s) already: slurm.max_requeues"
+    elif [[ -n ${MAX_TOTAL_SECONDS:-} ]]; then
+        read -r first _ <"${RUN_DIR}/logs/attempt-0/phases" || first=0
+        printf -v now '%(%s)T' -1
+        if ((now - first >= MAX_TOTAL_SECONDS)); then
+            REFUSAL="the job has run ${MAX_TOTAL_SECONDS} s over all attempts: slurm.max_total_time"
+        fi
+    fi
+}
+
+# on_warning: the time limit or a preemption is near (sbatch --signal, WARN_SIGNAL). Components
+# checkpoint on TERM; then the job goes back to the queue and resumes from the checkpoint, unless
+# requeue_refusal says why not.
+on_warning() {
+    trap '' TERM "${WARN_SIGNAL}"  # a second signal must not cut the stop short
+    requeue_refusal
+    echo "slurmrl: got SIG${WARN_SIGNAL}: checkpoint and ${REFUSAL:+stop: }${REFUSAL:-requeue}"
+    echo "warning signal: ${REFUSAL:-requeued as attempt $((ATTEMPT + 1))}" >"${LOG_DIR}/PREEMPTED"
+    stop_all
+    if [[ -z ${REFUSAL} ]]; then
+        scontrol requeue "${SLURM_JOB_ID}"
+    elif ((!UP)); then
+        echo "warning signal before the job was up: ${REFUSAL}" >"${LOG_DIR}/FAILED"
+        exit 1
+    fi
+    exit 0
+}
+
+# on_term: Slurm ends the job (scancel, the time limit, a preemption without requeue). Not a
+# failure of the job's own: recorded as STOPPED, and `slurmrl status` says which it was.
+on_term() {
+    trap '' TERM "${WARN_SIGNAL}"
+    echo "slurmrl: got SIGTERM from Slurm (cancel, time limit or preemption): stopping"
+    echo "got SIGTERM from Slurm (cancel, time limit or preemption)" >"${LOG_DIR}/STOPPED"
+    stop_all
+    exit 143
+}
+
+# supervise MAIN...: wait for steps to end. Success when every MAIN component exits 0;
+# any non-zero exit, or any other component ending, fails the whole job at once.
+supervise() {
+    local -A main=()
+    local name pid rc left=$#
+    for name in "$@"; do main[$name]=1; done
+    while ((left > 0)); do
+        pid="" rc=0
+        wait -n -p pid "${!NAME_OF[@]}" || rc=$?
+        [[ -n $pid ]] || continue  # woken by a signal; its trap has run
+        name=${NAME_OF[$pid]}
+        unset "NAME_OF[$pid]"
+        ((rc != 124)) || abort "${name} hung: no heartbeat within slurm.heartbeat_timeout (see its log)"
+        ((rc == 0)) || abort "${name} exited with code ${rc}"
+        [[ -n ${main[$name]:-} ]] || abort "${name} exited while the job was still running"
+        echo "slurmrl: ${name} finished"
+        left=$((left - 1))
+    done
+    echo "slurmrl: all done"
+    stop_all
+}
+
+# ---- port claims ---------------------------------------------------------------------------
+# The job claims a block of ports on every node it runs on, starting at the block its job id
+# points to: claim_ports_here writes an O_EXCL claim file on the node (taking one over only
+# from a job that no longer runs) and checks that no port of the block answers. A block taken
+# on any node is released and the next one tried, so jobs sharing a node never collide.
+PORT_CLAIMS="${SLURMRL_PORT_CLAIMS:-/dev/shm/slurmrl-ports}"
+export PORT_CLAIMS
+
+# claim_ports_here BASE OFFSETS...: on this node, claim BASE for this job; fail if it is taken.
+claim_ports_here() {
+    local base=$1 dir f owner off
+    shift
+    dir="${PORT_CLAIMS}/$(hostname)"
+    f="${dir}/${base}"
+    mkdir -p "${dir}"
+    if ! (set -o noclobber && echo "${SLURM_JOB_ID}" >"${f}") 2>/dev/null; then
+        read -r owner <"${f}" || owner=
+        if [[ ${owner} != "${SLURM_JOB_ID}" ]]; then
+            if [[ -n ${owner} ]] && squeue -h -j "${owner}" -t R,CG,CF,S -o %i 2>/dev/null | grep -q .; then
+                echo "ports ${base}+ are held by running job ${owner} on $(hostname)"
+                return 1
+            fi
+            rm -f "${f}"  # a claim of a job that no longer runs; whoever creates it first gets it
+            (set -o noclobber && echo "${SLURM_JOB_ID}" >"${f}") 2>/dev/null || return 1
+        fi
+    fi
+    for off in "$@"; do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$((base + off))") 2>/dev/null; then
+            echo "port $((base + off)) is in use on $(hostname)"
+            release_ports_here "${base}"
+            return 1
+        fi
+    done
+}
+
+# release_ports_here BASE: drop this job's claim on BASE on this node.
+release_ports_here() {
+    local f owner
+    f="${PORT_CLAIMS}/$(hostname)/$1"
+    read -r owner <"${f}" 2>/dev/null || return 0
+    if [[ ${owner} == "${SLURM_JOB_ID}" ]]; then rm -f "${f}"; fi
+}
+export -f claim_ports_here release_ports_here
+
+# pick_port_base FIRST TRIES: the first block of PORT_OFFSETS every node can claim (job.sbatch's
+# on_every_node), from FIRST on; sets PORT_BASE.
+pick_port_base() {
+    local base=$1 tries=$2 try
+    for ((try = 1; try <= tries; try++)); do
+        if on_every_node claim_ports_here "${base}" "${PORT_OFFSETS[@]}"; then
+            PORT_BASE=${base}
+            return 0
+        fi
+        on_every_node release_ports_here "${base}" || true
+        base=$(( 10000 + (( (base - 10000) / 96 + 1 + RANDOM % 16) % 237) * 96 ))
+    done
+    abort "no free block of ports after ${tries} tries (see ${LOG_DIR}/ports.*.log)"
+}
+
+# ---- leftovers of earlier jobs (Dynamo, wide EP) -------------------------------------------
+# A killed wide-EP job can leave /dev/shm/moe_* files and GPU memory in use behind, and the
+# next deployment on those nodes fails much later (out of memory). job.sbatch runs this on every
+# node first (it exports it, with LEFTOVER_GPU_MIB) when its plan asks for it.
+# check_leftovers_here: fail naming this node and what is left on it.
+check_leftovers_here() {
+    local files=() left=() index used
+    shopt -s nullglob
+    files=(/dev/shm/moe_*)
+    if ((${#files[@]})); then left+=("${#files[@]} file(s) ${files[*]:0:3}${files[3]:+ ...}"); fi
+    if command -v nvidia-smi >/dev/null; then  # this step's GPUs (SLURM_STEP_GPUS: node-wide indices)
+        while IFS=', ' read -r index used; do
+            if [[ ${used} =~ ^[0-9]+$ ]] && ((used > LEFTOVER_GPU_MIB)); then left+=("GPU ${index}: ${used} MiB in use"); fi
+        done < <(nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits ${SLURM_STEP_GPUS:+-i "${SLURM_STEP_GPUS}"})
+    fi
+    ((${#left[@]})) || return 0
+    (IFS=';' && echo "$(hostname): ${left[*]}")
+    return 1
+}
+
+# ---- container image: imported once into the shared cache (container.cache) ----------------
+# Pyxis would import the image in every step. Here enroot imports it once, under a lock on the
+# shared folder: a job that finds the lock taken waits for that import instead of its own.
+# import_image IMAGE SQSH: a cache hit or miss, and the seconds spent, go to the phases.
+import_image() {
+    local image=$1 sqsh=$2 start=${SECONDS} waited lock
+    command -v enroot >/dev/null || abort "container.cache: enroot is not on PATH on $(hostname)"
+    mkdir -p "${sqsh%/*}" || abort "container.cache: cannot create ${sqsh%/*}"
+    exec {lock}>>"${sqsh}.lock"
+    flock "${lock}"
+    waited=$((SECONDS - start))
+    if [[ -s ${sqsh} ]]; then
+        phase "container image: cache hit ${sqsh} (waited ${waited}s for the lock)"
+    else
+        rm -f "${sqsh}.partial"
+        enroot import --output "${sqsh}.partial" "docker://${image}" || abort "container.cache: enroot import of ${image} failed (see this log)"
+        mv -f "${sqsh}.partial" "${sqsh}"
+        phase "container image: cache miss, imported ${image} into ${sqsh} in $((SECONDS - start - waited))s (waited ${waited}s for the lock)"
+    fi
+    exec {lock}>&-
+}
+
+# wait_pids WHAT PID...: wait for background steps; abort naming WHAT if one failed.
+wait_pids() {
+    local what=$1 pid
+    shift
+    for pid in "$@"; do
+        wait "${pid}" || abort "${what}"
+    done
+}
