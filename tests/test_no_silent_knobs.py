@@ -37,7 +37,8 @@ from slurmrl.errors import UserError
 from slurmrl.plan import plan, rules
 from slurmrl.recipe.load import apply_overrides, check_numbers, read_toml
 from slurmrl.recipe.schema import Recipe
-from slurmrl.render import planned, tomlw
+from slurmrl.app.build import planned
+from slurmrl.render import tomlw
 from slurmrl.render.script import render_script
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,12 +7,15 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmrl import lock
+from slurmrl import layout, lock
+from slurmrl.app.build import build, resolve_run_dir
+from slurmrl.app.cluster import on_cluster
+from slurmrl.app.diff import is_edited
+from slurmrl.app.preflight import wait_and_check
 from slurmrl.errors import UserError
-from slurmrl.render import build, resolve_run_dir
 from slurmrl.render.rundir import SUBMITTED, write_run_dir
 from slurmrl.slurm import fit, jobs, tools, topology
-from slurmrl.slurm.diff import is_edited
+from slurmrl.slurm.sbatch import sbatch
 from slurmrl.slurm.script import read_groups
 from slurmrl.slurm.watch import Watch
 
@@ -73,14 +76,6 @@ def set_aside(run_dir: Path) -> None:
             src.rename(target)
 
 
-def sbatch(script: Path) -> str:
-    out = tools.out(["sbatch", "--parsable", str(script)]).strip()
-    job_id = out.splitlines()[-1].split(";")[0] if out else ""
-    if not job_id.isdigit():
-        raise UserError(None, f"sbatch printed {out!r}, not a job id")
-    return job_id
-
-
 def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> Submitted:
     where = tools.transport()  # this machine, or --cluster NAME's (slurmrl.remote)
     kind, path = classify(target)
@@ -110,7 +105,7 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
     set_aside(run_dir)
     where.push(run_dir)
     script = run_dir / "job.sbatch"
-    job_id = sbatch(where.place(run_dir) / "job.sbatch")
+    job_id = sbatch([str(where.place(run_dir) / "job.sbatch")])
     jobs.record(run_dir, job_id, jobs.sha256(script), edited, cluster=where.name)
     where.push(run_dir, [SUBMITTED])
     return Submitted(run_dir, job_id, edited)
@@ -124,3 +119,40 @@ def announce(s: Submitted) -> None:
     print(f"  slurmrl status {s.run_dir} --watch")
     print(f"  slurmrl logs {s.run_dir} -f")
     print(f"  slurmrl cancel {s.run_dir}")
+
+
+def submit_again(target: str, preflight: bool) -> Submitted:
+    """`submit --again RUN_DIR`: the new run dir RUN_DIR-again-N is rendered and linked from the old
+    one, then submitted; when anything refuses (the cluster cannot hold it, sbatch fails), the new
+    run dir is removed and the old one's links.json put back as it was: nothing is left behind."""
+    old = jobs.run_dir_arg(target)
+    links = old / layout.LINKS
+    before = links.read_bytes() if links.is_file() else None
+    new = lock.next_run_dir(old)
+    try:
+        lock.again(str(old), str(new))
+        s = submit(str(new), [], False, preflight)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        if before is None:
+            links.unlink(missing_ok=True)
+        else:
+            links.write_bytes(before)
+        raise
+    print(f"{new}: {target} again (rendered from its lock, hand edits carried over)")
+    return s
+
+
+def cmd_submit(args) -> int:
+    with on_cluster(args):
+        if args.again:
+            if args.overrides:
+                raise UserError("--set", "with --again, edit the run dir (or its lock.toml) instead")
+            s = submit_again(args.recipe, args.preflight)
+        else:
+            s = submit(args.recipe, args.overrides, args.force, args.preflight)
+        announce(s)
+        if not args.preflight:
+            return 0
+        print(f"preflight: waiting up to {args.timeout:.0f}s for job {s.job_id} to end", flush=True)
+        return wait_and_check(s.run_dir, s.job_id, args.timeout)
