@@ -128,11 +128,13 @@ def submit_again(target: str, preflight: bool) -> Submitted:
     old = jobs.run_dir_arg(target)
     links = old / layout.LINKS
     before = links.read_bytes() if links.is_file() else None
-    new = lock.next_run_dir(old)
+    new = lock.next_run_dir(old)  # free now: whatever is there after a refusal, this call wrote
     try:
         lock.again(str(old), str(new))
         s = submit(str(new), [], False, preflight)
     except BaseException:
+        if (new / SUBMITTED).exists():  # sbatch took it: the run dir is the job's now
+            raise
         shutil.rmtree(new, ignore_errors=True)
         if before is None:
             links.unlink(missing_ok=True)
