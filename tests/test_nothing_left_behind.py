@@ -205,3 +205,49 @@ def test_validate_checks_a_sweep_recipe_point_by_point(tmp_path):
     recipe.write_text(SFT.read_text() + '\n[sweep]\ngrid = { "trainer.lr" = [1e-3] }\nmax_running = 0\n')
     assert one_line_error(run("validate", str(recipe), cwd=tmp_path)[0]).startswith("sweep.max_running")
     assert listing(tmp_path) == ["sft.toml"]
+
+
+def test_validate_takes_a_sweep_table_without_a_grid(tmp_path):
+    recipe = tmp_path / "sft.toml"
+    recipe.write_text(SFT.read_text() + "\n[sweep]\nmax_running = 2\n")
+    r, _ = run("validate", str(recipe), cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+# ---- a sweep index read back: one line naming it, never a traceback, never a shell line ---------
+@pytest.mark.parametrize("edit", [
+    lambda ix: ix.update(name="x\n#SBATCH --wrap=touch /tmp/pwned"),
+    lambda ix: ix.update(name=7),
+    lambda ix: ix["points"][1].update(name="../../etc"),
+    lambda ix: ix["points"][1].pop("name"),
+    lambda ix: ix["points"].__setitem__(0, "p0"),
+    lambda ix: ix["points"][1].update(name=ix["points"][0]["name"]),
+    lambda ix: ix["points"][0].update(values=[1, 2]),
+    lambda ix: ix["points"][0].update(index="zero"),
+    lambda ix: ix.update(grid=[1]),
+    lambda ix: ix.update(max_running=0),
+    lambda ix: ix.update(max_running="2"),
+    lambda ix: ix.update(submissions={"a": 1}),
+])
+def test_a_hand_edited_sweep_index_is_one_line_for_every_verb(tmp_path, edit):
+    r, _ = run("sweep", str(SFT), "--grid", "trainer.lr=1e-3,2e-3", "--render-only", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    d = tmp_path / "runs" / "sft-debug-sweep"
+    index = json.loads((d / "sweep.json").read_text())
+    edit(index)
+    (d / "sweep.json").write_text(json.dumps(index))
+    for args in (["sweep", str(d)], ["status", str(d)], ["cancel", str(d)], ["plot", str(d)]):
+        r, calls = run(*args, cwd=tmp_path)
+        assert one_line_error(r).startswith(f"{d / 'sweep.json'}: "), args
+        assert submitted(calls) == [] and not any(c[0] == "scancel" for c in calls)
+    assert not (d / "sweep.sbatch").exists()
+
+
+def test_a_job_id_read_back_from_a_point_never_reaches_scancel_as_an_option(tmp_path):
+    r, _ = run("sweep", str(SFT), "--grid", "trainer.lr=1e-3,2e-3", "--render-only", cwd=tmp_path)
+    d = tmp_path / "runs" / "sft-debug-sweep"
+    jobs_file = d / "sft-debug-p1" / "jobs.json"
+    jobs_file.write_text(json.dumps([{"job_id": "--user=root", "script_sha256": "x"}]))
+    r, calls = run("cancel", str(d), cwd=tmp_path)
+    assert one_line_error(r).startswith(f"{jobs_file}: ")
+    assert not any(c[0] == "scancel" for c in calls)

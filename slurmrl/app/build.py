@@ -192,7 +192,7 @@ def validate(recipe_path: str | Path, overrides: list[str] = ()) -> list[str]:
     if "sweep" not in data:
         return list(build(recipe_path, overrides).plan.warnings)
     warnings: list[str] = []
-    for i, combo, recipe in sweep_grid.point_recipes(data, []):
+    for i, combo, recipe in sweep_grid.point_recipes(data, [], empty_ok=True):
         try:
             found = build_recipe(recipe, recipe_path, source_name=recipe_path.name).plan.warnings
         except UserError as e:

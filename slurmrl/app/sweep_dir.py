@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 from slurmrl import layout
 from slurmrl.errors import UserError
+from slurmrl.recipe.schema import MAX_SWEEP_POINTS, NAME_RE
 from slurmrl.render.rundir import write_run_dir
 from slurmrl.slurm import jobs
+
+JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$")  # 1234, an array task 1234_5, a het component 1234+1
 
 
 def default_sweep_dir(output_dir: str, name: str) -> Path:
@@ -37,7 +41,38 @@ def read_index(sweep_dir: Path) -> dict:
         raise UserError(str(path), "is not valid JSON; fix or remove it") from None
     if not isinstance(index, dict) or not isinstance(index.get("points"), list):
         raise UserError(str(path), "is not a sweep index (no points)")
+    check_index(index, path)
     return index
+
+
+def check_index(index: dict, path: Path) -> None:
+    """What slurmrl reads back from a sweep index, checked before any of it is used: names (they
+    reach paths and #SBATCH lines) are run names, the rest has the types slurmrl wrote."""
+
+    def bad(what: str) -> UserError:
+        return UserError(str(path), f"{what}; fix or remove it (or render the sweep again)")
+
+    if not (isinstance(index.get("name"), str) and re.match(NAME_RE, index["name"])):
+        raise bad(f"its name {index.get('name')!r} is not a run name")
+    names = set()
+    for i, p in enumerate(index["points"]):
+        if not (isinstance(p, dict) and isinstance(p.get("name"), str) and re.match(NAME_RE, p["name"])):
+            raise bad(f"point {i} has no run name")
+        if p["name"] in names:
+            raise bad(f"point {i} repeats the name {p['name']!r}")
+        names.add(p["name"])
+        p.setdefault("index", i)
+        p.setdefault("values", {})
+        if not isinstance(p["index"], int) or isinstance(p["index"], bool) or not isinstance(p["values"], dict):
+            raise bad(f"point {i} ({p['name']}) has an index or values of the wrong type")
+    if not isinstance(index.get("grid") or {}, dict):
+        raise bad("its grid is not a table of keys and values")
+    cap = index.get("max_running")
+    if cap is not None and not (isinstance(cap, int) and not isinstance(cap, bool) and 1 <= cap <= MAX_SWEEP_POINTS):
+        raise bad(f"max_running {cap!r} is not a number of jobs from 1 to {MAX_SWEEP_POINTS}")
+    subs = index.setdefault("submissions", [])
+    if not (isinstance(subs, list) and all(isinstance(x, dict) for x in subs)):
+        raise bad("its submissions are not a list of records")
 
 
 def write_index(sweep_dir: Path, index: dict) -> None:
@@ -55,7 +90,11 @@ def latest_job_ids(sweep_dir: Path, index: dict) -> list[str | None]:
     out = []
     for d in point_dirs(sweep_dir, index):
         history = jobs.history(d) if d.is_dir() else []
-        out.append(str(history[-1]["job_id"]) if history else None)
+        last = history[-1] if history else None
+        job_id = str(last.get("job_id")) if isinstance(last, dict) else None
+        if last is not None and not (job_id and JOB_ID.match(job_id)):
+            raise UserError(str(d / layout.JOBS), f"its last job id {job_id!r} is not a Slurm job id; fix or remove it")
+        out.append(job_id)
     return out
 
 

@@ -80,12 +80,14 @@ def read_recipe_data(recipe_path: Path, overrides: list[str] = ()) -> dict:
     return apply_overrides(data, list(overrides))
 
 
-def grid_of(data: dict, grid_items: list[str]) -> tuple[Recipe, dict[str, list[Any]]]:
-    """The base recipe (validated with its [sweep] table) and the grid: the table's, ``--grid`` added."""
+def grid_of(data: dict, grid_items: list[str], empty_ok: bool = False) -> tuple[Recipe, dict[str, list[Any]]]:
+    """The base recipe (validated with its [sweep] table) and the grid: the table's, ``--grid`` added.
+    ``empty_ok``: a table without a grid is one point, the recipe itself (`validate`: the grid may
+    come with `slurmrl sweep --grid`)."""
     base = validate(copy.deepcopy(data))
     grid = {k: list(vs) for k, vs in (base.sweep.grid.items() if base.sweep else [])}
     grid.update(parse_grid(grid_items))
-    if not grid:
+    if not grid and not empty_ok:
         raise UserError("--grid", "no grid: give --grid KEY=V1,V2 (or a [sweep] table with grid in the recipe)")
     for key, values in grid.items():
         top = key.split(".")[0]
@@ -109,7 +111,7 @@ def combos(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 
 def where(i: int, combo: dict[str, Any]) -> str:
-    return f"sweep point {i}: " + ", ".join(f"{k}={literal(v)}" for k, v in combo.items())
+    return f"sweep point {i}: " + (", ".join(f"{k}={literal(v)}" for k, v in combo.items()) or "no grid")
 
 
 def set_value(data: dict, key: str, value: Any) -> None:
@@ -123,14 +125,18 @@ def set_value(data: dict, key: str, value: Any) -> None:
     node[path[-1]] = copy.deepcopy(value)
 
 
-def typed_value(recipe: Recipe, key: str) -> str:
-    """The value at ``key`` after the recipe's types were applied, for comparing points."""
-    node: Any = recipe.model_dump(mode="json")
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return "<unset>"
-        node = node[part]
-    return json.dumps(node, sort_keys=True)
+def typed_value(recipe: Recipe, key: str) -> str | None:
+    """The value at ``key`` after the recipe's types were applied, for comparing points (None: the
+    recipe holds no value at that path, as written; the values are then compared as written)."""
+    for by_alias in (True, False):
+        node: Any = recipe.model_dump(mode="json", by_alias=by_alias)
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+        else:
+            return json.dumps(node, sort_keys=True)
+    return None
 
 
 def check_distinct(grid: dict[str, list[Any]], points: list[tuple[int, dict[str, Any], Recipe]]) -> None:
@@ -139,17 +145,20 @@ def check_distinct(grid: dict[str, list[Any]], points: list[tuple[int, dict[str,
         typed: dict[str, Any] = {}
         for _, combo, recipe in points:
             text = json.dumps(combo[key], sort_keys=True, default=str)
-            seen = typed.setdefault(typed_value(recipe, key), combo[key])
+            value = typed_value(recipe, key)
+            if value is None:
+                break
+            seen = typed.setdefault(value, combo[key])
             if json.dumps(seen, sort_keys=True, default=str) != text:
                 raise UserError(key, f"lists one value twice: {literal(seen)} and {literal(combo[key])} are the same "
                                      f"{key} once read as the recipe reads it; list each value once")
 
 
-def point_recipes(data: dict, grid_items: list[str], name_dir: Path | None = None,
+def point_recipes(data: dict, grid_items: list[str], name_dir: Path | None = None, empty_ok: bool = False,
                   ) -> list[tuple[int, dict[str, Any], Recipe]]:
     """Every point of the grid as a validated Recipe: [(index, {key: value}, recipe), ...]. With
     ``name_dir``, each point is named NAME-pI and its output_dir is ``name_dir`` (the sweep dir)."""
-    base, grid = grid_of(data, grid_items)
+    base, grid = grid_of(data, grid_items, empty_ok)
     data = copy.deepcopy(data)
     data.pop("sweep", None)
     out = []

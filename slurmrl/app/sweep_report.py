@@ -47,9 +47,10 @@ def text(rep: dict) -> str:
     if sub is None:
         how = "not submitted (`slurmrl sweep SWEEP_DIR` submits it)"
     elif sub.get("mode") == "array":
-        how = f"job array {sub['array_job']}"
+        how = f"job array {sub.get('array_job', '?')}"
     else:
-        how = f"{len(sub.get('job_ids', []))} jobs ({sub.get('why_not_array')})"
+        ids = sub.get("job_ids")
+        how = f"{len(ids) if isinstance(ids, list) else '?'} jobs ({sub.get('why_not_array')})"
     if sub and sub.get("max_running"):
         how += f", at most {sub['max_running']} running"
     states: dict[str, int] = {}
