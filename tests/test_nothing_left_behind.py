@@ -251,3 +251,14 @@ def test_a_job_id_read_back_from_a_point_never_reaches_scancel_as_an_option(tmp_
     r, calls = run("cancel", str(d), cwd=tmp_path)
     assert one_line_error(r).startswith(f"{jobs_file}: ")
     assert not any(c[0] == "scancel" for c in calls)
+
+
+@pytest.mark.parametrize("links", ["not json", "[1, 2]", '{"again_as": 5}', '{"again_as": [1]}', '{"again_as": "x"}',
+                                   '{"again_of": ["a"]}', '{"sweep": null}', "\xff\xfe"])
+def test_submit_again_refuses_a_bad_links_file_before_writing_anything(tmp_path, links):
+    old = rendered_run_dir(tmp_path)
+    (old / "links.json").write_bytes(links.encode("latin-1"))
+    r, calls = run("submit", "--again", str(old), cwd=tmp_path)
+    assert one_line_error(r).startswith(f"{old / 'links.json'}: ")
+    assert submitted(calls) == [] and sorted(p.name for p in old.parent.iterdir()) == [old.name]
+    assert (old / "links.json").read_bytes() == links.encode("latin-1")

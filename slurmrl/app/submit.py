@@ -3,6 +3,7 @@ record the job in jobs.json."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,25 @@ def announce(s: Submitted) -> None:
     print(f"  slurmrl cancel {s.run_dir}")
 
 
+def check_links(path: Path, raw: bytes | None) -> None:
+    """RUN_DIR/links.json as slurmrl writes it: {"again_of": RUN_DIR, "again_as": [RUN_DIR, ...],
+    "sweep": SWEEP_DIR}; anything else is one line naming the file."""
+    if raw is None:
+        return
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise UserError(str(path), "is not valid JSON; fix or remove it") from None
+    if not isinstance(data, dict):
+        raise UserError(str(path), "should hold a table of links (again_of, again_as, sweep); fix or remove it")
+    for key, value in data.items():
+        ok = (isinstance(value, list) and all(isinstance(v, str) for v in value)) if key.endswith("_as") else (
+            isinstance(value, str))
+        if not ok:
+            raise UserError(str(path), f"its {key!r} is not {'a list of run dirs' if key.endswith('_as') else 'a path'}; "
+                                       "fix or remove it")
+
+
 def submit_again(target: str, preflight: bool) -> Submitted:
     """`submit --again RUN_DIR`: the new run dir RUN_DIR-again-N is rendered and linked from the old
     one, then submitted; when anything refuses (the cluster cannot hold it, sbatch fails), the new
@@ -128,6 +148,7 @@ def submit_again(target: str, preflight: bool) -> Submitted:
     old = jobs.run_dir_arg(target)
     links = old / layout.LINKS
     before = links.read_bytes() if links.is_file() else None
+    check_links(links, before)  # the new run dir is linked from it: refused before anything is written
     new = lock.next_run_dir(old)  # free now: whatever is there after a refusal, this call wrote
     try:
         lock.again(str(old), str(new))
