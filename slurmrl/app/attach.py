@@ -30,8 +30,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from slurmrl import pydantic_plugins
-from slurmrl import layout
+from slurmrl import layout, pydantic_plugins
 from slurmrl.app.cluster import on_cluster
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Component, Plan

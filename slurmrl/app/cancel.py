@@ -6,6 +6,7 @@ import sys
 
 from slurmrl.app import sweep_report
 from slurmrl.app.cluster import on_cluster
+from slurmrl.app.sweep_dir import is_sweep_dir
 from slurmrl.slurm import jobs, tools
 from slurmrl.slurm.watch import Watch
 
@@ -32,6 +33,6 @@ def cancel(target: str | None, timeout_s: float) -> int:
 
 def cmd_cancel(args) -> int:
     with on_cluster(args):
-        if sweep_report.is_sweep_dir(args.run_dir):
+        if is_sweep_dir(args.run_dir):
             return sweep_report.cancel_sweep(args.run_dir, args.timeout)
         return cancel(args.run_dir, args.timeout)

@@ -5,14 +5,14 @@ row `slurmrl status` shows."""
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 from slurmrl import layout
-from slurmrl.charts import benchmark_png, benchmark_rows, benchmark_status_line, finite, png_chart, terminal_chart, text_table
 from slurmrl.app import sweep_report
 from slurmrl.app.job_outputs import last_record, read_benchmark, read_records, read_rewards
+from slurmrl.app.sweep_dir import is_sweep_dir
+from slurmrl.charts import (benchmark_png, benchmark_rows, benchmark_status_line, finite, png_chart, terminal_chart,
+                            text_table)
 from slurmrl.errors import UserError
 
 
@@ -83,6 +83,6 @@ def plot(run_dir: str) -> int:
 
 
 def cmd_plot(args) -> int:
-    if sweep_report.is_sweep_dir(args.run_dir):  # every point's reward curve on one chart
+    if is_sweep_dir(args.run_dir):  # every point's reward curve on one chart
         return sweep_report.sweep_plot(args.run_dir)
     return plot(args.run_dir)

@@ -17,7 +17,6 @@ from slurmrl.render.summary import table
 from slurmrl.slurm import jobs, tools, topology
 from slurmrl.slurm.watch import Snapshot, Watch
 
-
 HOSTS_WAIT_S = 15.0  # how long to wait for sacct to list a group's nodes after the job ended
 
 

@@ -15,13 +15,14 @@ from slurmrl.app import sweep_report
 from slurmrl.app.cluster import on_cluster
 from slurmrl.app.job_outputs import failed_reason, last_record, read_benchmark
 from slurmrl.app.plot import training_line
+from slurmrl.app.sweep_dir import is_sweep_dir
 from slurmrl.charts import benchmark_rows, benchmark_status_line
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.plan.vllm import AUTH_MIDDLEWARE
+from slurmrl.render.summary import table
 from slurmrl.slurm import jobs, tools
 from slurmrl.slurm.watch import Snapshot, Watch
-from slurmrl.render.summary import table
 
 REFRESH_S = 2.0
 NOT_FOUND_AFTER_S = 15.0  # sacct lags a submit by ~1 s; a job unknown for this long does not exist
@@ -379,6 +380,6 @@ def status(target: str | None, watch: bool = False, as_json: bool = False) -> in
 
 def cmd_status(args) -> int:
     with on_cluster(args):
-        if sweep_report.is_sweep_dir(args.target):
+        if is_sweep_dir(args.target):
             return sweep_report.sweep_status(args.target, watch=args.watch, as_json=args.json)
         return status(args.target, watch=args.watch, as_json=args.json)

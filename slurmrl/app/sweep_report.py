@@ -11,7 +11,7 @@ from pathlib import Path
 
 from slurmrl import charts, layout
 from slurmrl.app.job_outputs import failed_reason, latest_metrics, read_rewards
-from slurmrl.app.sweep_dir import is_sweep_dir, latest_job_ids, point_dirs, read_index
+from slurmrl.app.sweep_dir import latest_job_ids, point_dirs, read_index
 from slurmrl.errors import UserError
 from slurmrl.render.summary import table
 from slurmrl.slurm import tools
