@@ -1,5 +1,7 @@
-"""slurmrl command line. Light imports only: plan/render/submit/status never load torch or vllm,
-and each command imports what it uses when it runs (`plan` renders nothing: no jinja2)."""
+"""slurmrl command line: every verb's argparse parser, and the dispatch to ``slurmrl.app.<module>``'s
+``cmd_<verb>``, imported when the verb runs (one module per verb: `plan` loads no jinja2 and no Slurm
+code; nothing on the CLI path loads torch or vllm). A new verb: app/<verb>.py, its parser here, a
+line in VERBS."""
 
 from __future__ import annotations
 
