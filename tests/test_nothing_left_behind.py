@@ -262,3 +262,16 @@ def test_submit_again_refuses_a_bad_links_file_before_writing_anything(tmp_path,
     assert one_line_error(r).startswith(f"{old / 'links.json'}: ")
     assert submitted(calls) == [] and sorted(p.name for p in old.parent.iterdir()) == [old.name]
     assert (old / "links.json").read_bytes() == links.encode("latin-1")
+
+
+def test_submit_of_a_recipe_that_sbatch_refuses_leaves_no_new_run_dir(tmp_path):
+    r, calls = run("submit", str(SFT), cwd=tmp_path, fail_after=0)
+    assert "Batch job submission failed" in one_line_error(r) and len(submitted(calls)) == 1
+    assert not (tmp_path / "runs").exists() or listing(tmp_path / "runs") == []
+    # a run dir that was there before (rendered, not submitted) stays, as rendered
+    run_dir = rendered_run_dir(tmp_path)
+    before = {p: (run_dir / p).read_bytes() for p in listing(run_dir) if (run_dir / p).is_file()}
+    r, _ = run("submit", str(run_dir), cwd=tmp_path, fail_after=0)
+    assert "Batch job submission failed" in one_line_error(r)
+    assert sorted(before) == sorted(p for p in listing(run_dir) if (run_dir / p).is_file())
+    assert not (run_dir / "jobs.json").exists()

@@ -87,6 +87,7 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         topology.refuse_unsupported(out.script)  # e.g. --segment where this cluster's sbatch lacks it
         if (run_dir / SUBMITTED).exists():
             check_not_running(run_dir)
+        fresh = not run_dir.exists()
         write_run_dir(run_dir, out.files, force=force)  # refuses over a submitted run dir without --force
         edited = False
     else:
@@ -101,8 +102,19 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         topology.refuse_unsupported(script.read_text())
         check_not_running(run_dir)
         edited = is_edited(run_dir)
+        fresh = False
+    try:
+        return send(where, run_dir, edited, recipe_path=path if kind == "recipe" else None)
+    except BaseException:
+        if fresh and not (run_dir / SUBMITTED).exists():  # this call wrote it, and nothing runs from it
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def send(where, run_dir: Path, edited: bool, recipe_path: Path | None) -> Submitted:
+    """Lock, set the last job's outputs aside, sbatch, record: after every check has passed."""
     where.pull(run_dir)  # on a cluster: the last job's outputs first, so they are set aside there too
-    lock.refresh(run_dir, edited, recipe_path=path if kind == "recipe" else None)  # hashes as submitted
+    lock.refresh(run_dir, edited, recipe_path=recipe_path)  # hashes as submitted
     set_aside(run_dir)
     where.push(run_dir)
     script = run_dir / "job.sbatch"
