@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,13 +185,13 @@ def cmd_validate(args) -> int:
     return 0  # a good recipe prints nothing: `slurmrl validate x.toml && ...`
 
 
-def validate(recipe_path: str | Path, overrides: list[str] = ()) -> list[str]:
+def validate(recipe_path: str | Path, overrides: Sequence[str] = ()) -> list[str]:
     """Check a recipe as `render` would (every point of its [sweep] grid, when it has one), writing
     nothing; returns the warnings (each once). Raises UserError on bad input."""
     recipe_path = Path(recipe_path)
     data = sweep_grid.read_recipe_data(recipe_path, overrides)
     if "sweep" not in data:
-        return list(build(recipe_path, overrides).plan.warnings)
+        return list(build(recipe_path, list(overrides)).plan.warnings)
     warnings: list[str] = []
     for i, combo, recipe in sweep_grid.point_recipes(data, [], empty_ok=True):
         try:

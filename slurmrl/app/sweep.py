@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -56,7 +57,7 @@ def max_running_arg(text: str | None) -> int | None:
 
 # ---- rendering (in memory) ---------------------------------------------------------------------
 @dataclass
-class Rendered:
+class RenderedSweep:
     """A sweep rendered in memory: nothing of it is on disk yet."""
 
     sweep_dir: Path
@@ -65,8 +66,8 @@ class Rendered:
     index: dict = field(default_factory=dict)
 
 
-def render_points(recipe_path: str | Path, grid_items: list[str], overrides: list[str] = (),
-                  max_running: int | None = None, sweep_dir: str | Path | None = None) -> Rendered:
+def render_points(recipe_path: str | Path, grid_items: list[str], overrides: Sequence[str] = (),
+                  max_running: int | None = None, sweep_dir: str | Path | None = None) -> RenderedSweep:
     """Read the recipe once; validate, plan and render every point in memory. Raises UserError on any
     point's error (naming the point) before anything is written."""
     recipe_path = Path(recipe_path)
@@ -105,10 +106,10 @@ def render_points(recipe_path: str | Path, grid_items: list[str], overrides: lis
         "points": entries,
         "submissions": [],
     }
-    return Rendered(out_dir, rendered, groups, index)
+    return RenderedSweep(out_dir, rendered, groups, index)
 
 
-def render_sweep(recipe_path: str | Path, grid_items: list[str], overrides: list[str] = (),
+def render_sweep(recipe_path: str | Path, grid_items: list[str], overrides: Sequence[str] = (),
                  max_running: int | None = None, sweep_dir: str | Path | None = None) -> Path:
     """Validate and render every point, then write the sweep dir at once (nothing on any error)."""
     sweep = render_points(recipe_path, grid_items, overrides, max_running, sweep_dir)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def literal(value: Any) -> str:
         return repr(value)
 
 
-def read_recipe_data(recipe_path: Path, overrides: list[str] = ()) -> dict:
+def read_recipe_data(recipe_path: Path, overrides: Sequence[str] = ()) -> dict:
     """The recipe file as data, ``--set`` overrides applied, its [lock] table (if any) set aside."""
     if Path(recipe_path).is_dir():
         raise UserError(str(recipe_path), "is a folder; give the recipe's .toml file (or a sweep dir to submit it)")
