@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--reloads", type=int, default=7)
     args = ap.parse_args()
 
-    from slurmrl.render import render
+    from slurmrl.app.build import render
     from slurmrl.runtime import admin
     from slurmrl.runtime.tiny_model import build as build_tiny
 

@@ -49,7 +49,7 @@ nodes = 512
 
 
 def largest_recipe() -> Path:
-    from slurmrl.render import planned
+    from slurmrl.app.build import planned
 
     def size(path: Path) -> tuple[int, int]:
         p = planned(path, run_dir=f"/bench/{path.stem}")[1]
@@ -84,7 +84,7 @@ def in_process(path: Path) -> tuple[dict[str, float], float]:
     """Seconds per step, and megabytes of run-dir text."""
     from slurmrl.plan import plan
     from slurmrl.recipe.load import load_recipe
-    from slurmrl.render import build
+    from slurmrl.app.build import build
     from slurmrl.summary import summary
 
     t0 = time.perf_counter()

@@ -1,15 +1,36 @@
-"""slurmrl command line. Light imports only: plan/render/submit/status never load torch or vllm,
-and each command imports what it uses when it runs (`plan` renders nothing: no jinja2)."""
+"""slurmrl command line: every verb's argparse parser, and the dispatch to ``slurmrl.app.<module>``'s
+``cmd_<verb>``, imported when the verb runs (one module per verb: `plan` loads no jinja2 and no Slurm
+code; nothing on the CLI path loads torch or vllm). A new verb: app/<verb>.py, its parser here, a
+line in VERBS."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
 
 from slurmrl import pydantic_plugins
 from slurmrl.errors import UserError
+
+REMOTE_COMMANDS = ("submit", "status", "logs", "cancel", "attach")  # they take --cluster NAME
+
+PREFLIGHT_TIMEOUT_S = 900
+CANCEL_TIMEOUT_S = 120
+MAX_TIMEOUT_S = 7 * 86400
+
+
+def _seconds(text: str) -> float:
+    """--timeout: a finite number of seconds from 1 to a week (a UserError: one line, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise UserError("--timeout", f"needs a number of seconds, not {text!r}") from None
+    if not 1 <= value <= MAX_TIMEOUT_S:  # also refuses nan and inf
+        raise UserError("--timeout", f"{text!r} is out of range (1 to {MAX_TIMEOUT_S} seconds)")
+    return value
+
 
 STARTERS = Path(__file__).resolve().parent / "recipes"
 
@@ -101,103 +122,93 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                        "one chart (SWEEP_DIR/reward.png)")
 
     if only is None:
-        from slurmrl.slurm import commands as slurm_commands  # submit/status/logs/cancel/diff
-
-        slurm_commands.add_parsers(sub, _recipe_args)
+        _slurm_parsers(sub, _recipe_args)
     return ap
 
 
-def cmd_init(args) -> int:
-    if args.shape not in _starters():
-        raise UserError("shape", f"unknown shape {args.shape!r}; choose one of: {', '.join(_starters())}")
-    text = (STARTERS / f"{args.shape}.toml").read_text()
-    if not args.output:
-        sys.stdout.write(text)
-        return 0
-    out = Path(args.output)
-    if out.exists():
-        raise UserError(str(out), "exists; choose another file name")
-    out.write_text(text)
-    print(out)
-    return 0
+def _slurm_parsers(sub, recipe_args) -> None:
+    """The subcommands that talk to Slurm: submit, sweep, diff, status, logs, attach, cancel."""
+    p = sub.add_parser(
+        "submit", help="render (for a recipe), check the cluster can hold it, sbatch, record in jobs.json",
+        description="Submit RECIPE (rendered first), or RUN_DIR / RUN_DIR/job.sbatch as it is (hand edits kept).",
+    )
+    recipe_args(p)
+    p.add_argument("--force", action="store_true", help="render over a run dir that was already submitted")
+    p.add_argument("--preflight", action="store_true",
+                   help="run the probe in every component's layout, wait for it, check the reports against the plan")
+    p.add_argument("--timeout", type=_seconds, default=PREFLIGHT_TIMEOUT_S, metavar="SECONDS",
+                   help=f"with --preflight: how long to wait for the job (default {PREFLIGHT_TIMEOUT_S})")
+    p.add_argument("--again", action="store_true",
+                   help="TARGET is a run dir: submit the same run (hand edits kept) as a new run dir RUN_DIR-again-N, "
+                        "rendered from its lock; the two are linked both ways (links.json, shown by status)")
+    for action in p._actions:  # the positional is a recipe, a run dir or a job script
+        if action.dest == "recipe":
+            action.metavar, action.help = "TARGET", "recipe TOML, run dir, or RUN_DIR/job.sbatch"
 
+    text = ("render one run dir per point of a grid of recipe values (under OUTPUT_DIR/NAME-sweep/, with an index) "
+            "and submit them: one job array where Slurm allows it, else one job per point")
+    p = sub.add_parser("sweep", help=text, description=text + ". Give a sweep dir instead of a recipe to submit "
+                       "it (after --render-only and hand edits). `slurmrl status|cancel|plot SWEEP_DIR` follow it.")
+    p.add_argument("recipe", metavar="RECIPE|SWEEP_DIR", help="recipe TOML (its [sweep] table holds a grid too), or a "
+                   "rendered sweep dir to submit")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="a recipe field and its values, e.g. --grid trainer.lr=1e-6,3e-6 (each VALUE read as --set "
+                        "reads it; repeatable: every combination is a point)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe field for every point")
+    p.add_argument("--max-running", metavar="N", help="run at most N points at once")  # checked by app.sweep
+    p.add_argument("--sweep-dir", help="write the sweep here instead of OUTPUT_DIR/NAME-sweep")
+    p.add_argument("--render-only", action="store_true", help="write the sweep dir, submit nothing")
 
-def cmd_validate(args) -> int:
-    from slurmrl.render import build
+    p = sub.add_parser("diff", help="show hand edits: every file the job reads against a fresh render of its recipe.toml")
+    p.add_argument("run_dir")
 
-    for warning in build(args.recipe, args.overrides).plan.warnings:
-        print(f"slurmrl: warning: {warning}", file=sys.stderr)
-    return 0  # a good recipe prints nothing: `slurmrl validate x.toml && ...`
+    p = sub.add_parser("status", help="job state per het group, step and readiness per component")
+    p.add_argument("target", nargs="?", metavar="RUN_DIR|JOBID|SWEEP_DIR", help="default: the run dir you are in "
+                   "(a sweep dir: one row per point)")
+    p.add_argument("--watch", action="store_true", help="refresh until the job ends (exit 0 if it completed)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
+    p = sub.add_parser("logs", help="print the component logs of the latest attempt; -f follows")
+    p.add_argument("run_dir", nargs="?")
+    p.add_argument("--component", help="only this component (or 'batch' for the batch shell's log)")
+    p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
+    p.add_argument("-f", "--follow", action="store_true", help="follow new lines until the job ends")
 
-def cmd_plan(args) -> int:
-    from slurmrl.render import plan_json, planned
+    p = sub.add_parser(
+        "attach", help="run a command (default: a shell) on a running component's node, in its container",
+        usage="slurmrl attach [-h] RUN_DIR COMPONENT [--node N | --task T] [--cluster NAME] [-- CMD ...]",
+        description="srun --overlap into the running job: on the node of COMPONENT (node 0 unless --node "
+                    "or --task), inside the job's container when it has one. Without CMD: an interactive "
+                    "shell (--pty).",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("component", metavar="COMPONENT", help="a component of the job (trainer, inference, router, ...)")
+    p.add_argument("--node", type=int, metavar="N", help="the component's N-th node (default 0)")
+    p.add_argument("--task", type=int, metavar="T",
+                   help="the node task T runs on (its ready file's URL, else the plan)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD",
+                   help="what to run (default: an interactive shell)")
 
-    _, p, run_dir = planned(args.recipe, args.overrides, args.run_dir)
-    if args.json:
-        print(plan_json(p), end="")
-        return 0
-    from slurmrl.summary import salloc_line, summary
-
-    if not args.salloc:
-        print(summary(p, run_dir, args.job_id))
-        return 0
-    script = Path(run_dir) / "job.sbatch"
-    print(salloc_line(p, script))
-    if not script.exists():
-        print(f"slurmrl: {script} is not rendered yet: run `slurmrl render` with the same recipe and options first",
-              file=sys.stderr)
-    return 0
-
-
-def cmd_render(args) -> int:
-    from slurmrl.render import build, render
-
-    if args.stdout:
-        print(build(args.recipe, args.overrides, args.run_dir, args.preflight).script, end="")
-        return 0
-    out = render(args.recipe, args.overrides, force=args.force, run_dir=args.run_dir, preflight=args.preflight)
-    print(out.run_dir)
-    return 0
-
-
-def cmd_templates(args) -> int:
-    import shutil
-
-    from slurmrl.render.script import PACKAGE_TEMPLATES
-
-    dest = Path(args.dir)
-    if dest.exists() and any(dest.iterdir()):
-        raise UserError(str(dest), "exists and is not empty; eject into a new folder")
-    dest.mkdir(parents=True, exist_ok=True)
-    for f in sorted(PACKAGE_TEMPLATES.glob("*.j2")):
-        shutil.copy2(f, dest / f.name)
-    print(f"{dest}: set templates_dir = {str(dest.resolve())!r} in your recipe to render with these")
-    return 0
-
-
-def cmd_plot(args) -> int:
-    from slurmrl.plot import plot
-    from slurmrl.sweep import is_sweep_dir
-
-    if is_sweep_dir(args.run_dir):  # every point's reward curve on one chart
-        from slurmrl.slurm.sweep_status import sweep_plot
-
-        return sweep_plot(args.run_dir)
-
-    return plot(args.run_dir)
+    p = sub.add_parser("cancel", help="scancel the job and wait until it has ended")
+    p.add_argument("run_dir", nargs="?")
+    p.add_argument("--timeout", type=_seconds, default=CANCEL_TIMEOUT_S, metavar="SECONDS",
+                   help=f"how long to wait for the job to end (default {CANCEL_TIMEOUT_S})")
+    for name in REMOTE_COMMANDS:
+        sub.choices[name].add_argument(
+            "--cluster", metavar="NAME",
+            help="run Slurm's commands on cluster NAME of the clusters file, over ssh (default: the cluster "
+                 "the run dir's last job went to, else this machine)")
 
 
 def main(argv: list[str] | None = None) -> int:
     pydantic_plugins.skip_lookup()
     try:
         argv = sys.argv[1:] if argv is None else argv
-        args = _parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
-        handler = COMMANDS.get(args.command)
-        if handler is None:
-            from slurmrl.slurm import commands as slurm_commands
-
-            handler = slurm_commands.HANDLERS[args.command]
+        args = _parser(argv[0] if argv and argv[0] in LOCAL_VERBS else None).parse_args(argv)
+        verb = args.command.replace("-", "_")
+        # the one import per verb, here for start-up time: `slurmrl plan` loads no jinja2, no Slurm code
+        handler = getattr(importlib.import_module(f"slurmrl.app.{VERBS[args.command]}"), f"cmd_{verb}")
         return handler(args)
     except UserError as e:
         print(f"slurmrl: error: {e}", file=sys.stderr)
@@ -209,8 +220,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-COMMANDS = {"init": cmd_init, "validate": cmd_validate, "plan": cmd_plan, "render": cmd_render,
-            "templates": cmd_templates, "plot": cmd_plot}
+# verb -> its module under slurmrl/app/ (which defines cmd_<verb>). A new verb: app/<verb>.py, its parser above.
+VERBS = {"init": "build", "validate": "build", "plan": "build", "render": "build", "templates": "build",
+         "plot": "plot", "submit": "submit", "sweep": "sweep", "diff": "diff", "status": "status", "logs": "logs",
+         "attach": "attach", "cancel": "cancel"}
+LOCAL_VERBS = ("init", "validate", "plan", "render", "templates", "plot")  # parsed without the Slurm verbs' parsers
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -320,9 +320,10 @@ def again(target: str, new: str | None = None) -> Path:
     """Write a new run dir that runs what RUN_DIR ran: its lock (recipe.toml) rendered for the new
     path, with every hand edit of the old run dir's job files carried over (the old path replaced
     by the new one). Returns the new run dir; nothing is written when anything is wrong."""
-    from slurmrl.render import build
+    from slurmrl.app import diff  # app/again.py (frame-rundir) takes this function over
+    from slurmrl.app.build import build
     from slurmrl.render.rundir import write_run_dir
-    from slurmrl.slurm import diff, jobs
+    from slurmrl.slurm import jobs
 
     old = jobs.run_dir_arg(target)
     recipe_path = old / layout.RECIPE

@@ -22,7 +22,7 @@ def recipes() -> list[Path]:
 
 
 def render(recipe: Path) -> str:
-    from slurmrl.render import build
+    from slurmrl.app.build import build
 
     return build(recipe, run_dir=f"{RUN_ROOT}/{recipe.stem}").script
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from test_planner_shapes import RUN, B, P, make
 
-from slurmrl import cli, layout, plot
+from slurmrl import charts, cli, layout
+from slurmrl.app import job_outputs, status
 from slurmrl.errors import UserError
 from slurmrl.runtime import bench
-from slurmrl.slurm import status
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_ENDPOINT = bench.check_endpoint  # the real one (a fixture patches it for the runs below)
@@ -237,8 +237,8 @@ def test_the_summary_has_one_line_per_point_and_a_plot(tmp_path, capsys):
     assert point["output_throughput"] == 96.0 and "generated_texts" not in point and "ttfts" not in point
     out = capsys.readouterr().out
     assert "best 96.0 output tok/s at concurrency 4 (in 32, out 16)" in out
-    assert plot.read_benchmark(tmp_path) == s
-    rows = plot.benchmark_rows(s)
+    assert job_outputs.read_benchmark(tmp_path) == s
+    rows = charts.benchmark_rows(s)
     assert rows[0][:4] == ["conc", "in", "out", "req/s"] and rows[2][:6] == ["4", "32", "16", "6.00", "96.0", "288.0"]
 
 
@@ -360,7 +360,7 @@ sys.exit(bench.main(["--out", {str(tmp_path / "benchmark")!r}, "--concurrencies"
 def test_status_and_plot_show_the_results(tmp_path, capsys):
     rc, s = run_bench(tmp_path, per_point(fake_result))
     capsys.readouterr()
-    lines = status.benchmark_lines({"benchmark": plot.read_benchmark(tmp_path)})
+    lines = status.benchmark_lines({"benchmark": job_outputs.read_benchmark(tmp_path)})
     text = "\n".join(lines)
     assert "benchmark: done, 4/4 point(s) against http://front:1" in text
     assert "TTFT p50/p99" in text and "40.0/80.0" in text
@@ -376,8 +376,8 @@ def test_status_and_plot_show_the_results(tmp_path, capsys):
 
 def test_nothing_on_the_login_node_imports_vllm():
     """plan, render, submit, status and plot stay light; bench imports vLLM only when it runs a point."""
-    code = ("import sys, slurmrl.cli, slurmrl.plan, slurmrl.render, slurmrl.slurm.commands, slurmrl.slurm.status, "
-            "slurmrl.plot, slurmrl.runtime.bench; print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))")
+    code = ("import sys, slurmrl.cli, slurmrl.plan, slurmrl.render, slurmrl.app.build, slurmrl.app.submit, "
+            "slurmrl.app.status, slurmrl.app.plot, slurmrl.runtime.bench; print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
     code = "import sys, slurmrl.runtime.bench; print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'slurmrl.plan'))))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"

@@ -15,7 +15,7 @@ import pytest
 from slurmrl import cli
 from slurmrl import ports
 from slurmrl.recipe.load import load_recipe
-from slurmrl.render import build, render
+from slurmrl.app.build import build, render
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"

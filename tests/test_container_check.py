@@ -1,6 +1,6 @@
 """The container part of preflight, without a cluster: what a step observes of its Pyxis + enroot
 container (slurmrl.runtime.container) against what the plan's --container-* flags imply
-(slurmrl.slurm.preflight.check_container). Observations below are made up in the shape a real
+(slurmrl.app.preflight.check_container). Observations below are made up in the shape a real
 Pyxis step gives (see the module docstring of slurmrl.runtime.container for the sources)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from slurmrl.runtime import container
-from slurmrl.slurm.preflight import Mount, check_container, container_plan
+from slurmrl.app.preflight import Mount, check_container, container_plan
 
 RUN = "/cluster/runs/rl"
 FLAGS = ("--container-image=nvcr.io#nvidia/pytorch:24.01-py3", f"--container-mounts={RUN}:{RUN},/data:/mnt/data:ro")

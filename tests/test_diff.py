@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from slurmrl import cli
-from slurmrl.render import render
-from slurmrl.slurm.diff import is_edited
+from slurmrl.app.build import render
+from slurmrl.app.diff import is_edited
 
 RECIPES = Path(__file__).resolve().parent.parent / "slurmrl" / "recipes"
 GALLERY = sorted(RECIPES.glob("*.toml"))

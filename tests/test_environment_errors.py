@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from slurmrl import layout
-from slurmrl.render import render
+from slurmrl.app.build import render
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = 'orchestrator.environment="pkg_that_is_not_there.envs:Env"'

@@ -22,7 +22,7 @@ from slurmrl.plan import plan
 from slurmrl.recipe.load import load_recipe, validate
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.user_set import unresolve, user_set
-from slurmrl.render import build, planned
+from slurmrl.app.build import build, planned
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.toml"))

@@ -23,7 +23,7 @@ from sleep_mode_double import SleepModeDouble
 from task_expand import expand
 
 from slurmrl import cli, layout, secret
-from slurmrl.render import build
+from slurmrl.app.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "rl-hybrid.toml"

@@ -25,7 +25,7 @@ def models(tmp_path_factory):
 
 
 def _render(tmp, model, policy):
-    from slurmrl.render import render
+    from slurmrl.app.build import render
 
     recipe = tmp / f"{policy}.toml"
     recipe.write_text(serve_recipe(model, policy=policy))

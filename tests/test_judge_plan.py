@@ -15,7 +15,7 @@ import pytest
 from task_expand import expand
 
 from slurmrl import cli
-from slurmrl.render import build
+from slurmrl.app.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
 GALLERY = ROOT / "recipes" / "rl-judge.toml"

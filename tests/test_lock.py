@@ -17,9 +17,9 @@ import pytest
 
 from slurmrl import layout, lock
 from slurmrl.errors import UserError
-from slurmrl.render import build, render
+from slurmrl.app.build import build, render
 from slurmrl.runtime import provenance
-from slurmrl.slurm import diff
+from slurmrl.app import diff
 
 ROOT = Path(__file__).resolve().parent.parent
 GALLERY = sorted((ROOT / "slurmrl" / "recipes").glob("*.toml"))

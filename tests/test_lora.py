@@ -57,7 +57,7 @@ def build_adapter(out: Path, base: Path, seed: int = 1234, scale: float = 0.5) -
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from slurmrl.render import render
+    from slurmrl.app.build import render
 
     tmp = tmp_path_factory.mktemp("lora")
     model = build_tiny(tmp / "model", seed=0)

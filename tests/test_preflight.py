@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from slurmrl.plan import Plan
-from slurmrl.render import build
-from slurmrl.slurm import preflight
+from slurmrl.app.build import build
+from slurmrl.app import preflight
 
 ROOT = Path(__file__).resolve().parent.parent
 PY_OVERRIDE = f'python.executable="{sys.executable}"'

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurmrl.errors import UserError
-from slurmrl.render import build, render
+from slurmrl.app.build import build, render
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.toml"))

@@ -37,7 +37,7 @@ import pytest
 from task_expand import expand
 
 from slurmrl import cli, ports
-from slurmrl.render import Rendered, build
+from slurmrl.app.build import Rendered, build
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"

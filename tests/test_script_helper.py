@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl.render import build
+from slurmrl.app.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
 HELPER = (ROOT / "sbatch" / "slurmrl-functions.sh").read_text()

@@ -157,7 +157,7 @@ def test_batch_size_resolves_once(tmp_path):
 @pytest.mark.parametrize("path", [p for p in RECIPES if p.stem.startswith(("rl-", "sft-"))], ids=lambda p: p.stem)
 def test_resolved_recipe_replans_identically(path, tmp_path):
     """render's recipe.toml (the recipe as resolved) gives the same plan and the same settings."""
-    from slurmrl.render import build
+    from slurmrl.app.build import build
 
     first = build(path, run_dir=tmp_path / "run")
     again = tmp_path / "again"

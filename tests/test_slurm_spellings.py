@@ -291,7 +291,7 @@ def test_the_local_sbatch_takes_every_rendered_spelling(fields, tmp_path):
     import os
     import subprocess
 
-    from slurmrl.render import build
+    from slurmrl.app.build import build
 
     conf = Path(os.environ.get("SLURMRL_TEST_CLUSTER_DIR", "/tmp/slurmrl-test-cluster")) / "etc" / "slurm.conf"
     if not conf.exists():

@@ -54,7 +54,7 @@ def test_vllm_serves_it_with_transformers_logprobs(model_dir, tmp_path):
     from transformers import AutoTokenizer
 
     from live_components import LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
-    from slurmrl.render import render
+    from slurmrl.app.build import render
 
     recipe = tmp_path / "smollm2.toml"
     recipe.write_text(serve_recipe(model_dir, name="smollm2", servers=1))

@@ -273,7 +273,7 @@ def test_the_requeue_limit_ends_the_job_after_a_checkpoint(slurm_cluster, job, t
 
 
 def test_watch_into_a_log_reports_changes_not_clock_ticks():
-    from slurmrl.slurm.status import without_elapsed
+    from slurmrl.app.status import without_elapsed
 
     a = {"state": "RUNNING", "parts": [{"id": "7+0", "elapsed": "00:00:01"}],
          "components": [{"step": {"elapsed": "00:00:01", "state": "RUNNING"}}]}
@@ -284,7 +284,7 @@ def test_watch_into_a_log_reports_changes_not_clock_ticks():
 
 
 def test_a_ready_component_sacct_has_not_listed_reads_started():
-    from slurmrl.slurm.status import text
+    from slurmrl.app.status import text
 
     part = {"group": 0, "name": "trainer", "id": "7+0", "state": "RUNNING", "nodes": "n1", "elapsed": "00:00:03",
             "exit_code": "", "reason": ""}
@@ -314,7 +314,7 @@ def test_an_ended_het_job_is_asked_about_again(monkeypatch):
 
 
 def test_status_says_how_many_requeues_are_left():
-    from slurmrl.slurm.status import text
+    from slurmrl.app.status import text
 
     rep = {"job_id": "7", "state": "RUNNING", "run_dir": "/r", "attempt": 1, "max_requeues": 3, "parts": [],
            "components": [], "steps": [], "phases": [], "failed": None, "stopped": None, "serving": None,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl.render import render
+from slurmrl.app.build import render
 from slurmrl.slurm import fit
 from slurmrl.slurm.script import read_groups
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl import layout, lock, sweep
-from slurmrl.render import build
+from slurmrl import layout, lock
+from slurmrl.app import sweep
+from slurmrl.app.build import build
 from slurmrl.slurm.watch import HetInfoWatcher, array_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,10 +99,12 @@ def test_a_job_array_only_for_plain_jobs_that_ask_for_the_same(tmp_path, monkeyp
     assert "different resources" in sweep.array_refusal(sizes)
     # one job per point: each waits for the one --max-running before it, with the point's own dependency
     plain = next(iter(sizes.values()))
-    assert sweep.dependency_for(plain, None) == []
-    assert sweep.dependency_for(plain, "41") == ["--dependency=afterany:41"]
+    assert sweep.own_dependency(plain, "p0/job.sbatch") is None
+    assert sweep.dependency_for(None, None) == []
+    assert sweep.dependency_for(None, "41") == ["--dependency=afterany:41"]
     own = plain.replace("#SBATCH --partition=debug", "#SBATCH --partition=debug\n#SBATCH --dependency=afterok:7")
-    assert sweep.dependency_for(own, "41") == ["--dependency=afterok:7,afterany:41"]
+    assert sweep.dependency_for(sweep.own_dependency(own, "p0/job.sbatch"), "41") == [
+        "--dependency=afterok:7,afterany:41"]
 
 
 def test_array_tasks_in_sacct_and_squeue_rows():

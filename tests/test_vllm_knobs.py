@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from task_expand import expand
 
-from slurmrl.render import build
+from slurmrl.app.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"

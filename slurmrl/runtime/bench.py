@@ -229,14 +229,14 @@ def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
 
 
 def finish(out: Path, summary: dict, status: str, error: str | None) -> int:
-    from slurmrl import plot
+    from slurmrl import charts
 
     summary.update(status=status, error=error, finished=int(time.time()))
     write_json(out / layout.BENCHMARK_SUMMARY, summary)
     if summary["points"]:
-        print("\n".join(plot.text_table(plot.benchmark_rows(summary))), flush=True)
+        print("\n".join(charts.text_table(charts.benchmark_rows(summary))), flush=True)
         try:
-            if plot.benchmark_png(summary, out / layout.BENCHMARK_PLOT, f"{out.parent.name}: benchmark"):
+            if charts.benchmark_png(summary, out / layout.BENCHMARK_PLOT, f"{out.parent.name}: benchmark"):
                 log(f"wrote {out / layout.BENCHMARK_PLOT}")
         except Exception as e:  # noqa: BLE001  a plot is not worth failing the benchmark for
             log(f"no plot: {e}")

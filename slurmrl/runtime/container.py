@@ -1,6 +1,6 @@
 """What a step can see of the Pyxis + enroot container it runs in (standard library only).
 
-``observe()`` is called by the preflight probe inside each step; ``slurmrl.slurm.preflight``
+``observe()`` is called by the preflight probe inside each step; ``slurmrl.app.preflight``
 compares the result with the plan's ``--container-*`` flags. Everything recorded here is what a
 real Pyxis step makes observable (sources: github.com/NVIDIA/pyxis, github.com/NVIDIA/enroot):
 

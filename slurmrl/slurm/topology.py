@@ -23,6 +23,7 @@ import subprocess
 from dataclasses import dataclass
 
 from slurmrl.errors import UserError
+from slurmrl.slurm import tools
 
 OPTIONS = ("--switches", "--segment")
 FIELDS = {"--switches": "slurm.switches", "--segment": "slurm.segment"}
@@ -47,8 +48,6 @@ def parse_support(help_text: str, version_text: str) -> Support:
 
 
 def support() -> Support:
-    from slurmrl.slurm import tools
-
     return parse_support(tools.out(["sbatch", "--help"]), tools.call(["sbatch", "--version"], check=False).stdout)
 
 

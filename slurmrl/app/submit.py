@@ -3,16 +3,20 @@ record the job in jobs.json."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmrl import lock
+from slurmrl import layout, lock
+from slurmrl.app.build import build, resolve_run_dir
+from slurmrl.app.cluster import on_cluster
+from slurmrl.app.diff import is_edited
+from slurmrl.app.preflight import wait_and_check
 from slurmrl.errors import UserError
-from slurmrl.render import build, resolve_run_dir
 from slurmrl.render.rundir import SUBMITTED, write_run_dir
 from slurmrl.slurm import fit, jobs, tools, topology
-from slurmrl.slurm.diff import is_edited
+from slurmrl.slurm.sbatch import sbatch
 from slurmrl.slurm.script import read_groups
 from slurmrl.slurm.watch import Watch
 
@@ -73,14 +77,6 @@ def set_aside(run_dir: Path) -> None:
             src.rename(target)
 
 
-def sbatch(script: Path) -> str:
-    out = tools.out(["sbatch", "--parsable", str(script)]).strip()
-    job_id = out.splitlines()[-1].split(";")[0] if out else ""
-    if not job_id.isdigit():
-        raise UserError(None, f"sbatch printed {out!r}, not a job id")
-    return job_id
-
-
 def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> Submitted:
     where = tools.transport()  # this machine, or --cluster NAME's (slurmrl.remote)
     kind, path = classify(target)
@@ -91,6 +87,7 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         topology.refuse_unsupported(out.script)  # e.g. --segment where this cluster's sbatch lacks it
         if (run_dir / SUBMITTED).exists():
             check_not_running(run_dir)
+        fresh = not run_dir.exists()
         write_run_dir(run_dir, out.files, force=force)  # refuses over a submitted run dir without --force
         edited = False
     else:
@@ -105,12 +102,23 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         topology.refuse_unsupported(script.read_text())
         check_not_running(run_dir)
         edited = is_edited(run_dir)
+        fresh = False
+    try:
+        return send(where, run_dir, edited, recipe_path=path if kind == "recipe" else None)
+    except BaseException:
+        if fresh and not (run_dir / SUBMITTED).exists():  # this call wrote it, and nothing runs from it
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def send(where, run_dir: Path, edited: bool, recipe_path: Path | None) -> Submitted:
+    """Lock, set the last job's outputs aside, sbatch, record: after every check has passed."""
     where.pull(run_dir)  # on a cluster: the last job's outputs first, so they are set aside there too
-    lock.refresh(run_dir, edited, recipe_path=path if kind == "recipe" else None)  # hashes as submitted
+    lock.refresh(run_dir, edited, recipe_path=recipe_path)  # hashes as submitted
     set_aside(run_dir)
     where.push(run_dir)
     script = run_dir / "job.sbatch"
-    job_id = sbatch(where.place(run_dir) / "job.sbatch")
+    job_id = sbatch([str(where.place(run_dir) / "job.sbatch")])
     jobs.record(run_dir, job_id, jobs.sha256(script), edited, cluster=where.name)
     where.push(run_dir, [SUBMITTED])
     return Submitted(run_dir, job_id, edited)
@@ -124,3 +132,62 @@ def announce(s: Submitted) -> None:
     print(f"  slurmrl status {s.run_dir} --watch")
     print(f"  slurmrl logs {s.run_dir} -f")
     print(f"  slurmrl cancel {s.run_dir}")
+
+
+def check_links(path: Path, raw: bytes | None) -> None:
+    """RUN_DIR/links.json as slurmrl writes it: {"again_of": RUN_DIR, "again_as": [RUN_DIR, ...],
+    "sweep": SWEEP_DIR}; anything else is one line naming the file."""
+    if raw is None:
+        return
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise UserError(str(path), "is not valid JSON; fix or remove it") from None
+    if not isinstance(data, dict):
+        raise UserError(str(path), "should hold a table of links (again_of, again_as, sweep); fix or remove it")
+    for key, value in data.items():
+        ok = (isinstance(value, list) and all(isinstance(v, str) for v in value)) if key.endswith("_as") else (
+            isinstance(value, str))
+        if not ok:
+            raise UserError(str(path), f"its {key!r} is not {'a list of run dirs' if key.endswith('_as') else 'a path'}; "
+                                       "fix or remove it")
+
+
+def submit_again(target: str, preflight: bool) -> Submitted:
+    """`submit --again RUN_DIR`: the new run dir RUN_DIR-again-N is rendered and linked from the old
+    one, then submitted; when anything refuses (the cluster cannot hold it, sbatch fails), the new
+    run dir is removed and the old one's links.json put back as it was: nothing is left behind."""
+    old = jobs.run_dir_arg(target)
+    links = old / layout.LINKS
+    before = links.read_bytes() if links.is_file() else None
+    check_links(links, before)  # the new run dir is linked from it: refused before anything is written
+    new = lock.next_run_dir(old)  # free now: whatever is there after a refusal, this call wrote
+    try:
+        lock.again(str(old), str(new))
+        s = submit(str(new), [], False, preflight)
+    except BaseException:
+        if (new / SUBMITTED).exists():  # sbatch took it: the run dir is the job's now
+            raise
+        shutil.rmtree(new, ignore_errors=True)
+        if before is None:
+            links.unlink(missing_ok=True)
+        else:
+            links.write_bytes(before)
+        raise
+    print(f"{new}: {target} again (rendered from its lock, hand edits carried over)")
+    return s
+
+
+def cmd_submit(args) -> int:
+    with on_cluster(args):
+        if args.again:
+            if args.overrides:
+                raise UserError("--set", "with --again, edit the run dir (or its lock.toml) instead")
+            s = submit_again(args.recipe, args.preflight)
+        else:
+            s = submit(args.recipe, args.overrides, args.force, args.preflight)
+        announce(s)
+        if not args.preflight:
+            return 0
+        print(f"preflight: waiting up to {args.timeout:.0f}s for job {s.job_id} to end", flush=True)
+        return wait_and_check(s.run_dir, s.job_id, args.timeout)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl import layout
+from slurmrl.app.build import build
+from slurmrl.app.cluster import on_cluster
 from slurmrl.errors import UserError
-from slurmrl.render import build
 from slurmrl.slurm import jobs, tools
 
 _HEADER = re.compile(r"^# slurmrl job .* rendered from (?P<file>.+)\.$", re.M)
@@ -110,3 +111,8 @@ def diff(target: str) -> int:
     for e in found:
         sys.stdout.writelines(unified(run_dir, e))
     return 1
+
+
+def cmd_diff(args) -> int:
+    with on_cluster(args):  # a run dir of a cluster's job re-renders for its path there
+        return diff(args.run_dir)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from slurmrl import ports
 from slurmrl.plan.model import Component, Plan
+from slurmrl.render.quoting import shq
 
 
 def table(rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -116,8 +117,6 @@ def summary(plan: Plan, run_dir: Path, job_id: int | None = None) -> str:
 def salloc_line(plan: Plan, script=None) -> str:
     """The salloc that gives the same allocation, het groups separated by ' : '; with ``script``,
     the command salloc runs inside it: ``bash SCRIPT`` (the user is one step from running)."""
-    from slurmrl.render.quoting import shq
-
     parts = []
     for g in plan.groups:
         opts = [

@@ -1,101 +1,16 @@
-"""`slurmrl plot RUN_DIR`: the reward curve of an RL run, in the terminal and as RUN_DIR/reward.png
-(with a second panel of the trainer's KL, clip fraction and entropy per step); for a run with a
-[benchmark], its results as a table and RUN_DIR/benchmark/benchmark.png. Also the latest training
-row `slurmrl status` shows."""
+"""Charts and tables of a run's numbers: terminal charts, text tables, and PNGs through matplotlib
+(imported only when a PNG is drawn). A leaf: `slurmrl plot`/`status` and the benchmark runtime
+(slurmrl.runtime.bench) both draw with it; it reads no file."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-from slurmrl import layout
-from slurmrl.errors import UserError
 
-
-def read_rewards(run_dir: Path) -> list[tuple[int, float]]:
-    path = run_dir / "metrics" / "orchestrator.jsonl"
-    if not path.exists():
-        raise UserError(str(run_dir), "has no metrics/orchestrator.jsonl (nor benchmark/summary.json) yet: is it "
-                                      "an RL run, or a run with a [benchmark], that has started?")
-    points = {}
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-            step, reward = rec["step"], rec["reward_mean"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        if isinstance(step, int) and isinstance(reward, (int, float)) and math.isfinite(reward):
-            points[step] = float(reward)  # a requeued step overwrites its earlier record
-    return sorted(points.items())
-
-
-def read_records(path: Path) -> dict[int, dict]:
-    """Step -> the last record of that step in a metrics JSONL file (a requeued step overwrites)."""
-    out: dict[int, dict] = {}
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step"), int):
-            out[rec["step"]] = rec
-    return out
-
-
-def last_record(path: Path, tail: int = 65536) -> dict | None:
-    """The last whole JSON line of a metrics file, reading only its end."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - tail))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step"), int):
-            return rec
-    return None
-
-
-def _fmt(value, spec: str) -> str | None:
+def finite(value, spec: str) -> str | None:
+    """``value`` formatted with ``spec`` when it is a finite number, else None."""
     return format(value, spec) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def training_line(orch: dict | None, trainer: dict | None) -> str | None:
-    """One line from the newest orchestrator and trainer records: reward, lag, and what debugs RL."""
-    if not orch and not trainer:
-        return None
-    parts = []
-    if orch:
-        parts.append(f"batch {orch['step']}: reward {_fmt(orch.get('reward_mean'), '.3f') or '-'}"
-                     f" (std {_fmt(orch.get('reward_std'), '.3f') or '-'}, min {_fmt(orch.get('reward_min'), '.3g') or '-'}"
-                     f", max {_fmt(orch.get('reward_max'), '.3g') or '-'}), lag {orch.get('off_policy_lag', '-')}")
-    if trainer:
-        t = trainer
-        items = [("loss", "loss", ".4g"), ("kl", "kl", ".3g"), ("kl_max", "kl max", ".3g"),
-                 ("kl_inference", "kl inf", ".3g"), ("entropy", "entropy", ".3g"), ("clip_frac", "clip", ".3f"),
-                 ("grad_norm", "grad", ".3g")]
-        words = [f"{label} {_fmt(t.get(key), spec)}" for key, label, spec in items if _fmt(t.get(key), spec)]
-        if _fmt(t.get("cuda_mem_peak_gib"), ".1f"):
-            words.append(f"cuda peak {t['cuda_mem_peak_gib']:.1f} GiB (reserved {t.get('cuda_mem_reserved_gib', 0):.1f})")
-        elif _fmt(t.get("cpu_rss_gib"), ".1f"):
-            words.append(f"rss {t['cpu_rss_gib']:.1f} GiB")
-        if _fmt(t.get("mfu"), ".1%"):
-            words.append(f"MFU {t['mfu']:.1%}")
-        elif _fmt(t.get("tokens_per_s"), ".0f"):
-            words.append(f"{t['tokens_per_s']:.0f} tok/s")
-        parts.append(f"trainer step {t['step']}: " + ", ".join(words))
-    return "; ".join(parts)
 
 
 DRIFT = (("kl", "KL to reference (mean)"), ("kl_inference", "KL to inference (mean)"), ("clip_frac", "clip fraction"))
@@ -144,11 +59,11 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
         drift = axes[1]
         steps = sorted(trainer)
         for key, label in DRIFT:
-            xy = [(s, trainer[s][key]) for s in steps if _fmt(trainer[s].get(key), "g")]
+            xy = [(s, trainer[s][key]) for s in steps if finite(trainer[s].get(key), "g")]
             if xy:
                 drift.plot([x for x, _ in xy], [y for _, y in xy], marker=".", label=label)
         drift.set_ylabel("KL, clip fraction")
-        ent = [(s, trainer[s]["entropy"]) for s in steps if _fmt(trainer[s].get("entropy"), "g")]
+        ent = [(s, trainer[s]["entropy"]) for s in steps if finite(trainer[s].get("entropy"), "g")]
         if ent:
             right = drift.twinx()
             right.plot([x for x, _ in ent], [y for _, y in ent], color="grey", linestyle="--", label="entropy")
@@ -176,16 +91,32 @@ def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: d
     return True
 
 
-# ---- benchmark results (slurmrl.runtime.bench writes them) -------------------------------------
-def read_benchmark(run_dir: Path) -> dict | None:
-    """RUN_DIR/benchmark/summary.json, or None when there is none (or it cannot be read)."""
+def curves_png(curves: list[tuple[str, list[tuple[int, float]]]], out: Path, title: str) -> bool:
+    """Several labelled reward curves on one chart (a sweep's points); False without matplotlib."""
     try:
-        summary = json.loads(layout.benchmark_summary(run_dir).read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) and isinstance(summary.get("points"), list) else None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    for label, pts in curves:
+        ax.plot([s for s, _ in pts], [y for _, y in pts], marker="o", markersize=3, label=label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean reward")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return True
 
 
+# ---- benchmark results (slurmrl.runtime.bench writes them) -------------------------------------
 def _num(value, digits: int = 1) -> str:
     return f"{value:.{digits}f}" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
 
@@ -264,42 +195,3 @@ def benchmark_status_line(summary: dict) -> str:
 def text_table(rows: list[list[str]], indent: str = "  ") -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-
-
-def plot_benchmark(path: Path, summary: dict) -> int:
-    print(benchmark_status_line(summary))
-    if summary.get("error"):
-        print(f"error: {summary['error']}")
-    if not summary.get("points"):
-        raise UserError(str(path), "the benchmark has no results yet")
-    print("\n".join(text_table(benchmark_rows(summary))))
-    png = layout.benchmark_plot(path)
-    if benchmark_png(summary, png, f"{path.name}: benchmark"):
-        print(f"wrote {png}")
-    else:
-        print("(install matplotlib for the PNG: pip install matplotlib)")
-    return 0
-
-
-def plot(run_dir: str) -> int:
-    path = Path(run_dir)
-    bench = read_benchmark(path)
-    if bench is not None and not (path / "metrics" / "orchestrator.jsonl").exists():
-        return plot_benchmark(path, bench)
-    points = read_rewards(path)
-    if not points:
-        raise UserError(str(path), "metrics/orchestrator.jsonl has no steps yet")
-    print(terminal_chart(points))
-    first, last = points[: max(1, len(points) // 4)], points[-max(1, len(points) // 4):]
-    mean = lambda xs: sum(y for _, y in xs) / len(xs)  # noqa: E731
-    print(f"first quarter mean {mean(first):.3f} -> last quarter mean {mean(last):.3f}")
-    png = path / "reward.png"
-    line = training_line(last_record(path / "metrics" / "orchestrator.jsonl"),
-                         last_record(path / "metrics" / "trainer.jsonl"))
-    if line:
-        print(f"latest: {line}")
-    if png_chart(points, png, f"{path.name}: reward", read_records(path / "metrics" / "trainer.jsonl")):
-        print(f"wrote {png}")
-    else:
-        print("(install matplotlib for the PNG: pip install matplotlib)")
-    return 0

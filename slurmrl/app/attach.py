@@ -30,8 +30,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from slurmrl import pydantic_plugins
-from slurmrl import layout
+from slurmrl import layout, pydantic_plugins
+from slurmrl.app.cluster import on_cluster
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Component, Plan
 from slurmrl.slurm import jobs, tools
@@ -201,3 +201,10 @@ def attach(target: str, component: str, node: int | None, task: int | None, comm
     print(f"slurmrl: {component} {what} on {host}{note}: {shlex.join(argv)}", file=sys.stderr, flush=True)
     where.exec(argv, srun_env(pydantic_plugins.child_env() or dict(os.environ)), pty=pty)
     return 0  # not reached
+
+
+def cmd_attach(args) -> int:
+    # argparse leaves options written after COMPONENT in the command
+    args.node, args.task, args.cmd, args.cluster = split_command(args.cmd, args.node, args.task, args.cluster)
+    with on_cluster(args):
+        return attach(args.run_dir, args.component, args.node, args.task, args.cmd)

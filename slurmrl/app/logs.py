@@ -6,9 +6,10 @@ import sys
 import time
 from pathlib import Path
 
+from slurmrl.app.cluster import on_cluster
+from slurmrl.app.status import NOT_FOUND_AFTER_S
 from slurmrl.errors import UserError
 from slurmrl.slurm import jobs, tools
-from slurmrl.slurm.status import NOT_FOUND_AFTER_S
 from slurmrl.slurm.watch import Watch
 
 POLL_S = 0.5
@@ -107,3 +108,8 @@ def logs(target: str | None, component: str | None, attempt: int | None, follow:
                 print(f"slurmrl: job {job_id} ended: {snap.state}", file=sys.stderr)
                 return 0
         time.sleep(POLL_S)
+
+
+def cmd_logs(args) -> int:
+    with on_cluster(args):
+        return logs(args.run_dir, args.component, args.attempt, args.follow)

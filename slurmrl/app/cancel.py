@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import sys
 
+from slurmrl.app import sweep_report
+from slurmrl.app.cluster import on_cluster
+from slurmrl.app.sweep_dir import is_sweep_dir
 from slurmrl.slurm import jobs, tools
 from slurmrl.slurm.watch import Watch
+
 
 def cancel(target: str | None, timeout_s: float) -> int:
     run_dir = jobs.run_dir_arg(target)
@@ -25,3 +29,10 @@ def cancel(target: str | None, timeout_s: float) -> int:
         return 1
     print(f"job {job_id}: {snap.state}")
     return 0
+
+
+def cmd_cancel(args) -> int:
+    with on_cluster(args):
+        if is_sweep_dir(args.run_dir):
+            return sweep_report.cancel_sweep(args.run_dir, args.timeout)
+        return cancel(args.run_dir, args.timeout)

@@ -11,13 +11,18 @@ import time
 from pathlib import Path
 
 from slurmrl import layout, lock
+from slurmrl.app import sweep_report
+from slurmrl.app.cluster import on_cluster
+from slurmrl.app.job_outputs import failed_reason, last_record, read_benchmark
+from slurmrl.app.plot import training_line
+from slurmrl.app.sweep_dir import is_sweep_dir
+from slurmrl.charts import benchmark_rows, benchmark_status_line
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.plan.vllm import AUTH_MIDDLEWARE
-from slurmrl.plot import benchmark_rows, benchmark_status_line, last_record, read_benchmark, training_line
+from slurmrl.render.summary import table
 from slurmrl.slurm import jobs, tools
 from slurmrl.slurm.watch import Snapshot, Watch
-from slurmrl.summary import table
 
 REFRESH_S = 2.0
 NOT_FOUND_AFTER_S = 15.0  # sacct lags a submit by ~1 s; a job unknown for this long does not exist
@@ -76,13 +81,6 @@ def stopped_reason(run_dir: Path, attempt: int, state: str) -> str | None:
             return f"{STOP_CAUSES[state]}; components stopped in order by the script"
         return text
     return None
-
-
-def failed_reason(run_dir: Path, attempt: int) -> str | None:
-    try:
-        return layout.failed_file(run_dir, attempt).read_text().strip() or "(no reason given)"
-    except FileNotFoundError:
-        return None
 
 
 def endpoints(run_dir: Path, attempt: int, plan: Plan) -> list[dict]:
@@ -378,3 +376,10 @@ def status(target: str | None, watch: bool = False, as_json: bool = False) -> in
         if not snap.parts and time.monotonic() - started > NOT_FOUND_AFTER_S:
             raise UserError(None, f"job {job_id} is not known to squeue or sacct")
     return 0 if snap.state == "COMPLETED" else 1
+
+
+def cmd_status(args) -> int:
+    with on_cluster(args):
+        if is_sweep_dir(args.target):
+            return sweep_report.sweep_status(args.target, watch=args.watch, as_json=args.json)
+        return status(args.target, watch=args.watch, as_json=args.json)

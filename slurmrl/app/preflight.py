@@ -10,13 +10,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurmrl.app.job_outputs import failed_reason
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
+from slurmrl.render.summary import table
 from slurmrl.slurm import jobs, tools, topology
-from slurmrl.slurm.status import failed_reason
 from slurmrl.slurm.watch import Snapshot, Watch
-from slurmrl.summary import table
-
 
 HOSTS_WAIT_S = 15.0  # how long to wait for sacct to list a group's nodes after the job ended
 

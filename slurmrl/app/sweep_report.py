@@ -1,5 +1,6 @@
-"""`slurmrl status SWEEP_DIR` (one row per point: its values, job, state, attempt and latest
-metrics) and `slurmrl plot SWEEP_DIR` (the points' reward curves on one chart)."""
+"""Following a sweep dir: `slurmrl status SWEEP_DIR` (one row per point: its values, job, state,
+attempt and latest metrics), `slurmrl plot SWEEP_DIR` (the points' reward curves on one chart) and
+`slurmrl cancel SWEEP_DIR`."""
 
 from __future__ import annotations
 
@@ -8,36 +9,16 @@ import sys
 import time
 from pathlib import Path
 
-from slurmrl import layout
+from slurmrl import charts, layout
+from slurmrl.app.job_outputs import failed_reason, latest_metrics, read_rewards
+from slurmrl.app.sweep_dir import latest_job_ids, point_dirs, read_index
 from slurmrl.errors import UserError
-from slurmrl.summary import table
-from slurmrl.sweep import latest_job_ids, point_dirs, read_index
+from slurmrl.render.summary import table
+from slurmrl.slurm import tools
+from slurmrl.slurm.watch import snapshots
 
 REFRESH_S = 2.0
-METRICS = (("orchestrator.jsonl", "reward_mean", "reward"), ("trainer.jsonl", "loss", "loss"))
-
-
-def latest_metrics(run_dir: Path) -> dict | None:
-    """The newest step of the run: {"step", "reward"} (RL: the orchestrator's) or {"step", "loss"} (the trainer's)."""
-    for name, key, label in METRICS:
-        try:
-            lines = (run_dir / "metrics" / name).read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in reversed(lines):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("step"), int) and isinstance(rec.get(key), (int, float)):
-                return {"step": rec["step"], label: rec[key]}
-    return None
-
-
 def report(sweep_dir: Path) -> dict:
-    from slurmrl.slurm.status import failed_reason
-    from slurmrl.slurm.watch import snapshots
-
     index = read_index(sweep_dir)
     ids = latest_job_ids(sweep_dir, index)
     snaps = snapshots([j for j in ids if j])
@@ -66,9 +47,10 @@ def text(rep: dict) -> str:
     if sub is None:
         how = "not submitted (`slurmrl sweep SWEEP_DIR` submits it)"
     elif sub.get("mode") == "array":
-        how = f"job array {sub['array_job']}"
+        how = f"job array {sub.get('array_job', '?')}"
     else:
-        how = f"{len(sub.get('job_ids', []))} jobs ({sub.get('why_not_array')})"
+        ids = sub.get("job_ids")
+        how = f"{len(ids) if isinstance(ids, list) else '?'} jobs ({sub.get('why_not_array')})"
     if sub and sub.get("max_running"):
         how += f", at most {sub['max_running']} running"
     states: dict[str, int] = {}
@@ -111,8 +93,6 @@ def sweep_status(target: str, watch: bool = False, as_json: bool = False) -> int
 # ---- the comparison plot ------------------------------------------------------------------------
 def sweep_plot(target: str) -> int:
     """Every point's reward curve on one chart (SWEEP_DIR/reward.png) and a table of first/last rewards."""
-    from slurmrl.plot import read_rewards
-
     sweep_dir = Path(target).resolve()
     index = read_index(sweep_dir)
     curves, rows = [], [["point", "values", "steps", "first reward", "last reward"]]
@@ -130,26 +110,35 @@ def sweep_plot(target: str) -> int:
     if not curves:
         raise UserError(str(sweep_dir), "no point has reward metrics (metrics/orchestrator.jsonl) yet")
     png = sweep_dir / "reward.png"
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-    except ImportError:
+    if not charts.curves_png(curves, png, f"sweep {index.get('name')}: reward per point"):
         print("(install matplotlib for the PNG: pip install matplotlib)", file=sys.stderr)
         return 0
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-    for label, pts in curves:
-        ax.plot([s for s, _ in pts], [y for _, y in pts], marker="o", markersize=3, label=label)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean reward")
-    ax.set_title(f"sweep {index.get('name')}: reward per point")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(png)
-    plt.close(fig)
     print(f"wrote {png}")
     return 0
+
+
+def cancel_sweep(sweep_dir: str | Path, timeout_s: float) -> int:
+    """scancel every point's job, then wait (bounded) until each has ended."""
+    sweep_dir = Path(sweep_dir).resolve()
+    index = read_index(sweep_dir)
+    ids = [j for j in latest_job_ids(sweep_dir, index) if j]
+    if not ids:
+        raise UserError(str(sweep_dir), "was never submitted; `slurmrl sweep` it")
+    active = [j for j, s in snapshots(ids).items() if not s.done]
+    if not active:
+        print(f"sweep {sweep_dir}: every point had already ended")
+        return 0
+    tools.out(["scancel", *active])
+    print(f"sweep {sweep_dir}: cancel sent to {len(active)} job(s); waiting up to {timeout_s:.0f}s", flush=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        snaps = snapshots(active)
+        left = [j for j, s in snaps.items() if not s.done]
+        if not left:
+            print("  " + ", ".join(f"{j} {s.state}" for j, s in snaps.items()))
+            return 0
+        if time.monotonic() > deadline:
+            print(f"slurmrl: job(s) {' '.join(left)} still not ended after {timeout_s:.0f}s; check "
+                  f"`slurmrl status {sweep_dir}`", file=sys.stderr)
+            return 1
+        time.sleep(1.0)

@@ -1,0 +1,246 @@
+"""The dry run: recipe file -> Recipe -> plan -> run dir files, in memory, then written only when every
+check passed. `slurmrl init`, `validate`, `plan`, `render` and `templates eject`; `diff`, `submit`,
+`sweep` and `submit --again` build through here too."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmrl import lock
+from slurmrl.app import sweep_grid
+from slurmrl.errors import UserError
+from slurmrl.layout import LOCK
+from slurmrl.plan import Plan, plan
+from slurmrl.recipe.load import load_recipe
+from slurmrl.recipe.recipe import Recipe
+from slurmrl.render import tomlw
+from slurmrl.render.keep_edits import refuse_lost_edits
+from slurmrl.render.rundir import write_run_dir
+from slurmrl.render.summary import salloc_line, summary
+
+STARTERS = Path(__file__).resolve().parent.parent / "recipes"  # `slurmrl init SHAPE` (cli.py lists them in --help)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    recipe: Recipe
+    plan: Plan
+    run_dir: Path
+    files: dict[str, str]  # relative path -> text
+
+    @property
+    def script(self) -> str:
+        return self.files["job.sbatch"]
+
+
+def resolve_run_dir(recipe: Recipe, preflight: bool = False) -> Path:
+    """``output_dir`` is relative to the current directory, like any command-line path."""
+    return (Path(recipe.output_dir) / (f"{recipe.name}-preflight" if preflight else recipe.name)).resolve()
+
+
+def check_run_dir(recipe: Recipe, run_dir: Path) -> None:
+    """The run dir path goes into comments, #SBATCH lines and Pyxis' mount list."""
+    text = str(run_dir)
+    if "\n" in text or "\r" in text:
+        raise UserError("output_dir", f"the run dir {text!r} cannot hold a line break")
+    if recipe.container is not None and ("," in text or ":" in text):
+        raise UserError("output_dir", f"the run dir {text!r} is mounted into the container; it cannot hold ',' or ':'")
+
+
+def templates_dir(recipe: Recipe, recipe_path: Path) -> Path | None:
+    if not recipe.templates_dir:
+        return None
+    path = (recipe_path.parent / recipe.templates_dir).resolve()
+    if not (path / "job.sbatch.j2").is_file():
+        raise UserError("templates_dir", f"{path} has no job.sbatch.j2; create it with `slurmrl templates eject DIR`")
+    return path
+
+
+def component_config(c, run_dir: Path) -> str:
+    """components/<name>.toml: the typed settings of one of our own programs (trainer, orchestrator)."""
+    return tomlw.dumps(c.settings)
+
+
+def resolved_recipe(recipe: Recipe, recipe_path: Path) -> dict:
+    """The recipe as data, with paths that were relative to the recipe file made absolute."""
+    data = recipe.model_dump(exclude_none=True)
+    if recipe.templates_dir:
+        data["templates_dir"] = str((recipe_path.parent / recipe.templates_dir).resolve())
+    return data
+
+
+def plan_json(p: Plan) -> str:
+    return p.model_dump_json(indent=1) + "\n"
+
+
+def planned(
+    recipe_path: str | Path,
+    overrides: list[str] = (),
+    run_dir: str | Path | None = None,
+    preflight: bool = False,
+    place=None,
+) -> tuple[Recipe, Plan, Path]:
+    """Load, check and plan, rendering nothing (`slurmrl plan`). Raises UserError on bad input.
+    ``place``: where the job sees the run dir, from its path here (submit --cluster: on the cluster)."""
+    recipe = load_recipe(recipe_path, overrides)
+    p, run_dir = plan_recipe(recipe, Path(recipe_path), run_dir, preflight, place)
+    return recipe, p, run_dir
+
+
+def plan_recipe(recipe: Recipe, recipe_path: Path, run_dir: str | Path | None = None, preflight: bool = False,
+                place=None) -> tuple[Plan, Path]:
+    """Check and plan a Recipe read from ``recipe_path`` (paths in it are relative to that file)."""
+    run_dir = Path(run_dir).resolve() if run_dir else resolve_run_dir(recipe, preflight)
+    run_dir = place(run_dir) if place else run_dir
+    check_run_dir(recipe, run_dir)
+    p = plan(recipe, str(run_dir), preflight=preflight)
+    templates_dir(recipe, recipe_path)  # a missing templates_dir is bad input for `plan` too
+    return p, run_dir
+
+
+def build(
+    recipe_path: str | Path,
+    overrides: list[str] = (),
+    run_dir: str | Path | None = None,
+    preflight: bool = False,
+    source_name: str | None = None,
+    place=None,
+) -> Rendered:
+    """Everything `render` would write, in memory. Raises UserError on bad input.
+
+    ``source_name``: the recipe file named in the script's header (default: ``recipe_path``'s name;
+    `slurmrl diff` re-renders a run dir's recipe.toml under the name it was first rendered from)."""
+    recipe_path = Path(recipe_path)
+    recipe = load_recipe(recipe_path, overrides)
+    source = source_name or lock.recorded_source(recipe_path) or recipe_path.name
+    return build_recipe(recipe, recipe_path, run_dir, preflight, source, place)
+
+
+def build_recipe(recipe: Recipe, recipe_path: Path, run_dir: str | Path | None = None, preflight: bool = False,
+                 source_name: str | None = None, place=None) -> Rendered:
+    """``build`` for a Recipe already loaded from ``recipe_path`` (a sweep's points: one load, many recipes)."""
+    from slurmrl.render.script import FUNCTIONS, render_functions, render_script  # jinja2: only when rendering
+
+    recipe_path = Path(recipe_path)
+    p, run_dir = plan_recipe(recipe, recipe_path, run_dir, preflight, place)
+    files = {
+        "job.sbatch": render_script(p, str(run_dir), source_name or recipe_path.name,
+                                    templates_dir(recipe, recipe_path)),
+        FUNCTIONS: render_functions(templates_dir(recipe, recipe_path)),
+        "plan.json": plan_json(p),
+        "recipe.toml": "# The recipe as resolved (overrides applied, defaults filled in).\n"
+        + tomlw.dumps(resolved_recipe(recipe, recipe_path)),
+    }
+    for c in p.components:
+        if c.settings is not None:
+            files[f"components/{c.name}.toml"] = component_config(c, run_dir)
+    return Rendered(recipe, p, run_dir, files)
+
+
+def render(
+    recipe_path: str | Path,
+    overrides: list[str] = (),
+    force: bool = False,
+    run_dir: str | Path | None = None,
+    preflight: bool = False,
+) -> Rendered:
+    out = build(recipe_path, overrides, run_dir, preflight)
+    if not force:
+        refuse_lost_edits(out.run_dir, out.files, build)  # no hand edit is lost without --force
+    out = Rendered(out.recipe, out.plan, out.run_dir, {**out.files, LOCK: lock_text(out, recipe_path)})
+    write_run_dir(out.run_dir, out.files, force=force)
+    return out
+
+
+def lock_text(out: Rendered, recipe_path: str | Path, **links) -> str:
+    """RUN_DIR/lock.toml for what ``build`` rendered from ``recipe_path`` (slurmrl.lock)."""
+    source = lock.header_source(out.script) or Path(recipe_path).name
+    return lock.compose(out.files["recipe.toml"], out.files, out.run_dir, source=source,
+                        preflight=out.plan.preflight, recipe_path=Path(recipe_path), edited=False, **links)
+
+
+def starters() -> list[str]:
+    return sorted(p.stem for p in STARTERS.glob("*.toml"))
+
+
+# ---- the verbs ------------------------------------------------------------------------------------
+def cmd_init(args) -> int:
+    if args.shape not in starters():
+        raise UserError("shape", f"unknown shape {args.shape!r}; choose one of: {', '.join(starters())}")
+    text = (STARTERS / f"{args.shape}.toml").read_text()
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.output)
+    if out.exists():
+        raise UserError(str(out), "exists; choose another file name")
+    out.write_text(text)
+    print(out)
+    return 0
+
+
+def cmd_validate(args) -> int:
+    for warning in validate(args.recipe, args.overrides):
+        print(f"slurmrl: warning: {warning}", file=sys.stderr)
+    return 0  # a good recipe prints nothing: `slurmrl validate x.toml && ...`
+
+
+def validate(recipe_path: str | Path, overrides: Sequence[str] = ()) -> list[str]:
+    """Check a recipe as `render` would (every point of its [sweep] grid, when it has one), writing
+    nothing; returns the warnings (each once). Raises UserError on bad input."""
+    recipe_path = Path(recipe_path)
+    data = sweep_grid.read_recipe_data(recipe_path, overrides)
+    if "sweep" not in data:
+        return list(build(recipe_path, list(overrides)).plan.warnings)
+    warnings: list[str] = []
+    for i, combo, recipe in sweep_grid.point_recipes(data, [], empty_ok=True):
+        try:
+            found = build_recipe(recipe, recipe_path, source_name=recipe_path.name).plan.warnings
+        except UserError as e:
+            raise UserError(e.field, f"{e.message} ({sweep_grid.where(i, combo)})") from None
+        for w in found:
+            if w not in warnings:
+                warnings.append(w)
+    return warnings
+
+
+def cmd_plan(args) -> int:
+    _, p, run_dir = planned(args.recipe, args.overrides, args.run_dir)
+    if args.json:
+        print(plan_json(p), end="")
+        return 0
+    if not args.salloc:
+        print(summary(p, run_dir, args.job_id))
+        return 0
+    script = Path(run_dir) / "job.sbatch"
+    print(salloc_line(p, script))
+    if not script.exists():
+        print(f"slurmrl: {script} is not rendered yet: run `slurmrl render` with the same recipe and options first",
+              file=sys.stderr)
+    return 0
+
+
+def cmd_render(args) -> int:
+    if args.stdout:
+        print(build(args.recipe, args.overrides, args.run_dir, args.preflight).script, end="")
+        return 0
+    out = render(args.recipe, args.overrides, force=args.force, run_dir=args.run_dir, preflight=args.preflight)
+    print(out.run_dir)
+    return 0
+
+
+def cmd_templates(args) -> int:
+    from slurmrl.render.script import PACKAGE_TEMPLATES  # jinja2: only for this verb
+
+    dest = Path(args.dir)
+    if dest.exists() and any(dest.iterdir()):
+        raise UserError(str(dest), "exists and is not empty; eject into a new folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in sorted(PACKAGE_TEMPLATES.glob("*.j2")):
+        shutil.copy2(f, dest / f.name)
+    print(f"{dest}: set templates_dir = {str(dest.resolve())!r} in your recipe to render with these")
+    return 0

@@ -1,0 +1,88 @@
+"""`slurmrl plot RUN_DIR`: the reward curve of an RL run, in the terminal and as RUN_DIR/reward.png
+(with a second panel of the trainer's KL, clip fraction and entropy per step); for a run with a
+[benchmark], its results as a table and RUN_DIR/benchmark/benchmark.png. Also the latest training
+row `slurmrl status` shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurmrl import layout
+from slurmrl.app import sweep_report
+from slurmrl.app.job_outputs import last_record, read_benchmark, read_records, read_rewards
+from slurmrl.app.sweep_dir import is_sweep_dir
+from slurmrl.charts import (benchmark_png, benchmark_rows, benchmark_status_line, finite, png_chart, terminal_chart,
+                            text_table)
+from slurmrl.errors import UserError
+
+
+def training_line(orch: dict | None, trainer: dict | None) -> str | None:
+    """One line from the newest orchestrator and trainer records: reward, lag, and what debugs RL."""
+    if not orch and not trainer:
+        return None
+    parts = []
+    if orch:
+        parts.append(f"batch {orch['step']}: reward {finite(orch.get('reward_mean'), '.3f') or '-'}"
+                     f" (std {finite(orch.get('reward_std'), '.3f') or '-'}, min {finite(orch.get('reward_min'), '.3g') or '-'}"
+                     f", max {finite(orch.get('reward_max'), '.3g') or '-'}), lag {orch.get('off_policy_lag', '-')}")
+    if trainer:
+        t = trainer
+        items = [("loss", "loss", ".4g"), ("kl", "kl", ".3g"), ("kl_max", "kl max", ".3g"),
+                 ("kl_inference", "kl inf", ".3g"), ("entropy", "entropy", ".3g"), ("clip_frac", "clip", ".3f"),
+                 ("grad_norm", "grad", ".3g")]
+        words = [f"{label} {finite(t.get(key), spec)}" for key, label, spec in items if finite(t.get(key), spec)]
+        if finite(t.get("cuda_mem_peak_gib"), ".1f"):
+            words.append(f"cuda peak {t['cuda_mem_peak_gib']:.1f} GiB (reserved {t.get('cuda_mem_reserved_gib', 0):.1f})")
+        elif finite(t.get("cpu_rss_gib"), ".1f"):
+            words.append(f"rss {t['cpu_rss_gib']:.1f} GiB")
+        if finite(t.get("mfu"), ".1%"):
+            words.append(f"MFU {t['mfu']:.1%}")
+        elif finite(t.get("tokens_per_s"), ".0f"):
+            words.append(f"{t['tokens_per_s']:.0f} tok/s")
+        parts.append(f"trainer step {t['step']}: " + ", ".join(words))
+    return "; ".join(parts)
+
+
+def plot_benchmark(path: Path, summary: dict) -> int:
+    print(benchmark_status_line(summary))
+    if summary.get("error"):
+        print(f"error: {summary['error']}")
+    if not summary.get("points"):
+        raise UserError(str(path), "the benchmark has no results yet")
+    print("\n".join(text_table(benchmark_rows(summary))))
+    png = layout.benchmark_plot(path)
+    if benchmark_png(summary, png, f"{path.name}: benchmark"):
+        print(f"wrote {png}")
+    else:
+        print("(install matplotlib for the PNG: pip install matplotlib)")
+    return 0
+
+
+def plot(run_dir: str) -> int:
+    path = Path(run_dir)
+    bench = read_benchmark(path)
+    if bench is not None and not (path / "metrics" / "orchestrator.jsonl").exists():
+        return plot_benchmark(path, bench)
+    points = read_rewards(path)
+    if not points:
+        raise UserError(str(path), "metrics/orchestrator.jsonl has no steps yet")
+    print(terminal_chart(points))
+    first, last = points[: max(1, len(points) // 4)], points[-max(1, len(points) // 4):]
+    mean = lambda xs: sum(y for _, y in xs) / len(xs)  # noqa: E731
+    print(f"first quarter mean {mean(first):.3f} -> last quarter mean {mean(last):.3f}")
+    png = path / "reward.png"
+    line = training_line(last_record(path / "metrics" / "orchestrator.jsonl"),
+                         last_record(path / "metrics" / "trainer.jsonl"))
+    if line:
+        print(f"latest: {line}")
+    if png_chart(points, png, f"{path.name}: reward", read_records(path / "metrics" / "trainer.jsonl")):
+        print(f"wrote {png}")
+    else:
+        print("(install matplotlib for the PNG: pip install matplotlib)")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    if is_sweep_dir(args.run_dir):  # every point's reward curve on one chart
+        return sweep_report.sweep_plot(args.run_dir)
+    return plot(args.run_dir)

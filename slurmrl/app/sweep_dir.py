@@ -1,0 +1,124 @@
+"""A sweep dir on disk: its index (sweep.json) and its points' run dirs.
+
+    OUTPUT_DIR/NAME-sweep/
+      sweep.json          the index: recipe, grid, one entry per point (name, run dir, values), submissions
+      sweep.sbatch        when submitted as a job array: array task I runs point I's job.sbatch as it is
+      NAME-p0/ NAME-p1/   run dirs, each rendered from the recipe with its point's values applied
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+from slurmrl import layout
+from slurmrl.errors import UserError
+from slurmrl.recipe.fields import NAME_RE
+from slurmrl.recipe.sweep import MAX_SWEEP_POINTS
+from slurmrl.render.rundir import write_run_dir
+from slurmrl.slurm import jobs
+
+JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$")  # 1234, an array task 1234_5, a het component 1234+1
+
+
+def default_sweep_dir(output_dir: str, name: str) -> Path:
+    return (Path(output_dir) / f"{name}-sweep").resolve()
+
+
+def is_sweep_dir(path: str | Path | None) -> bool:
+    return path is not None and (Path(path) / layout.SWEEP_INDEX).is_file()
+
+
+def read_index(sweep_dir: Path) -> dict:
+    path = Path(sweep_dir) / layout.SWEEP_INDEX
+    try:
+        index = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(str(sweep_dir), f"is not a sweep dir (no {layout.SWEEP_INDEX})") from None
+    except ValueError:
+        raise UserError(str(path), "is not valid JSON; fix or remove it") from None
+    if not isinstance(index, dict) or not isinstance(index.get("points"), list):
+        raise UserError(str(path), "is not a sweep index (no points)")
+    check_index(index, path)
+    return index
+
+
+def check_index(index: dict, path: Path) -> None:
+    """What slurmrl reads back from a sweep index, checked before any of it is used: names (they
+    reach paths and #SBATCH lines) are run names, the rest has the types slurmrl wrote."""
+
+    def bad(what: str) -> UserError:
+        return UserError(str(path), f"{what}; fix or remove it (or render the sweep again)")
+
+    if not (isinstance(index.get("name"), str) and re.match(NAME_RE, index["name"])):
+        raise bad(f"its name {index.get('name')!r} is not a run name")
+    names = set()
+    for i, p in enumerate(index["points"]):
+        if not (isinstance(p, dict) and isinstance(p.get("name"), str) and re.match(NAME_RE, p["name"])):
+            raise bad(f"point {i} has no run name")
+        if p["name"] in names:
+            raise bad(f"point {i} repeats the name {p['name']!r}")
+        names.add(p["name"])
+        p.setdefault("index", i)
+        p.setdefault("values", {})
+        if not isinstance(p["index"], int) or isinstance(p["index"], bool) or not isinstance(p["values"], dict):
+            raise bad(f"point {i} ({p['name']}) has an index or values of the wrong type")
+    if not isinstance(index.get("grid") or {}, dict):
+        raise bad("its grid is not a table of keys and values")
+    cap = index.get("max_running")
+    if cap is not None and not (isinstance(cap, int) and not isinstance(cap, bool) and 1 <= cap <= MAX_SWEEP_POINTS):
+        raise bad(f"max_running {cap!r} is not a number of jobs from 1 to {MAX_SWEEP_POINTS}")
+    subs = index.setdefault("submissions", [])
+    if not (isinstance(subs, list) and all(isinstance(x, dict) for x in subs)):
+        raise bad("its submissions are not a list of records")
+
+
+def write_index(sweep_dir: Path, index: dict) -> None:
+    tmp = Path(sweep_dir) / f".{layout.SWEEP_INDEX}.{os.getpid()}"
+    tmp.write_text(json.dumps(index, indent=1) + "\n")
+    tmp.replace(Path(sweep_dir) / layout.SWEEP_INDEX)
+
+
+def point_dirs(sweep_dir: Path, index: dict) -> list[Path]:
+    return [Path(sweep_dir) / p["name"] for p in index["points"]]
+
+
+def latest_job_ids(sweep_dir: Path, index: dict) -> list[str | None]:
+    """Each point's newest job (jobs.json), None where a point was never submitted."""
+    out = []
+    for d in point_dirs(sweep_dir, index):
+        history = jobs.history(d) if d.is_dir() else []
+        last = history[-1] if history else None
+        job_id = str(last.get("job_id")) if isinstance(last, dict) else None
+        if last is not None and not (job_id and JOB_ID.match(job_id)):
+            raise UserError(str(d / layout.JOBS), f"its last job id {job_id!r} is not a Slurm job id; fix or remove it")
+        out.append(job_id)
+    return out
+
+
+def check_not_submitted(sweep_dir: Path) -> None:
+    if not sweep_dir.exists():
+        return
+    if not is_sweep_dir(sweep_dir):
+        raise UserError(str(sweep_dir), "exists and is not a sweep dir; choose another --sweep-dir")
+    for d in point_dirs(sweep_dir, read_index(sweep_dir)):
+        if (d / layout.JOBS).exists():
+            raise UserError(str(sweep_dir), "was submitted; `slurmrl cancel` it and remove it, or choose another "
+                                            "--sweep-dir")
+
+
+def write_sweep_dir(sweep_dir: Path, rendered: dict[str, dict[str, str]], index: dict) -> None:
+    """All points and the index at once: write_run_dir assembles the sweep dir in a private sibling
+    folder and renames it into place. Points of an earlier, unsubmitted render that this grid no
+    longer has are removed first (write_run_dir would carry them over)."""
+    if sweep_dir.is_dir():
+        for stale in sweep_dir.iterdir():
+            if stale.is_dir() and stale.name not in rendered and (stale / layout.SCRIPT).is_file():
+                shutil.rmtree(stale)
+    files = {layout.SWEEP_INDEX: json.dumps(index, indent=1) + "\n"}
+    for name, point in rendered.items():
+        files.update({f"{name}/{rel}": text for rel, text in point.items()})
+    write_run_dir(sweep_dir, files)
