@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
 
 
@@ -180,7 +180,7 @@ def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: d
 def read_benchmark(run_dir: Path) -> dict | None:
     """RUN_DIR/benchmark/summary.json, or None when there is none (or it cannot be read)."""
     try:
-        summary = json.loads(layout.benchmark_summary(run_dir).read_text())
+        summary = json.loads(RunDir(run_dir).benchmark_summary().read_text())
     except (OSError, ValueError):
         return None
     return summary if isinstance(summary, dict) and isinstance(summary.get("points"), list) else None
@@ -273,7 +273,7 @@ def plot_benchmark(path: Path, summary: dict) -> int:
     if not summary.get("points"):
         raise UserError(str(path), "the benchmark has no results yet")
     print("\n".join(text_table(benchmark_rows(summary))))
-    png = layout.benchmark_plot(path)
+    png = RunDir(path).benchmark_plot()
     if benchmark_png(summary, png, f"{path.name}: benchmark"):
         print(f"wrote {png}")
     else:

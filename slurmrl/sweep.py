@@ -31,7 +31,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
 
 NOT_SWEPT = {"name": "each point's run dir is named after it", "output_dir": "the sweep dir holds the points",
@@ -79,7 +79,7 @@ def parse_grid(items: list[str]) -> dict[str, list[str]]:
 
 
 def toml_literal(value) -> str:
-    from slurmrl.render import tomlw
+    from slurmrl.rundir import tomlw
 
     return tomlw._value(value)
 
@@ -120,15 +120,15 @@ def default_sweep_dir(output_dir: str, name: str) -> Path:
 
 
 def is_sweep_dir(path: str | Path | None) -> bool:
-    return path is not None and (Path(path) / layout.SWEEP_INDEX).is_file()
+    return path is not None and (RunDir(path).sweep_index).is_file()
 
 
 def read_index(sweep_dir: Path) -> dict:
-    path = Path(sweep_dir) / layout.SWEEP_INDEX
+    path = RunDir(sweep_dir).sweep_index
     try:
         index = json.loads(path.read_text())
     except FileNotFoundError:
-        raise UserError(str(sweep_dir), f"is not a sweep dir (no {layout.SWEEP_INDEX})") from None
+        raise UserError(str(sweep_dir), f"is not a sweep dir (no {RunDir.SWEEP_INDEX})") from None
     except ValueError:
         raise UserError(str(path), "is not valid JSON; fix or remove it") from None
     if not isinstance(index, dict) or not isinstance(index.get("points"), list):
@@ -137,9 +137,9 @@ def read_index(sweep_dir: Path) -> dict:
 
 
 def write_index(sweep_dir: Path, index: dict) -> None:
-    tmp = Path(sweep_dir) / f".{layout.SWEEP_INDEX}.{os.getpid()}"
+    tmp = Path(sweep_dir) / f".{RunDir.SWEEP_INDEX}.{os.getpid()}"
     tmp.write_text(json.dumps(index, indent=1) + "\n")
-    tmp.replace(Path(sweep_dir) / layout.SWEEP_INDEX)
+    tmp.replace(RunDir(sweep_dir).sweep_index)
 
 
 def point_dirs(sweep_dir: Path, index: dict) -> list[Path]:
@@ -149,9 +149,10 @@ def point_dirs(sweep_dir: Path, index: dict) -> list[Path]:
 def render_sweep(recipe_path: str | Path, grid_items: list[str], overrides: list[str] = (),
                  max_running: int | None = None, sweep_dir: str | Path | None = None) -> Path:
     """Validate and plan every point, then write the sweep dir at once (nothing on any error)."""
-    from slurmrl import lock
     from slurmrl.recipe.load import apply_overrides, read_toml, validate
-    from slurmrl.render import build, lock_text, tomlw
+    from slurmrl.render import build, lock_text
+    from slurmrl.rundir import lockfile as lock
+    from slurmrl.rundir import tomlw
 
     recipe_path = Path(recipe_path)
     if recipe_path.is_dir():
@@ -193,8 +194,8 @@ def render_sweep(recipe_path: str | Path, grid_items: list[str], overrides: list
             except TypeError as e:  # a TOML date or time the writer cannot carry
                 raise UserError(next(iter(combo)), f"cannot be swept here: {e}") from None
             files = dict(out.files)
-            files[layout.LOCK] = lock_text(out, recipe_path, sweep=str(out_dir), sweep_point=i)
-            files[layout.LINKS] = json.dumps({"sweep": str(out_dir)}, indent=1) + "\n"
+            files[RunDir.LOCK] = lock_text(out, recipe_path, sweep=str(out_dir), sweep_point=i)
+            files[RunDir.LINKS] = json.dumps({"sweep": str(out_dir)}, indent=1) + "\n"
             rendered[name] = files
             values = {k: json.loads(json.dumps(_value(k, v), default=str)) for k, v in combo.items()}
             entries.append({"index": i, "name": name, "run_dir": str(out_dir / name), "values": values,
@@ -227,7 +228,7 @@ def check_not_submitted(sweep_dir: Path) -> None:
     if not is_sweep_dir(sweep_dir):
         raise UserError(str(sweep_dir), "exists and is not a sweep dir; choose another --sweep-dir")
     for d in point_dirs(sweep_dir, read_index(sweep_dir)):
-        if (d / layout.JOBS).exists():
+        if (RunDir(d).jobs).exists():
             raise UserError(str(sweep_dir), "was submitted; `slurmrl cancel` it and remove it, or choose another "
                                             "--sweep-dir")
 
@@ -236,13 +237,13 @@ def write_sweep_dir(sweep_dir: Path, rendered: dict[str, dict[str, str]], index:
     """All points and the index at once: write_run_dir assembles the sweep dir in a private sibling
     folder and renames it into place. Points of an earlier, unsubmitted render that this grid no
     longer has are removed first (write_run_dir would carry them over)."""
-    from slurmrl.render.rundir import write_run_dir
+    from slurmrl.rundir.write import write_run_dir
 
     if sweep_dir.is_dir():
         for stale in sweep_dir.iterdir():
-            if stale.is_dir() and stale.name not in rendered and (stale / layout.SCRIPT).is_file():
+            if stale.is_dir() and stale.name not in rendered and (RunDir(stale).script).is_file():
                 shutil.rmtree(stale)
-    files = {layout.SWEEP_INDEX: json.dumps(index, indent=1) + "\n"}
+    files = {RunDir.SWEEP_INDEX: json.dumps(index, indent=1) + "\n"}
     for name, point in rendered.items():
         files.update({f"{name}/{rel}": text for rel, text in point.items()})
     write_run_dir(sweep_dir, files)
@@ -291,7 +292,7 @@ def array_script(sweep_dir: Path, index: dict, first_script: str, max_running: i
     own = set(ARRAY_OWN) | {k for k, v in SHORT.items() if v in ARRAY_OWN}
     kept = [line for line in sbatch_lines(first_script)
             if line.split()[1:2] and line.split()[1].split("=")[0] not in own]
-    pattern = sweep_dir / f"{index['name']}-p%a" / layout.LOGS / "batch-%A_%a.out"
+    pattern = sweep_dir / f"{index['name']}-p%a" / RunDir.LOGS / "batch-%A_%a.out"
     lines = [
         "#!/bin/bash",
         f"# slurmrl sweep {index['name']}: {n} point(s), one job array; array task I runs point I's job.sbatch",
@@ -333,8 +334,9 @@ def dependency_for(script_text: str, waits_for: str | None) -> list[str]:
 
 def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
     """Submit every point of a rendered (maybe hand-edited) sweep dir; returns the submission record."""
-    from slurmrl import lock
-    from slurmrl.slurm import fit, jobs
+    from slurmrl.rundir import jobs
+    from slurmrl.rundir import lockfile as lock
+    from slurmrl.slurm import fit
     from slurmrl.slurm.diff import is_edited
     from slurmrl.slurm.script import read_groups
     from slurmrl.slurm.submit import check_not_running, group_names, set_aside
@@ -345,13 +347,13 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
     dirs = point_dirs(sweep_dir, index)
     scripts = {}
     for d in dirs:
-        if not (d / layout.SCRIPT).is_file():
+        if not (RunDir(d).script).is_file():
             raise UserError(str(d), "has no job.sbatch; render the sweep again")
-        scripts[d.name] = (d / layout.SCRIPT).read_text()
+        scripts[d.name] = (RunDir(d).script).read_text()
     checked = set()
     for d in dirs:
-        (d / layout.LOGS).mkdir(mode=0o700, exist_ok=True)  # sbatch opens logs/batch-*.out before the script runs
-        groups = read_groups(scripts[d.name], str(d / layout.SCRIPT))
+        (RunDir(d).logs).mkdir(mode=0o700, exist_ok=True)  # sbatch opens logs/batch-*.out before the script runs
+        groups = read_groups(scripts[d.name], str(RunDir(d).script))
         key = json.dumps([g.options for g in groups], sort_keys=True)
         if key not in checked:
             fit.check(groups, group_names(d))
@@ -367,21 +369,21 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
     try:
         if why_not is None:
             text = array_script(sweep_dir, index, scripts[dirs[0].name], max_running)
-            script = sweep_dir / layout.SWEEP_SCRIPT
+            script = RunDir(sweep_dir).sweep_script
             script.write_text(text)
             script.chmod(0o700)
             array_id = sbatch([str(script)])
             record.update(mode="array", array_job=array_id)
             for i, d in enumerate(dirs):
                 ids.append(f"{array_id}_{i}")
-                jobs.record(d, ids[-1], jobs.sha256(d / layout.SCRIPT), edited[d.name])
+                jobs.record(d, ids[-1], jobs.sha256(RunDir(d).script), edited[d.name])
         else:
             record.update(mode="jobs", why_not_array=why_not)
             for i, d in enumerate(dirs):
                 waits_for = ids[i - max_running] if max_running and i >= max_running else None
-                job_id = sbatch([*dependency_for(scripts[d.name], waits_for), str(d / layout.SCRIPT)])
+                job_id = sbatch([*dependency_for(scripts[d.name], waits_for), str(RunDir(d).script)])
                 ids.append(job_id)
-                jobs.record(d, job_id, jobs.sha256(d / layout.SCRIPT), edited[d.name])
+                jobs.record(d, job_id, jobs.sha256(RunDir(d).script), edited[d.name])
     finally:
         if ids:
             record["job_ids"] = ids
@@ -405,12 +407,12 @@ def announce(sweep_dir: Path, record: dict) -> None:
 
 def latest_job_ids(sweep_dir: Path, index: dict) -> list[str | None]:
     """Each point's newest job (jobs.json), None where a point was never submitted."""
-    from slurmrl.slurm import jobs
+    from slurmrl.rundir import jobs
 
     out = []
     for d in point_dirs(sweep_dir, index):
         history = jobs.history(d) if d.is_dir() else []
-        out.append(str(history[-1]["job_id"]) if history else None)
+        out.append(history[-1].job_id if history else None)
     return out
 
 
@@ -430,7 +432,7 @@ def cancel_sweep(sweep_dir: str | Path, timeout_s: float) -> int:
     if not active:
         print(f"sweep {sweep_dir}: every point had already ended")
         return 0
-    tools.out(["scancel", *active])
+    tools.out(["scancel", "--", *active])
     print(f"sweep {sweep_dir}: cancel sent to {len(active)} job(s); waiting up to {timeout_s:.0f}s", flush=True)
     deadline = time.monotonic() + timeout_s
     while True:

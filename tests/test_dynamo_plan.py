@@ -28,7 +28,8 @@ from task_expand import JOB_ID, expand
 
 from slurmrl import ports
 from slurmrl.errors import UserError
-from slurmrl.render import Rendered, build, tomlw
+from slurmrl.render import Rendered, build
+from slurmrl.rundir import tomlw
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"

@@ -31,7 +31,8 @@ from slurmrl import ports
 from slurmrl.plan import plan
 from slurmrl.plan.model import Component, Instance, Plan
 from slurmrl.recipe.load import read_toml, validate
-from slurmrl.render import Rendered, build, tomlw
+from slurmrl.render import Rendered, build
+from slurmrl.rundir import tomlw
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "slurmrl" / "recipes").glob("*.toml"))

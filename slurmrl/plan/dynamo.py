@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from slurmrl import ports
-from slurmrl.layout import dynamo_data_dir
+from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
 from slurmrl.plan import shell, vllm
 from slurmrl.plan.model import Arg, Health, Instance, Sh
@@ -257,7 +257,7 @@ def planes(d: Dynamo) -> list[Arg]:
 
 def data_dir(service: str) -> Sh:
     """The service's data folder in the run dir, for this attempt (the script exports both variables)."""
-    return Sh(sh=str(dynamo_data_dir("${SLURMRL_RUN_DIR}", "${SLURMRL_ATTEMPT}", service)))
+    return Sh(sh=str(RunDir("${SLURMRL_RUN_DIR}").dynamo_data_dir("${SLURMRL_ATTEMPT}", service)))
 
 
 def services(b, head: int) -> None:

@@ -164,7 +164,7 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
     path = Path(path)
     data = read_toml(path)
     if "lock" in data:  # a run dir's lock.toml is a recipe; its [lock] table is provenance, not read here
-        from slurmrl import lock
+        from slurmrl.rundir import lockfile as lock
 
         lock.check_table(data.pop("lock"))
     data = apply_overrides(data, list(overrides))

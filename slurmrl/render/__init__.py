@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl.errors import UserError
-from slurmrl.layout import LOCK
-from slurmrl.lock import recorded_source
 from slurmrl.plan import Plan, plan
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.schema import Recipe
-from slurmrl.render import tomlw
-from slurmrl.render.rundir import write_run_dir
+from slurmrl.rundir import lockfile, tomlw
+from slurmrl.rundir.lockfile import recorded_source
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.write import write_run_dir
 
 
 @dataclass(frozen=True)
@@ -123,15 +123,13 @@ def render(
     preflight: bool = False,
 ) -> Rendered:
     out = build(recipe_path, overrides, run_dir, preflight)
-    out = Rendered(out.recipe, out.plan, out.run_dir, {**out.files, LOCK: lock_text(out, recipe_path)})
+    out = Rendered(out.recipe, out.plan, out.run_dir, {**out.files, RunDir.LOCK: lock_text(out, recipe_path)})
     write_run_dir(out.run_dir, out.files, force=force)
     return out
 
 
 def lock_text(out: Rendered, recipe_path: str | Path, **links) -> str:
-    """RUN_DIR/lock.toml for what ``build`` rendered from ``recipe_path`` (slurmrl.lock)."""
-    from slurmrl import lock
-
-    source = lock.header_source(out.script) or Path(recipe_path).name
-    return lock.compose(out.files["recipe.toml"], out.files, out.run_dir, source=source,
+    """RUN_DIR/lock.toml for what ``build`` rendered from ``recipe_path`` (slurmrl.rundir.lockfile)."""
+    source = lockfile.header_source(out.script) or Path(recipe_path).name
+    return lockfile.compose(out.files["recipe.toml"], out.files, out.run_dir, source=source,
                         preflight=out.plan.preflight, recipe_path=Path(recipe_path), edited=False, **links)

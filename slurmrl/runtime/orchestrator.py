@@ -37,7 +37,9 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from slurmrl import envs, heartbeat, layout, secret
+from slurmrl import envs, heartbeat, secret
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime import adapters, admin, hybrid, steps
 from slurmrl.runtime.judge_client import JudgeError, attach as attach_judge
 from slurmrl.runtime.metrics import Metrics
@@ -142,9 +144,9 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
     if done:
         log(f"resuming after {done} written batches")
     # The trainer drops weights newer than its checkpoint when it resumes: read none before it is up.
-    attempt = layout.attempt_from_env()
-    wait_for(layout.ready_file(run_dir, attempt, "trainer", 0).exists, "the trainer to start")
-    layout.write_ready(layout.ready_file(run_dir, attempt, "orchestrator", 0), None, 1)
+    attempt = RunDir.attempt_from_env()
+    wait_for(RunDir(run_dir).ready_file(attempt, "trainer", 0).exists, "the trainer to start")
+    write_ready(RunDir(run_dir).ready_file(attempt, "orchestrator", 0), None, 1)
     if s.hybrid and done > latest_weights(run_dir)[0]:
         # resumed with batches the trainer has yet to step on: the (restarted, awake) servers give it the GPUs first
         hybrid.sleep(admin_urls)
@@ -204,7 +206,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
             "score_s": score_s, **judged, "time": time.time(), **trainer_metrics(run_dir),
         })
         if step == done + 1:
-            layout.add_phase(run_dir, layout.attempt_from_env(), f"first rollout (step {step}, {gen_s:.1f}s)")
+            RunDir(run_dir).add_phase(RunDir.attempt_from_env(), f"first rollout (step {step}, {gen_s:.1f}s)")
         log(f"step {step}/{max_steps} reward {statistics.fmean(rewards):.3f} "
             f"(policy {loaded}, generated in {gen_s:.1f}s, waited {waited:.1f}s)")
         if judged:

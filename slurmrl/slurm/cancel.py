@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from slurmrl.slurm import jobs, tools
+from slurmrl.rundir import jobs
+from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Watch
 
 def cancel(target: str | None, timeout_s: float) -> int:
@@ -15,7 +16,7 @@ def cancel(target: str | None, timeout_s: float) -> int:
     if before.done and before.parts:
         print(f"job {job_id} had already ended: {before.state}")
         return 0
-    tools.out(["scancel", job_id])
+    tools.out(["scancel", "--", job_id])
     print(f"job {job_id}: cancel sent; waiting up to {timeout_s:.0f}s for it to end", flush=True)
     for snap in watch.follow(timeout_s):
         pass

@@ -105,7 +105,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from slurmrl.slurm.submit import announce, submit
 
     if args.again:
-        from slurmrl.lock import again
+        from slurmrl.app.again import again
 
         if args.overrides:
             raise UserError("--set", "with --again, edit the run dir (or its lock.toml) instead")

@@ -12,7 +12,9 @@ from pathlib import Path
 
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
-from slurmrl.slurm import jobs, tools, topology
+from slurmrl.plan.stored import load_plan
+from slurmrl.rundir.paths import RunDir
+from slurmrl.slurm import tools, topology
 from slurmrl.slurm.status import failed_reason
 from slurmrl.slurm.watch import Snapshot, Watch
 from slurmrl.summary import table
@@ -234,7 +236,7 @@ def report_table(rows: list[Row]) -> str:
 
 
 def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
-    plan = jobs.load_plan(run_dir)
+    plan = load_plan(run_dir)
     if plan is None:
         raise UserError(str(run_dir), "has no plan.json")
     total = sum(len(c.instances) for c in plan.components)
@@ -256,7 +258,7 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
             progress(snap)
             last_state = snap.state
     if not snap.done:
-        tools.call(["scancel", job_id], check=False)
+        tools.call(["scancel", "--", job_id], check=False)
         print(f"slurmrl: preflight job {job_id} still {snap.state} after {timeout_s:.0f}s; cancelled it")
     tools.transport().pull(run_dir)  # --cluster: the probes' reports, written there
     hosts.add_reports(read_reports(run_dir))
@@ -268,7 +270,7 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
         print(line)
     for problem in fabric_problems:
         print(f"preflight FAILED: {problem}")
-    attempt = (jobs.attempts(run_dir) or [0])[-1]
+    attempt = (RunDir(run_dir).attempts() or [0])[-1]
     reason = failed_reason(run_dir, attempt)
     if snap.state != "COMPLETED":
         print(f"preflight FAILED: job {job_id} ended {snap.state}" + (f": {reason}" if reason else ""))

@@ -7,16 +7,18 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmrl import lock
 from slurmrl.errors import UserError
 from slurmrl.render import build, resolve_run_dir
-from slurmrl.render.rundir import SUBMITTED, write_run_dir
-from slurmrl.slurm import fit, jobs, tools, topology
+from slurmrl.plan.stored import is_preflight, load_plan
+from slurmrl.rundir import jobs, lockfile
+from slurmrl.rundir.jobids import is_job_id
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.write import write_run_dir
+from slurmrl.slurm import fit, tools, topology
 from slurmrl.slurm.diff import is_edited
 from slurmrl.slurm.script import read_groups
 from slurmrl.slurm.watch import Watch
 
-JOB_OUTPUTS = ("ready", "preflight", "benchmark")  # written by a job; stale once another job runs in the run dir
 
 
 @dataclass(frozen=True)
@@ -35,13 +37,13 @@ def classify(target: str) -> tuple[str, Path]:
         raise UserError(target, "no such recipe, run dir or job script")
     if path.suffix == ".toml":
         return "recipe", path
-    if path.suffix == ".sbatch" or path.name == SUBMITTED:
+    if path.suffix == ".sbatch" or path.name == RunDir.JOBS:
         return "run_dir", jobs.run_dir_arg(target)
     raise UserError(target, "give a recipe (.toml), a run dir, or a run dir's job.sbatch")
 
 
 def group_names(run_dir: Path) -> list[str] | None:
-    plan = jobs.load_plan(run_dir)
+    plan = load_plan(run_dir)
     return [g.name for g in plan.groups] if plan else None
 
 
@@ -49,7 +51,7 @@ def check_not_running(run_dir: Path) -> None:
     previous = jobs.history(run_dir)
     if not previous:
         return
-    job_id = str(previous[-1]["job_id"])
+    job_id = previous[-1].job_id
     snap = Watch(job_id).snapshot()
     if snap.in_queue and not snap.done:
         raise UserError(str(run_dir), f"job {job_id} from this run dir is still {snap.state}; "
@@ -62,8 +64,9 @@ def set_aside(run_dir: Path) -> None:
     previous = jobs.history(run_dir)
     if not previous:
         return
-    dest = run_dir / "logs" / f"job-{previous[-1]['job_id']}"
-    moved = [p for p in (run_dir / "logs").glob("attempt-*")] + [run_dir / n for n in JOB_OUTPUTS]
+    paths = RunDir(run_dir)
+    dest = paths.set_aside_dir(previous[-1].job_id)
+    moved = [p for p in paths.logs.glob("attempt-*")] + [run_dir / n for n in RunDir.JOB_OUTPUTS]
     for src in moved:
         if src.exists():
             dest.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -76,7 +79,7 @@ def set_aside(run_dir: Path) -> None:
 def sbatch(script: Path) -> str:
     out = tools.out(["sbatch", "--parsable", str(script)]).strip()
     job_id = out.splitlines()[-1].split(";")[0] if out else ""
-    if not job_id.isdigit():
+    if not is_job_id(job_id):
         raise UserError(None, f"sbatch printed {out!r}, not a job id")
     return job_id
 
@@ -87,9 +90,9 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
     if kind == "recipe":
         out = build(path, overrides, preflight=preflight, place=where.place)  # rendered for where it runs
         run_dir = resolve_run_dir(out.recipe, preflight)
-        fit.check(read_groups(out.script, str(run_dir / "job.sbatch")), [g.name for g in out.plan.groups])
+        fit.check(read_groups(out.script, str(RunDir(run_dir).script)), [g.name for g in out.plan.groups])
         topology.refuse_unsupported(out.script)  # e.g. --segment where this cluster's sbatch lacks it
-        if (run_dir / SUBMITTED).exists():
+        if RunDir(run_dir).jobs.exists():
             check_not_running(run_dir)
         write_run_dir(run_dir, out.files, force=force)  # refuses over a submitted run dir without --force
         edited = False
@@ -97,22 +100,22 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         run_dir = path
         if overrides:
             raise UserError("--set", "applies to a recipe; this is a run dir (edit its job.sbatch, or submit the recipe)")
-        plan = jobs.load_plan(run_dir)
-        if preflight and not (plan and jobs.is_preflight(plan)):
+        plan = load_plan(run_dir)
+        if preflight and not (plan and is_preflight(plan)):
             raise UserError("--preflight", f"{run_dir} is not a preflight run dir; give the recipe instead")
-        script = run_dir / "job.sbatch"
+        script = RunDir(run_dir).script
         fit.check(read_groups(script.read_text(), str(script)), group_names(run_dir))
         topology.refuse_unsupported(script.read_text())
         check_not_running(run_dir)
         edited = is_edited(run_dir)
     where.pull(run_dir)  # on a cluster: the last job's outputs first, so they are set aside there too
-    lock.refresh(run_dir, edited, recipe_path=path if kind == "recipe" else None)  # hashes as submitted
+    lockfile.refresh(run_dir, edited, recipe_path=path if kind == "recipe" else None)  # hashes as submitted
     set_aside(run_dir)
     where.push(run_dir)
-    script = run_dir / "job.sbatch"
-    job_id = sbatch(where.place(run_dir) / "job.sbatch")
+    script = RunDir(run_dir).script
+    job_id = sbatch(RunDir(where.place(run_dir)).script)
     jobs.record(run_dir, job_id, jobs.sha256(script), edited, cluster=where.name)
-    where.push(run_dir, [SUBMITTED])
+    where.push(run_dir, [RunDir.JOBS])
     return Submitted(run_dir, job_id, edited)
 
 

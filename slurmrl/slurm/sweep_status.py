@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
 from slurmrl.summary import table
 from slurmrl.sweep import latest_job_ids, point_dirs, read_index
@@ -44,7 +44,7 @@ def report(sweep_dir: Path) -> dict:
     points = []
     for p, d, job_id in zip(index["points"], point_dirs(sweep_dir, index), ids):
         snap = snaps.get(job_id) if job_id else None
-        attempts = layout.attempts(d)
+        attempts = RunDir(d).attempts()
         attempt = attempts[-1] if attempts else None
         points.append({
             "index": p["index"], "name": p["name"], "run_dir": str(d), "values": p["values"], "job_id": job_id,

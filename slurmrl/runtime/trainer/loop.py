@@ -22,7 +22,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from slurmrl import heartbeat, layout
+from slurmrl import heartbeat
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.trainer import dataset, losses, rl_metrics, rollouts, state
@@ -320,7 +321,7 @@ class Trainer:
 
     def export_merged(self) -> None:
         t = time.perf_counter()
-        out = self.lora.export(layout.merged_dir(self.run_dir), self.model, self.config, self.gen_config,
+        out = self.lora.export(RunDir(self.run_dir).merged_dir(), self.model, self.config, self.gen_config,
                                self.model_dir, self.tok, self.publish_dtype, self.rank)
         self.log(f"merged model (base + adapter) at {out} ({time.perf_counter() - t:.2f}s)")
 
@@ -381,7 +382,7 @@ class Trainer:
                 record["off_policy_lag"] = step - 1 - out["policy_step"]
             self.metrics.log(record)
             if self.rank == 0 and step == first_step:
-                layout.add_phase(self.run_dir, layout.attempt_from_env(), f"first trainer step (step {step}, {step_s:.1f}s)")
+                RunDir(self.run_dir).add_phase(RunDir.attempt_from_env(), f"first trainer step (step {step}, {step_s:.1f}s)")
             kl = "" if out.get("kl") is None else f" kl {out['kl']:.4f}"
             extra = (f"{kl} entropy {out['entropy']:.3f} clip {out['clip_frac']:.3f} "
                      f"reward {out['reward_mean']:.3f}" if self.kind == "rl" else "")
