@@ -5,70 +5,43 @@ row `slurmrl status` shows."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
+from slurmrl.rundir import benchmark, metrics
+from slurmrl.rundir.paths import RunDir
 
 
 def read_rewards(run_dir: Path) -> list[tuple[int, float]]:
-    path = run_dir / "metrics" / "orchestrator.jsonl"
+    """(step, mean reward) per step with a finite reward (a requeued step's later record wins)."""
+    path = RunDir(run_dir).metrics("orchestrator")
     if not path.exists():
         raise UserError(str(run_dir), "has no metrics/orchestrator.jsonl (nor benchmark/summary.json) yet: is it "
                                       "an RL run, or a run with a [benchmark], that has started?")
-    points = {}
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-            step, reward = rec["step"], rec["reward_mean"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        if isinstance(step, int) and isinstance(reward, (int, float)) and math.isfinite(reward):
-            points[step] = float(reward)  # a requeued step overwrites its earlier record
-    return sorted(points.items())
+    points = {step: row.number("reward_mean") for step, row in metrics.by_step(path).items()}
+    return sorted((step, reward) for step, reward in points.items() if reward is not None)
 
 
 def read_records(path: Path) -> dict[int, dict]:
     """Step -> the last record of that step in a metrics JSONL file (a requeued step overwrites)."""
-    out: dict[int, dict] = {}
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step"), int):
-            out[rec["step"]] = rec
-    return out
+    return {step: row.to_json() for step, row in metrics.by_step(path).items()}
 
 
-def last_record(path: Path, tail: int = 65536) -> dict | None:
-    """The last whole JSON line of a metrics file, reading only its end."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - tail))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step"), int):
-            return rec
-    return None
+def last_record(path: Path) -> dict | None:
+    """The newest record of a metrics file, reading only its end."""
+    row = metrics.last_row(path)
+    return row.to_json() if row else None
 
 
 def _fmt(value, spec: str) -> str | None:
-    return format(value, spec) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    """A number as ``spec`` says; NaN and infinities as such; None for null or anything not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return format(value, spec) if math.isfinite(value) else str(float(value))
+    except (OverflowError, ValueError):
+        return str(value)[:20]
 
 
 def training_line(orch: dict | None, trainer: dict | None) -> str | None:
@@ -79,7 +52,7 @@ def training_line(orch: dict | None, trainer: dict | None) -> str | None:
     if orch:
         parts.append(f"batch {orch['step']}: reward {_fmt(orch.get('reward_mean'), '.3f') or '-'}"
                      f" (std {_fmt(orch.get('reward_std'), '.3f') or '-'}, min {_fmt(orch.get('reward_min'), '.3g') or '-'}"
-                     f", max {_fmt(orch.get('reward_max'), '.3g') or '-'}), lag {orch.get('off_policy_lag', '-')}")
+                     f", max {_fmt(orch.get('reward_max'), '.3g') or '-'}), lag {_fmt(orch.get('off_policy_lag'), 'd') or '-'}")
     if trainer:
         t = trainer
         items = [("loss", "loss", ".4g"), ("kl", "kl", ".3g"), ("kl_max", "kl max", ".3g"),
@@ -87,13 +60,14 @@ def training_line(orch: dict | None, trainer: dict | None) -> str | None:
                  ("grad_norm", "grad", ".3g")]
         words = [f"{label} {_fmt(t.get(key), spec)}" for key, label, spec in items if _fmt(t.get(key), spec)]
         if _fmt(t.get("cuda_mem_peak_gib"), ".1f"):
-            words.append(f"cuda peak {t['cuda_mem_peak_gib']:.1f} GiB (reserved {t.get('cuda_mem_reserved_gib', 0):.1f})")
+            words.append(f"cuda peak {_fmt(t['cuda_mem_peak_gib'], '.1f')} GiB "
+                         f"(reserved {_fmt(t.get('cuda_mem_reserved_gib'), '.1f') or '-'})")
         elif _fmt(t.get("cpu_rss_gib"), ".1f"):
-            words.append(f"rss {t['cpu_rss_gib']:.1f} GiB")
+            words.append(f"rss {_fmt(t['cpu_rss_gib'], '.1f')} GiB")
         if _fmt(t.get("mfu"), ".1%"):
-            words.append(f"MFU {t['mfu']:.1%}")
+            words.append(f"MFU {_fmt(t['mfu'], '.1%')}")
         elif _fmt(t.get("tokens_per_s"), ".0f"):
-            words.append(f"{t['tokens_per_s']:.0f} tok/s")
+            words.append(f"{_fmt(t['tokens_per_s'], '.0f')} tok/s")
         parts.append(f"trainer step {t['step']}: " + ", ".join(words))
     return "; ".join(parts)
 
@@ -178,12 +152,9 @@ def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: d
 
 # ---- benchmark results (slurmrl.runtime.bench writes them) -------------------------------------
 def read_benchmark(run_dir: Path) -> dict | None:
-    """RUN_DIR/benchmark/summary.json, or None when there is none (or it cannot be read)."""
-    try:
-        summary = json.loads(RunDir(run_dir).benchmark_summary().read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) and isinstance(summary.get("points"), list) else None
+    """RUN_DIR/benchmark/summary.json as data (checked by slurmrl.rundir.benchmark), or None when there is none."""
+    summary = benchmark.read_summary(run_dir)
+    return summary.data if summary else None
 
 
 def _num(value, digits: int = 1) -> str:
@@ -284,7 +255,8 @@ def plot_benchmark(path: Path, summary: dict) -> int:
 def plot(run_dir: str) -> int:
     path = Path(run_dir)
     bench = read_benchmark(path)
-    if bench is not None and not (path / "metrics" / "orchestrator.jsonl").exists():
+    paths = RunDir(path)
+    if bench is not None and not paths.metrics("orchestrator").exists():
         return plot_benchmark(path, bench)
     points = read_rewards(path)
     if not points:
@@ -293,12 +265,11 @@ def plot(run_dir: str) -> int:
     first, last = points[: max(1, len(points) // 4)], points[-max(1, len(points) // 4):]
     mean = lambda xs: sum(y for _, y in xs) / len(xs)  # noqa: E731
     print(f"first quarter mean {mean(first):.3f} -> last quarter mean {mean(last):.3f}")
-    png = path / "reward.png"
-    line = training_line(last_record(path / "metrics" / "orchestrator.jsonl"),
-                         last_record(path / "metrics" / "trainer.jsonl"))
+    png = paths.reward_plot()
+    line = training_line(last_record(paths.metrics("orchestrator")), last_record(paths.metrics("trainer")))
     if line:
         print(f"latest: {line}")
-    if png_chart(points, png, f"{path.name}: reward", read_records(path / "metrics" / "trainer.jsonl")):
+    if png_chart(points, png, f"{path.name}: reward", read_records(paths.metrics("trainer"))):
         print(f"wrote {png}")
     else:
         print("(install matplotlib for the PNG: pip install matplotlib)")

@@ -24,15 +24,15 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import os
 import shutil
 import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.sweep_index import SweepIndex, index_text, read_index, write_index
 
 NOT_SWEPT = {"name": "each point's run dir is named after it", "output_dir": "the sweep dir holds the points",
              "sweep": "the grid cannot sweep itself", "lock": "it is provenance, not a setting"}
@@ -123,27 +123,8 @@ def is_sweep_dir(path: str | Path | None) -> bool:
     return path is not None and (RunDir(path).sweep_index).is_file()
 
 
-def read_index(sweep_dir: Path) -> dict:
-    path = RunDir(sweep_dir).sweep_index
-    try:
-        index = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(str(sweep_dir), f"is not a sweep dir (no {RunDir.SWEEP_INDEX})") from None
-    except ValueError:
-        raise UserError(str(path), "is not valid JSON; fix or remove it") from None
-    if not isinstance(index, dict) or not isinstance(index.get("points"), list):
-        raise UserError(str(path), "is not a sweep index (no points)")
-    return index
-
-
-def write_index(sweep_dir: Path, index: dict) -> None:
-    tmp = Path(sweep_dir) / f".{RunDir.SWEEP_INDEX}.{os.getpid()}"
-    tmp.write_text(json.dumps(index, indent=1) + "\n")
-    tmp.replace(RunDir(sweep_dir).sweep_index)
-
-
-def point_dirs(sweep_dir: Path, index: dict) -> list[Path]:
-    return [Path(sweep_dir) / p["name"] for p in index["points"]]
+def point_dirs(sweep_dir: Path, index: SweepIndex) -> list[Path]:
+    return index.point_dirs(sweep_dir)
 
 
 def render_sweep(recipe_path: str | Path, grid_items: list[str], overrides: list[str] = (),
@@ -243,7 +224,7 @@ def write_sweep_dir(sweep_dir: Path, rendered: dict[str, dict[str, str]], index:
         for stale in sweep_dir.iterdir():
             if stale.is_dir() and stale.name not in rendered and (RunDir(stale).script).is_file():
                 shutil.rmtree(stale)
-    files = {RunDir.SWEEP_INDEX: json.dumps(index, indent=1) + "\n"}
+    files = {RunDir.SWEEP_INDEX: index_text(index)}
     for name, point in rendered.items():
         files.update({f"{name}/{rel}": text for rel, text in point.items()})
     write_run_dir(sweep_dir, files)
@@ -284,21 +265,21 @@ def sbatch_lines(script_text: str) -> list[str]:
     return out
 
 
-def array_script(sweep_dir: Path, index: dict, first_script: str, max_running: int | None) -> str:
+def array_script(sweep_dir: Path, index: SweepIndex, first_script: str, max_running: int | None) -> str:
     from slurmrl.render.quoting import shq
     from slurmrl.slurm.script import SHORT
 
-    n = len(index["points"])
+    n = len(index.points)
     own = set(ARRAY_OWN) | {k for k, v in SHORT.items() if v in ARRAY_OWN}
     kept = [line for line in sbatch_lines(first_script)
             if line.split()[1:2] and line.split()[1].split("=")[0] not in own]
-    pattern = sweep_dir / f"{index['name']}-p%a" / RunDir.LOGS / "batch-%A_%a.out"
+    pattern = sweep_dir / f"{index.name}-p%a" / RunDir.LOGS / "batch-%A_%a.out"
     lines = [
         "#!/bin/bash",
-        f"# slurmrl sweep {index['name']}: {n} point(s), one job array; array task I runs point I's job.sbatch",
+        f"# slurmrl sweep {index.name}: {n} point(s), one job array; array task I runs point I's job.sbatch",
         "# as it is (every point asks for the same resources; their #SBATCH lines, repeated below, are the",
         "# same but for job name and output). The points and their values: sweep.json.",
-        f"#SBATCH --job-name={index['name']}-sweep",
+        f"#SBATCH --job-name={index.name}-sweep",
         f"#SBATCH --output={pattern}",
         f"#SBATCH --array=0-{n - 1}" + (f"%{max_running}" if max_running else ""),
         *kept,
@@ -343,7 +324,7 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
 
     sweep_dir = Path(sweep_dir).resolve()
     index = read_index(sweep_dir)
-    max_running = max_running or index.get("max_running")
+    max_running = max_running or index.max_running
     dirs = point_dirs(sweep_dir, index)
     scripts = {}
     for d in dirs:
@@ -387,8 +368,7 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
     finally:
         if ids:
             record["job_ids"] = ids
-            index["submissions"] = index.get("submissions", []) + [record]
-            write_index(sweep_dir, index)
+            write_index(sweep_dir, {**index.data, "submissions": [*index.submissions, record]})
     return record
 
 
@@ -405,7 +385,7 @@ def announce(sweep_dir: Path, record: dict) -> None:
     print(f"  slurmrl cancel {sweep_dir}")
 
 
-def latest_job_ids(sweep_dir: Path, index: dict) -> list[str | None]:
+def latest_job_ids(sweep_dir: Path, index: SweepIndex) -> list[str | None]:
     """Each point's newest job (jobs.json), None where a point was never submitted."""
     from slurmrl.rundir import jobs
 

@@ -35,7 +35,7 @@ def test_one_complete_run_dir_per_point_with_an_index(tmp_path, monkeypatch):
     # --grid replaces the table's key and adds another; --set applies to every point
     d = sweep.render_sweep(recipe, ["trainer.seed=1,2", "slurm.time=00:05:00"], ["trainer.max_steps=7"])
     assert d == tmp_path / "runs" / "sft-debug-sweep"
-    index = sweep.read_index(d)
+    index = sweep.read_index(d).data
     assert index["grid"] == {"trainer.lr": [1e-3, 3e-3], "trainer.seed": [1, 2], "slurm.time": ["00:05:00"]}
     assert index["max_running"] == 3 and index["submissions"] == []
     assert [p["name"] for p in index["points"]] == [f"sft-debug-p{i}" for i in range(4)]

@@ -38,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slurmrl import envs, heartbeat, secret
+from slurmrl.errors import UserError
+from slurmrl.rundir.metrics import last_row
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime import adapters, admin, hybrid, steps
@@ -54,7 +56,7 @@ def log(msg: str) -> None:
 
 def latest_weights(run_dir: Path) -> tuple[int, Path | None]:
     """Newest trainer step whose weights are complete (READY marker)."""
-    return steps.latest(run_dir / "weights", "READY")
+    return steps.latest(RunDir(run_dir).weights, "READY")
 
 
 def written_batches(run_dir: Path) -> int:
@@ -113,12 +115,11 @@ def advantages(rewards: list[float]) -> list[float]:
 
 
 def trainer_metrics(run_dir: Path) -> dict:
-    path = run_dir / "metrics" / "trainer.jsonl"
     try:
-        last = path.read_text().strip().splitlines()[-1]
-        return {f"trainer/{k}": v for k, v in json.loads(last).items()}
-    except (FileNotFoundError, IndexError, ValueError):
+        row = last_row(RunDir(run_dir).metrics("trainer"))
+    except UserError:  # a broken trainer file must not stop the rollouts; the trainer's own log says why
         return {}
+    return {f"trainer/{k}": v for k, v in row.to_json().items()} if row else {}
 
 
 def wait_for(predicate, what: str) -> float:

@@ -168,7 +168,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         sweep_dir = Path(args.recipe).resolve()
     else:
         sweep_dir = sweep.render_sweep(args.recipe, args.grid, args.overrides, args.max_running, args.sweep_dir)
-        n = len(sweep.read_index(sweep_dir)["points"])
+        n = len(sweep.read_index(sweep_dir).points)
         print(f"{sweep_dir}: {n} point(s), one run dir each (index: {sweep_dir / 'sweep.json'})")
         if args.render_only:
             print(f"  slurmrl sweep {sweep_dir}    submits it")

@@ -19,6 +19,7 @@ from slurmrl.plot import benchmark_rows, benchmark_status_line, last_record, rea
 from slurmrl.plan.stored import load_plan
 from slurmrl.rundir import jobs
 from slurmrl.rundir.links import read_links
+from slurmrl.rundir.notes import read_note
 from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Snapshot, Watch
 from slurmrl.summary import table
@@ -71,10 +72,10 @@ STOP_CAUSES = {
 def stopped_reason(run_dir: Path, attempt: int, state: str) -> str | None:
     """Why an attempt the script did not end itself stopped: Slurm ended it (STOPPED), or the
     warning signal's planned stop (PREEMPTED); None when neither."""
-    for name in (RunDir.PREEMPTED, RunDir.STOPPED):
-        try:
-            text = (RunDir(run_dir).log_dir(attempt) / name).read_text().strip()
-        except OSError:
+    paths = RunDir(run_dir)
+    for name, path in ((RunDir.PREEMPTED, paths.preempted_file(attempt)), (RunDir.STOPPED, paths.stopped_file(attempt))):
+        text = read_note(path)
+        if text is None:
             continue
         if name == RunDir.STOPPED and state in STOP_CAUSES:
             return f"{STOP_CAUSES[state]}; components stopped in order by the script"
@@ -83,10 +84,8 @@ def stopped_reason(run_dir: Path, attempt: int, state: str) -> str | None:
 
 
 def failed_reason(run_dir: Path, attempt: int) -> str | None:
-    try:
-        return RunDir(run_dir).failed_file(attempt).read_text().strip() or "(no reason given)"
-    except FileNotFoundError:
-        return None
+    text = read_note(RunDir(run_dir).failed_file(attempt))
+    return None if text is None else text or "(no reason given)"
 
 
 def endpoints(run_dir: Path, attempt: int, plan: Plan) -> list[dict]:
@@ -94,10 +93,7 @@ def endpoints(run_dir: Path, attempt: int, plan: Plan) -> list[dict]:
     out = []
     for c in plan.components:
         for task, f in RunDir(run_dir).ready_tasks(attempt, c.name).items():
-            try:
-                url = read_ready(f)[0]
-            except OSError:
-                continue
+            url = read_ready(f).url
             if url:
                 out.append({"component": c.name, "task": task, "url": url})
     return out
@@ -263,7 +259,7 @@ def phase_lines(rep: dict) -> list[str]:
 
 def latest_training(run_dir: Path) -> dict | None:
     """The newest record of metrics/orchestrator.jsonl and metrics/trainer.jsonl (None without either)."""
-    found = {role: last_record(run_dir / "metrics" / f"{role}.jsonl") for role in ("orchestrator", "trainer")}
+    found = {role: last_record(RunDir(run_dir).metrics(role)) for role in ("orchestrator", "trainer")}
     return found if any(found.values()) else None
 
 

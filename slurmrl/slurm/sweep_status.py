@@ -8,29 +8,24 @@ import sys
 import time
 from pathlib import Path
 
+from slurmrl.rundir import metrics
 from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
 from slurmrl.summary import table
 from slurmrl.sweep import latest_job_ids, point_dirs, read_index
 
 REFRESH_S = 2.0
-METRICS = (("orchestrator.jsonl", "reward_mean", "reward"), ("trainer.jsonl", "loss", "loss"))
+METRICS = (("orchestrator", "reward_mean", "reward"), ("trainer", "loss", "loss"))
 
 
 def latest_metrics(run_dir: Path) -> dict | None:
     """The newest step of the run: {"step", "reward"} (RL: the orchestrator's) or {"step", "loss"} (the trainer's)."""
-    for name, key, label in METRICS:
-        try:
-            lines = (run_dir / "metrics" / name).read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in reversed(lines):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("step"), int) and isinstance(rec.get(key), (int, float)):
-                return {"step": rec["step"], label: rec[key]}
+    for role, key, label in METRICS:
+        rows = metrics.read_rows(RunDir(run_dir).metrics(role))
+        for row in reversed(rows):
+            value = row.values.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return {"step": row.step, label: value}
     return None
 
 
@@ -42,18 +37,18 @@ def report(sweep_dir: Path) -> dict:
     ids = latest_job_ids(sweep_dir, index)
     snaps = snapshots([j for j in ids if j])
     points = []
-    for p, d, job_id in zip(index["points"], point_dirs(sweep_dir, index), ids):
+    for p, d, job_id in zip(index.points, point_dirs(sweep_dir, index), ids):
         snap = snaps.get(job_id) if job_id else None
         attempts = RunDir(d).attempts()
         attempt = attempts[-1] if attempts else None
         points.append({
-            "index": p["index"], "name": p["name"], "run_dir": str(d), "values": p["values"], "job_id": job_id,
+            "index": p.index, "name": p.name, "run_dir": str(d), "values": p.values, "job_id": job_id,
             "state": snap.state if snap else "not submitted", "done": snap.done if snap else None,
             "attempt": attempt, "metrics": latest_metrics(d),
             "failed": failed_reason(d, attempt) if attempt is not None else None,
         })
-    subs = index.get("submissions") or []
-    return {"sweep_dir": str(sweep_dir), "name": index.get("name"), "grid": index.get("grid"),
+    subs = index.submissions
+    return {"sweep_dir": str(sweep_dir), "name": index.name, "grid": index.grid,
             "submission": subs[-1] if subs else None, "points": points}
 
 
@@ -116,16 +111,16 @@ def sweep_plot(target: str) -> int:
     sweep_dir = Path(target).resolve()
     index = read_index(sweep_dir)
     curves, rows = [], [["point", "values", "steps", "first reward", "last reward"]]
-    for p, d in zip(index["points"], point_dirs(sweep_dir, index)):
-        label = ", ".join(f"{k.rsplit('.', 1)[-1]}={_short(v)}" for k, v in p["values"].items())
+    for p, d in zip(index.points, point_dirs(sweep_dir, index)):
+        label = ", ".join(f"{k.rsplit('.', 1)[-1]}={_short(v)}" for k, v in p.values.items())
         try:
             pts = read_rewards(d)
         except UserError:
             pts = []
-        rows.append([p["name"], label, str(len(pts)), f"{pts[0][1]:.3f}" if pts else "-",
+        rows.append([p.name, label, str(len(pts)), f"{pts[0][1]:.3f}" if pts else "-",
                      f"{pts[-1][1]:.3f}" if pts else "-"])
         if pts:
-            curves.append((f"{p['name']}: {label}", pts))
+            curves.append((f"{p.name}: {label}", pts))
     print("\n".join(table(rows)))
     if not curves:
         raise UserError(str(sweep_dir), "no point has reward metrics (metrics/orchestrator.jsonl) yet")
@@ -145,7 +140,7 @@ def sweep_plot(target: str) -> int:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("mean reward")
-    ax.set_title(f"sweep {index.get('name')}: reward per point")
+    ax.set_title(f"sweep {index.name}: reward per point")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()

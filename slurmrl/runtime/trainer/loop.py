@@ -141,8 +141,8 @@ class Trainer:
         self.rank, self.world = self.d.rank, self.d.world
         self.seed, self.max_steps, self.micro, self.seq_len = s.seed, s.max_steps, s.micro_batch_size, s.seq_len
         self.every, self.keep = s.checkpoint_every, s.keep_checkpoints
-        self.ckpt_root = self.run_dir / "checkpoints"
-        self.weights_root = self.run_dir / "weights"
+        self.ckpt_root = RunDir(self.run_dir).checkpoints
+        self.weights_root = RunDir(self.run_dir).weights
         if s.dtype == "bfloat16" and not self.d.bf16:
             self.log(f"dtype bfloat16 asked but {self.d.device.type} has no bf16 here: training in float32")
         self.publish_dtype = torch.bfloat16 if s.dtype == "bfloat16" else torch.float32
