@@ -10,6 +10,7 @@ from pathlib import Path
 
 from slurmrl import pydantic_plugins
 from slurmrl.errors import UserError
+from slurmrl.rundir.paths import RunDir
 
 STARTERS = Path(__file__).resolve().parent / "recipes"
 
@@ -101,7 +102,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                        "one chart (SWEEP_DIR/reward.png)")
 
     if only is None:
-        from slurmrl.slurm import commands as slurm_commands  # submit/status/logs/cancel/diff
+        from slurmrl.slurm import (
+            commands as slurm_commands,  # submit/status/logs/cancel/diff
+        )
 
         slurm_commands.add_parsers(sub, _recipe_args)
     return ap
@@ -142,7 +145,7 @@ def cmd_plan(args) -> int:
     if not args.salloc:
         print(summary(p, run_dir, args.job_id))
         return 0
-    script = Path(run_dir) / "job.sbatch"
+    script = RunDir(run_dir).script
     print(salloc_line(p, script))
     if not script.exists():
         print(f"slurmrl: {script} is not rendered yet: run `slurmrl render` with the same recipe and options first",

@@ -33,6 +33,7 @@ from pathlib import Path
 from slurmrl.errors import UserError
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.sweep_index import SweepIndex, index_text, read_index, write_index
+from slurmrl.rundir.text import is_one_line
 
 NOT_SWEPT = {"name": "each point's run dir is named after it", "output_dir": "the sweep dir holds the points",
              "sweep": "the grid cannot sweep itself", "lock": "it is provenance, not a setting"}
@@ -273,7 +274,10 @@ def array_script(sweep_dir: Path, index: SweepIndex, first_script: str, max_runn
     own = set(ARRAY_OWN) | {k for k, v in SHORT.items() if v in ARRAY_OWN}
     kept = [line for line in sbatch_lines(first_script)
             if line.split()[1:2] and line.split()[1].split("=")[0] not in own]
-    pattern = sweep_dir / f"{index.name}-p%a" / RunDir.LOGS / "batch-%A_%a.out"
+    if not is_one_line(str(sweep_dir)) or "\t" in str(sweep_dir):
+        raise UserError(str(sweep_dir)[:60], "a sweep dir's path goes into sweep.sbatch's #SBATCH lines; it cannot "
+                                             "hold a line break or a tab")
+    pattern = RunDir(sweep_dir / f"{index.name}-p%a").array_batch_log_pattern()
     lines = [
         "#!/bin/bash",
         f"# slurmrl sweep {index.name}: {n} point(s), one job array; array task I runs point I's job.sbatch",

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-import re
 import urllib.request
 from pathlib import Path
 

@@ -23,11 +23,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from test_status_logs_cancel import FAKE_PYTHON
 
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
 from slurmrl.secret import headers
-from test_status_logs_cancel import FAKE_PYTHON
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent

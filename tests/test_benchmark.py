@@ -21,8 +21,8 @@ import pytest
 from test_planner_shapes import RUN, B, P, make
 
 from slurmrl import cli, plot
-from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import bench
 from slurmrl.slurm import status
 

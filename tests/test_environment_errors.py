@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl.rundir.paths import RunDir
 from slurmrl.render import render
+from slurmrl.rundir.paths import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = 'orchestrator.environment="pkg_that_is_not_there.envs:Env"'

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from script_edits import serve_with_ok_server
+
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
 

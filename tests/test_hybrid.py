@@ -23,9 +23,9 @@ from sleep_mode_double import SleepModeDouble
 from task_expand import expand
 
 from slurmrl import cli, secret
+from slurmrl.render import build
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
-from slurmrl.render import build
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "rl-hybrid.toml"

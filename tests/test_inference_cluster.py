@@ -21,12 +21,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from live_components import post_json
+
 from slurmrl import secret
+from slurmrl.ports import base_for_job
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
-from slurmrl.ports import base_for_job
 from slurmrl.runtime.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from script_edits import serve_with_ok_server
+
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from slurmrl.app.again import again
+from slurmrl.errors import UserError
+from slurmrl.render import build, render
 from slurmrl.rundir import lockfile as lock
 from slurmrl.rundir.links import read_links
 from slurmrl.rundir.paths import RunDir
-from slurmrl.errors import UserError
-from slurmrl.render import build, render
 from slurmrl.runtime import provenance
 from slurmrl.slurm import diff
 

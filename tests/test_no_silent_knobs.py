@@ -38,8 +38,8 @@ from slurmrl.plan import plan, rules
 from slurmrl.recipe.load import apply_overrides, check_numbers, read_toml
 from slurmrl.recipe.schema import Recipe
 from slurmrl.render import planned
-from slurmrl.rundir import tomlw
 from slurmrl.render.script import render_script
+from slurmrl.rundir import tomlw
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.toml"))

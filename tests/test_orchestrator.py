@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from slurmrl import envs
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready, write_ready
-from slurmrl import envs
 from slurmrl.runtime.orchestrator import advantages, arguments
 from slurmrl.runtime.tiny_model import build as build_tiny
 

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from script_edits import serve_with_ok_server
+
 from slurmrl import ports
+from slurmrl.render import build
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
-from slurmrl.render import build
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,13 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+from test_supervise import free_port, start, wait_for
 
-from slurmrl.rundir.paths import RunDir
 from slurmrl.plan import plan
 from slurmrl.recipe.load import load_recipe
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import ready_check
-
-from test_supervise import free_port, start, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 OK = [sys.executable, str(ROOT / "tests" / "ok_server.py")]

@@ -14,11 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
 from slurmrl.plan import rules
 from slurmrl.recipe.load import load_recipe, validate
-from slurmrl.recipe.schema import SFT_BATCH_SIZE, Orchestrator, Trainer, TrainerKnobs, global_batch
+from slurmrl.recipe.schema import (
+    SFT_BATCH_SIZE,
+    Orchestrator,
+    Trainer,
+    TrainerKnobs,
+    global_batch,
+)
+from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.tomlw import dumps
 from slurmrl.settings import orchestrator as orch_settings
 from slurmrl.settings import trainer as trainer_settings

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from slurmrl import sweep
+from slurmrl.render import build
 from slurmrl.rundir import lockfile as lock
 from slurmrl.rundir.links import read_links
 from slurmrl.rundir.paths import RunDir
-from slurmrl.render import build
 from slurmrl.slurm.watch import HetInfoWatcher, array_rows
 
 ROOT = Path(__file__).resolve().parent.parent

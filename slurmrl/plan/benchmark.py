@@ -12,10 +12,10 @@ the job either way (``--kill-on-bad-exit=1``; the script's FAILED file names it)
 
 from __future__ import annotations
 
-from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Arg, Instance, Sh
 from slurmrl.recipe.schema import time_seconds
+from slurmrl.rundir.paths import RunDir
 
 BENCH_CPUS = 2  # the asyncio client and the tokenizer that makes the random prompts
 STAGE = 5

@@ -24,12 +24,12 @@ import math
 from dataclasses import dataclass
 
 from slurmrl import ports
-from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
 from slurmrl.plan import shell, vllm
 from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.placement import Slot
 from slurmrl.recipe.schema import Dynamo, Inference, Recipe
+from slurmrl.rundir.paths import RunDir
 
 SERVICE_CPUS = {"etcd": 1, "nats": 1, "frontend": 2}
 MODULES = {"vllm": "dynamo.vllm", "trtllm": "dynamo.trtllm", "mocker": "dynamo.mocker"}

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
+from slurmrl.rundir.paths import RunDir
 from slurmrl.slurm.tools import Local
 
 

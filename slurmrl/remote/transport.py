@@ -23,11 +23,11 @@ import shlex
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
-from slurmrl.rundir.jobids import check_argv
 from slurmrl.remote.clusters import Cluster
 from slurmrl.remote.ssh import Connection
+from slurmrl.rundir.jobids import check_argv
+from slurmrl.rundir.paths import RunDir
 from slurmrl.slurm.tools import Local
 
 # what the job writes and the login-node commands read: pulled back, and the only places where

@@ -24,7 +24,7 @@ class Rendered:
 
     @property
     def script(self) -> str:
-        return self.files["job.sbatch"]
+        return self.files[RunDir.SCRIPT]
 
 
 def resolve_run_dir(recipe: Recipe, preflight: bool = False) -> Path:
@@ -103,15 +103,15 @@ def build(
     recipe_path = Path(recipe_path)
     recipe, p, run_dir = planned(recipe_path, overrides, run_dir, preflight, place)
     files = {
-        "job.sbatch": render_script(p, str(run_dir), source_name or recorded_source(recipe_path) or recipe_path.name,
+        RunDir.SCRIPT: render_script(p, str(run_dir), source_name or recorded_source(recipe_path) or recipe_path.name,
                                     templates_dir(recipe, recipe_path)),
-        "plan.json": plan_json(p),
-        "recipe.toml": "# The recipe as resolved (overrides applied, defaults filled in).\n"
+        RunDir.PLAN: plan_json(p),
+        RunDir.RECIPE: "# The recipe as resolved (overrides applied, defaults filled in).\n"
         + tomlw.dumps(resolved_recipe(recipe, recipe_path)),
     }
     for c in p.components:
         if c.settings is not None:
-            files[f"components/{c.name}.toml"] = component_config(c, run_dir)
+            files[f"{RunDir.COMPONENTS}/{c.name}.toml"] = component_config(c, run_dir)
     return Rendered(recipe, p, run_dir, files)
 
 
@@ -131,5 +131,5 @@ def render(
 def lock_text(out: Rendered, recipe_path: str | Path, **links) -> str:
     """RUN_DIR/lock.toml for what ``build`` rendered from ``recipe_path`` (slurmrl.rundir.lockfile)."""
     source = lockfile.header_source(out.script) or Path(recipe_path).name
-    return lockfile.compose(out.files["recipe.toml"], out.files, out.run_dir, source=source,
+    return lockfile.compose(out.files[RunDir.RECIPE], out.files, out.run_dir, source=source,
                         preflight=out.plan.preflight, recipe_path=Path(recipe_path), edited=False, **links)

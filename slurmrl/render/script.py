@@ -8,8 +8,10 @@ from pathlib import Path
 import jinja2
 
 from slurmrl import ports
+from slurmrl.errors import UserError
 from slurmrl.plan.model import Plan
 from slurmrl.render.quoting import sbatch_value, shjoin, shlines, shq
+from slurmrl.rundir.text import is_one_line
 
 PACKAGE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 ENTRY = "job.sbatch.j2"
@@ -41,6 +43,10 @@ def _environment(templates_dir: Path | None) -> jinja2.Environment:
 
 
 def render_script(plan: Plan, run_dir: str, recipe_file: str, templates_dir: Path | None = None) -> str:
+    # both reach comment and #SBATCH lines as they are: a line break there would start a line of shell
+    for field, value in (("recipe file", recipe_file), ("run dir", run_dir)):
+        if not is_one_line(value):
+            raise UserError(field, f"{value[:60]!r} holds a line break; it is written into job.sbatch's comments")
     template = environment(templates_dir).get_template(ENTRY)
     return template.render(
         plan=plan,

@@ -10,10 +10,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from slurmrl.errors import UserError
+from slurmrl.rundir.atomic import write_text
 from slurmrl.rundir.jobids import check_job_id, is_job_id
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.read import kind, read_json, read_text
-from slurmrl.rundir.atomic import write_text
 
 NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"
 

@@ -231,6 +231,14 @@ class RunDir:
         """sbatch's ``--output`` for the batch shell (``%j``: the job id)."""
         return f"{self.path}/{self.LOGS}/batch-%j.out"
 
+    def array_batch_log_pattern(self) -> str:
+        """A sweep's job array: each array task's batch log in its point's run dir (``%A_%a``)."""
+        return f"{self.path}/{self.LOGS}/batch-%A_%a.out"
+
+    def job_outputs(self) -> list[Path]:
+        """What a job writes outside logs/attempt-N: stale once another job runs in the run dir."""
+        return [self.path / name for name in self.JOB_OUTPUTS]
+
     def set_aside_dir(self, job_id: str) -> Path:
         return self.logs / f"job-{job_id}"
 

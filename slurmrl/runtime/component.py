@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmrl.rundir.paths import RunDir
 from slurmrl import ports
+from slurmrl.rundir.paths import RunDir
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ from slurmrl.rundir.metrics import last_row
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime import adapters, admin, hybrid, steps
-from slurmrl.runtime.judge_client import JudgeError, attach as attach_judge
+from slurmrl.runtime.judge_client import JudgeError
+from slurmrl.runtime.judge_client import attach as attach_judge
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
 

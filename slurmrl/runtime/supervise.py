@@ -41,8 +41,8 @@ import psutil
 from slurmrl import heartbeat
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
-from slurmrl.runtime import ready_check as ready_check_module
 from slurmrl.runtime import provenance, tree
+from slurmrl.runtime import ready_check as ready_check_module
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 

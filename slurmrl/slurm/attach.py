@@ -31,12 +31,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from slurmrl import pydantic_plugins
-from slurmrl.rundir.paths import RunDir
-from slurmrl.rundir.ready import read_ready
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Component, Plan
 from slurmrl.plan.stored import load_plan
 from slurmrl.rundir import jobs
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
 from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Snapshot, Watch
 

@@ -8,6 +8,7 @@ from slurmrl.rundir import jobs
 from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Watch
 
+
 def cancel(target: str | None, timeout_s: float) -> int:
     run_dir = jobs.run_dir_arg(target)
     job_id = jobs.last_job(run_dir)

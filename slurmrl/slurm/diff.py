@@ -15,11 +15,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmrl.rundir.paths import RunDir
 from slurmrl.errors import UserError
-from slurmrl.render import build
 from slurmrl.plan.stored import is_preflight, load_plan
+from slurmrl.render import build
 from slurmrl.rundir import jobs
+from slurmrl.rundir.paths import RunDir
 from slurmrl.slurm import tools
 
 _HEADER = re.compile(r"^# slurmrl job .* rendered from (?P<file>.+)\.$", re.M)

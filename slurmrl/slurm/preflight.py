@@ -3,7 +3,6 @@ each probe's report (RUN_DIR/preflight/<component>.<rank>.json) against plan.jso
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 import time
@@ -14,11 +13,11 @@ from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.plan.stored import load_plan
 from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_json
 from slurmrl.slurm import tools, topology
 from slurmrl.slurm.status import failed_reason
 from slurmrl.slurm.watch import Snapshot, Watch
 from slurmrl.summary import table
-
 
 HOSTS_WAIT_S = 15.0  # how long to wait for sacct to list a group's nodes after the job ended
 
@@ -176,11 +175,11 @@ def check_container(flags: tuple[str, ...], obs: dict | None) -> tuple[str, list
 
 def read_reports(run_dir: Path) -> dict[tuple[str, int], dict]:
     reports = {}
-    for f in sorted((run_dir / "preflight").glob("*.json")):
+    for f in RunDir(run_dir).preflight_reports():
         try:
-            r = json.loads(f.read_text())
+            r = read_json(f)
             reports[(r["component"], int(r["rank"]))] = r
-        except (ValueError, KeyError, TypeError):
+        except (UserError, ValueError, KeyError, TypeError, OverflowError):
             reports[("?", -1)] = {"errors": [f"{f.name}: unreadable report"]}
     return reports
 
@@ -245,7 +244,7 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
     def progress(snap: Snapshot) -> None:  # one line per state
         where = " on " + ",".join(p.nodes for p in snap.parts if p.nodes) if snap.state == "RUNNING" else ""
         reason = "".join(f" ({p.reason})" for p in snap.parts[:1] if p.reason and snap.state == "PENDING")
-        got = len(list((run_dir / "preflight").glob("*.json")))
+        got = len(RunDir(run_dir).preflight_reports())
         print(f"  {time.monotonic() - started:4.0f}s  job {job_id} {snap.state}{reason}{where}, "
               f"{got}/{total} probes reported", flush=True)
 

@@ -10,16 +10,22 @@ import sys
 import time
 from pathlib import Path
 
-from slurmrl.rundir.paths import RunDir
-from slurmrl.rundir.ready import read_ready
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
-from slurmrl.plan.vllm import AUTH_MIDDLEWARE
-from slurmrl.plot import benchmark_rows, benchmark_status_line, last_record, read_benchmark, training_line
 from slurmrl.plan.stored import load_plan
+from slurmrl.plan.vllm import AUTH_MIDDLEWARE
+from slurmrl.plot import (
+    benchmark_rows,
+    benchmark_status_line,
+    last_record,
+    read_benchmark,
+    training_line,
+)
 from slurmrl.rundir import jobs
 from slurmrl.rundir.links import read_links
 from slurmrl.rundir.notes import read_note
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
 from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Snapshot, Watch
 from slurmrl.summary import table

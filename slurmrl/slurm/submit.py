@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl.errors import UserError
-from slurmrl.render import build, resolve_run_dir
 from slurmrl.plan.stored import is_preflight, load_plan
+from slurmrl.render import build, resolve_run_dir
 from slurmrl.rundir import jobs, lockfile
 from slurmrl.rundir.jobids import is_job_id
 from slurmrl.rundir.paths import RunDir
@@ -18,7 +18,6 @@ from slurmrl.slurm import fit, tools, topology
 from slurmrl.slurm.diff import is_edited
 from slurmrl.slurm.script import read_groups
 from slurmrl.slurm.watch import Watch
-
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ def set_aside(run_dir: Path) -> None:
         return
     paths = RunDir(run_dir)
     dest = paths.set_aside_dir(previous[-1].job_id)
-    moved = [p for p in paths.logs.glob("attempt-*")] + [run_dir / n for n in RunDir.JOB_OUTPUTS]
+    moved = [*paths.logs.glob("attempt-*"), *paths.job_outputs()]
     for src in moved:
         if src.exists():
             dest.mkdir(parents=True, exist_ok=True, mode=0o700)

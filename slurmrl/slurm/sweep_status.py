@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from slurmrl.errors import UserError
 from slurmrl.rundir import metrics
 from slurmrl.rundir.paths import RunDir
-from slurmrl.errors import UserError
 from slurmrl.summary import table
 from slurmrl.sweep import latest_job_ids, point_dirs, read_index
 
@@ -124,7 +124,7 @@ def sweep_plot(target: str) -> int:
     print("\n".join(table(rows)))
     if not curves:
         raise UserError(str(sweep_dir), "no point has reward metrics (metrics/orchestrator.jsonl) yet")
-    png = sweep_dir / "reward.png"
+    png = RunDir(sweep_dir).reward_plot()
     try:
         import matplotlib
 

@@ -28,7 +28,8 @@ from slurmrl.runtime import steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.trainer import dataset, losses, rl_metrics, rollouts, state
 from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env
-from slurmrl.runtime.trainer.lora import AdaptersOff, Policy as LoRAPolicy
+from slurmrl.runtime.trainer.lora import AdaptersOff
+from slurmrl.runtime.trainer.lora import Policy as LoRAPolicy
 from slurmrl.runtime.trainer.ready import mark_ready
 from slurmrl.settings.trainer import TrainerSettings
 
