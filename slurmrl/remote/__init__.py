@@ -9,10 +9,10 @@ CLI path stays light.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from slurmrl.errors import UserError
+from slurmrl.rundir.jobs import history
 from slurmrl.rundir.paths import RunDir
 from slurmrl.slurm.tools import Local
 
@@ -25,11 +25,10 @@ def recorded_cluster(target: str | None) -> str | None:
     if path.is_file() and path.name in (RunDir.SCRIPT, RunDir.JOBS):
         path = path.parent
     try:
-        jobs = json.loads((RunDir(path).jobs).read_text())
-        name = jobs[-1].get("cluster") if isinstance(jobs, list) and jobs and isinstance(jobs[-1], dict) else None
-    except (OSError, ValueError):
+        found = history(path)
+    except UserError:
         return None
-    return name if isinstance(name, str) else None
+    return found[-1].cluster if found else None
 
 
 def transport_for(name: str | None, target: str | None) -> Local:

@@ -19,8 +19,8 @@ from slurmrl.errors import UserError
 _ARRAY = r"(?:_(?:\d+|\[\d+(?:-\d+)?(?::\d+)?(?:,\d+(?:-\d+)?(?::\d+)?)*(?:%\d+)?\]))"
 _JOB = rf"[1-9]\d{{0,11}}(?:{_ARRAY}|\+\d{{1,4}})?"
 _STEP = r"(?:\.(?:\d{1,10}|batch|extern|interactive))?"
-JOB_ID = re.compile(rf"{_JOB}")
-JOB_OR_STEP = re.compile(rf"{_JOB}{_STEP}")
+JOB_ID = re.compile(rf"{_JOB}", re.ASCII)
+JOB_OR_STEP = re.compile(rf"{_JOB}{_STEP}", re.ASCII)
 
 
 def is_job_id(value: object, steps: bool = False) -> bool:
