@@ -242,7 +242,7 @@ def array_refusal(scripts: dict[str, str]) -> str | None:
     """Why the points cannot be one job array (None: they can)."""
     shapes = []
     for name, text in scripts.items():
-        groups = directives(text, f"{name}/job.sbatch")
+        groups = directives(text, f"{name}/{RunDir.SCRIPT}")
         if len(groups) > 1:
             return (f"{name} is a heterogeneous job ({len(groups)} het groups): Slurm refuses a job array of "
                     "heterogeneous jobs")
@@ -291,7 +291,7 @@ def array_script(sweep_dir: Path, index: SweepIndex, first_script: str, max_runn
         "POINTS=(",
         *(f"    {shq(str(d))}" for d in point_dirs(sweep_dir, index)),
         ")",
-        'exec bash "${POINTS[SLURM_ARRAY_TASK_ID]}/job.sbatch"',
+        f'exec bash "${{POINTS[SLURM_ARRAY_TASK_ID]}}/{RunDir.SCRIPT}"',
     ]
     return "\n".join(lines) + "\n"
 
@@ -310,7 +310,7 @@ def dependency_for(script_text: str, waits_for: str | None) -> list[str]:
     """``--dependency=afterany:ID`` (with the point's own dependency, when it has one)."""
     if waits_for is None:
         return []
-    own = directives(script_text, "job.sbatch")[0].get("--dependency")
+    own = directives(script_text, RunDir.SCRIPT)[0].get("--dependency")
     if own and "?" in own:
         raise UserError("slurm.dependency", f"{own!r} is an 'any of' (?) dependency; --max-running needs "
                                             "'all of' (,) to add its own")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from slurmrl.errors import UserError
+from slurmrl.rundir.paths import RunDir
 
 HANDLERS: dict = {}
 REMOTE_COMMANDS = ("submit", "status", "logs", "cancel", "attach")  # they take --cluster NAME
@@ -169,7 +170,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         sweep_dir = sweep.render_sweep(args.recipe, args.grid, args.overrides, args.max_running, args.sweep_dir)
         n = len(sweep.read_index(sweep_dir).points)
-        print(f"{sweep_dir}: {n} point(s), one run dir each (index: {sweep_dir / 'sweep.json'})")
+        print(f"{sweep_dir}: {n} point(s), one run dir each (index: {RunDir(sweep_dir).sweep_index})")
         if args.render_only:
             print(f"  slurmrl sweep {sweep_dir}    submits it")
             return 0
