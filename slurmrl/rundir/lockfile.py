@@ -138,7 +138,7 @@ def script_run_dir(script_text: str) -> Path | None:
         words = shlex.split(m[1], comments=True) if m else []
     except ValueError:
         return None
-    return Path(words[0]) if len(words) == 1 else None
+    return Path(words[0]) if len(words) == 1 and is_one_line(words[0]) else None
 
 
 def header_source(script_text: str) -> str | None:

@@ -23,7 +23,7 @@ class Ready(NamedTuple):
 
 def write_ready(path: Path, url: str | None, ntasks: int, pid: int | None = None) -> None:
     path = Path(path)
-    if url is not None and any(c in url for c in "\r\n\0") or url == "":
+    if url and any(c in url for c in "\r\n\0"):
         raise ValueError(f"a ready file's URL is one word: {url!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

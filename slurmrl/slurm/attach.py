@@ -118,7 +118,7 @@ def pick_host(run_dir: Path, attempt: int, comp: Component, hosts: list[str], no
     if task is not None:
         f = RunDir(run_dir).ready_file(attempt, comp.name, task)
         if f.exists():
-            url = read_ready(f)[0]
+            url = read_ready(f).url
             host = host_of_url(url, hosts) if url else None
             if host:
                 return host, f"task {task}"
