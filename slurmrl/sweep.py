@@ -32,6 +32,7 @@ from pathlib import Path
 
 from slurmrl.errors import UserError
 from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_text
 from slurmrl.rundir.sweep_index import SweepIndex, index_text, read_index, write_index
 from slurmrl.rundir.text import is_one_line
 
@@ -334,7 +335,7 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
     for d in dirs:
         if not (RunDir(d).script).is_file():
             raise UserError(str(d), "has no job.sbatch; render the sweep again")
-        scripts[d.name] = (RunDir(d).script).read_text()
+        scripts[d.name] = read_text(RunDir(d).script)
     checked = set()
     for d in dirs:
         (RunDir(d).logs).mkdir(mode=0o700, exist_ok=True)  # sbatch opens logs/batch-*.out before the script runs

@@ -36,6 +36,7 @@ from slurmrl.plan.model import Component, Plan
 from slurmrl.plan.stored import load_plan
 from slurmrl.rundir import jobs
 from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_text
 from slurmrl.rundir.ready import read_ready
 from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Snapshot, Watch
@@ -78,10 +79,7 @@ def split_command(rest: list[str], node: int | None, task: int | None,
 
 def container_flags(run_dir: Path, plan: Plan) -> list[str]:
     """The job's Pyxis flags: the ``CONTAINER=( ... )`` array of job.sbatch, else the plan's."""
-    try:
-        script = (RunDir(run_dir).script).read_text()
-    except OSError:
-        script = ""
+    script = read_text(RunDir(run_dir).script, missing="")
     m = re.search(r"^CONTAINER=\(\n(.*?)^\)$", script, re.M | re.S)
     if m:
         try:

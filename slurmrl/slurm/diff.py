@@ -10,7 +10,6 @@ would write but the run dir lacks is an edit; so is a file in a folder the rende
 from __future__ import annotations
 
 import difflib
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +18,10 @@ from slurmrl.errors import UserError
 from slurmrl.plan.stored import is_preflight, load_plan
 from slurmrl.render import build
 from slurmrl.rundir import jobs
+from slurmrl.rundir.lockfile import header_source
 from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_text
 from slurmrl.slurm import tools
-
-_HEADER = re.compile(r"^# slurmrl job .* rendered from (?P<file>.+)\.$", re.M)
 
 
 @dataclass(frozen=True)
@@ -49,9 +48,7 @@ def fresh_files(run_dir: Path, preflight: bool) -> dict[str, str]:
     if not recipe_path.is_file():
         raise UserError(str(run_dir), "has no recipe.toml to render from")
     # the header names the recipe file the run dir was first rendered from, not recipe.toml
-    current = (RunDir(run_dir).script).read_text()
-    m = _HEADER.search("\n".join(current.splitlines()[:3]))
-    source = m["file"] if m else recipe_path.name
+    source = header_source(read_text(RunDir(run_dir).script, missing="")) or recipe_path.name
     out = build(recipe_path, run_dir=run_dir, preflight=preflight, source_name=source,
                 place=tools.transport().place)  # a run dir of a cluster's job: rendered for its path there
     return {rel: text for rel, text in out.files.items() if rel != RunDir.RECIPE}

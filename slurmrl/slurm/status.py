@@ -25,6 +25,7 @@ from slurmrl.rundir import jobs
 from slurmrl.rundir.links import read_links
 from slurmrl.rundir.notes import read_note
 from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_text
 from slurmrl.rundir.ready import read_ready
 from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Snapshot, Watch
@@ -119,10 +120,7 @@ def serving(plan: Plan, eps: list[dict]) -> dict:
 def served_model(run_dir: Path, plan: Plan) -> str | None:
     """The name the servers answer to: ``--served-model-name`` in job.sbatch (the script is the
     truth, hand edits included), else in the plan's server command lines."""
-    try:
-        script = (RunDir(run_dir).script).read_text()
-    except OSError:
-        script = ""
+    script = read_text(RunDir(run_dir).script, missing="")
     for line in script.splitlines():
         if any(flag in line for flag in MODEL_FLAGS):
             try:
@@ -145,10 +143,7 @@ def served_model(run_dir: Path, plan: Plan) -> str | None:
 def secret_file(run_dir: Path) -> str | None:
     """The path of the job's secret when its servers require it (job.sbatch runs them with the
     auth middleware), else None. Never the secret itself."""
-    try:
-        script = (RunDir(run_dir).script).read_text()
-    except OSError:
-        return None
+    script = read_text(RunDir(run_dir).script, missing="")
     return str(RunDir(tools.transport().place(run_dir)).secret) if AUTH_MIDDLEWARE in script else None
 
 

@@ -13,6 +13,7 @@ from slurmrl.render import build, resolve_run_dir
 from slurmrl.rundir import jobs, lockfile
 from slurmrl.rundir.jobids import is_job_id
 from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_text
 from slurmrl.rundir.write import write_run_dir
 from slurmrl.slurm import fit, tools, topology
 from slurmrl.slurm.diff import is_edited
@@ -103,8 +104,9 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         if preflight and not (plan and is_preflight(plan)):
             raise UserError("--preflight", f"{run_dir} is not a preflight run dir; give the recipe instead")
         script = RunDir(run_dir).script
-        fit.check(read_groups(script.read_text(), str(script)), group_names(run_dir))
-        topology.refuse_unsupported(script.read_text())
+        text = read_text(script)
+        fit.check(read_groups(text, str(script)), group_names(run_dir))
+        topology.refuse_unsupported(text)
         check_not_running(run_dir)
         edited = is_edited(run_dir)
     where.pull(run_dir)  # on a cluster: the last job's outputs first, so they are set aside there too
