@@ -85,7 +85,7 @@ def in_process(path: Path) -> tuple[dict[str, float], float]:
     from slurmrl.plan import plan
     from slurmrl.recipe.load import load_recipe
     from slurmrl.app.build import build
-    from slurmrl.summary import summary
+    from slurmrl.render.summary import summary
 
     t0 = time.perf_counter()
     recipe = load_recipe(path)

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-import re
 import urllib.request
 from pathlib import Path
 
-from slurmrl import layout, secret
+from slurmrl import secret
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.supervise import http_ok
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,7 +133,7 @@ class LiveComponent:
             secret_file.write_text(TEST_SECRET)
         env[secret.ENV] = str(secret_file)
         os.environ.setdefault(secret.ENV, str(secret_file))
-        self.ready_file = layout.ready_file(run_dir, 0, name, local)
+        self.ready_file = RunDir(run_dir).ready_file(0, name, local)
         self.ready_file.unlink(missing_ok=True)  # a ready file of an earlier start of this task
         self.log_path = run_dir / "logs" / f"{name}.{local}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -23,10 +23,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from slurmrl import layout
-from slurmrl.secret import headers
 from test_status_logs_cancel import FAKE_PYTHON
+
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
+from slurmrl.secret import headers
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +96,7 @@ def serving_job(slurm_cluster, tmp_path_factory):
     job_id = job_id_of(run_dir)
     try:
         def up():
-            assert not layout.failed_file(run_dir, 0).exists(), layout.failed_file(run_dir, 0).read_text()
+            assert not RunDir(run_dir).failed_file(0).exists(), RunDir(run_dir).failed_file(0).read_text()
             rep = status_json(slurm_cluster, run_dir)
             up = "all components ready" in [p["what"] for p in rep["phases"]]
             return rep if rep["state"] == "RUNNING" and up else None
@@ -120,7 +121,7 @@ def het_job(slurm_cluster, tmp_path_factory):
     job_id = job_id_of(run_dir)
     try:
         def up():
-            assert not layout.failed_file(run_dir, 0).exists(), layout.failed_file(run_dir, 0).read_text()
+            assert not RunDir(run_dir).failed_file(0).exists(), RunDir(run_dir).failed_file(0).read_text()
             rep = status_json(slurm_cluster, run_dir)
             comps = {c["name"]: c for c in rep["components"]}
             ok = (rep["state"] == "RUNNING" and len(rep["parts"]) == 2 and all(p["nodes"] for p in rep["parts"])
@@ -137,7 +138,7 @@ def het_job(slurm_cluster, tmp_path_factory):
 
 def test_status_prints_the_router_url_model_and_secret_path_first(slurm_cluster, serving_job):
     run_dir, rep = serving_job
-    router = layout.read_ready(layout.ready_file(run_dir, 0, "router", 0))[0]
+    router = read_ready(RunDir(run_dir).ready_file(0, "router", 0))[0]
     r = slurm_cluster.slurmrl("status", str(run_dir), cwd=run_dir.parent)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
@@ -150,7 +151,7 @@ def test_status_prints_the_router_url_model_and_secret_path_first(slurm_cluster,
     assert f"$(cat {secret})" in lines[3] and f"{router}/v1/models" in lines[3]
     assert secret.read_text().strip() not in r.stdout  # the path, never the secret
     # the servers' own URLs are not offered as the serving URL when there is a router
-    servers = [layout.read_ready(f)[0] for f in layout.ready_tasks(run_dir, 0, "inference").values()]
+    servers = [read_ready(f)[0] for f in RunDir(run_dir).ready_tasks(0, "inference").values()]
     assert not any(s in ln for s in servers for ln in lines[1:4])
 
     # the phases of the current attempt, each with its clock time and seconds since allocation
@@ -166,8 +167,8 @@ def test_status_prints_the_router_url_model_and_secret_path_first(slurm_cluster,
 
 def test_status_json_has_endpoints_serving_url_model_and_phases(slurm_cluster, serving_job):
     run_dir, rep = serving_job
-    ready = {(c, t): layout.read_ready(f)[0] for c in ("inference", "router")
-             for t, f in layout.ready_tasks(run_dir, 0, c).items()}
+    ready = {(c, t): read_ready(f)[0] for c in ("inference", "router")
+             for t, f in RunDir(run_dir).ready_tasks(0, c).items()}
     assert sorted(ready) == [("inference", 0), ("inference", 1), ("router", 0)]
     assert rep["endpoints"] == [{"component": c, "task": t, "url": u} for (c, t), u in ready.items()]
     assert rep["serving_url"] == ready[("router", 0)]
@@ -187,7 +188,7 @@ def test_status_json_has_endpoints_serving_url_model_and_phases(slurm_cluster, s
 
 def test_status_of_a_job_without_a_router_serves_at_each_server(slurm_cluster, het_job):
     run_dir, rep = het_job
-    server = layout.read_ready(layout.ready_file(run_dir, 0, "inference", 0))[0]
+    server = read_ready(RunDir(run_dir).ready_file(0, "inference", 0))[0]
     assert rep["endpoints"] == [{"component": "inference", "task": 0, "url": server}]
     assert rep["serving_url"] == server and rep["serving"]["router"] is False
     r = slurm_cluster.slurmrl("status", str(run_dir), cwd=run_dir.parent)
@@ -205,7 +206,7 @@ def test_attach_runs_on_the_components_node(slurm_cluster, serving_job):
     assert r.stdout.strip() == hosts[1]  # n2 when the job got n1 and n2
     assert f"inference node 1 on {hosts[1]}: srun --overlap --jobid={rep['job_id']} --nodes=1 -w {hosts[1]}" in r.stderr
     # --task: the host the task's ready file names
-    url = layout.read_ready(layout.ready_file(run_dir, 0, "inference", 1))[0]
+    url = read_ready(RunDir(run_dir).ready_file(0, "inference", 1))[0]
     r = attach(slurm_cluster, run_dir, "inference", "--task", "1", "--", "hostname")
     assert r.returncode == 0 and r.stdout.strip() == url.split("//")[1].split(":")[0] == hosts[1]
     # default: the component's first node

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 from test_planner_shapes import RUN, B, P, make
 
-from slurmrl import charts, cli, layout
+from slurmrl import charts, cli
 from slurmrl.app import job_outputs, status
 from slurmrl.errors import UserError
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import bench
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -371,7 +372,7 @@ def test_status_and_plot_show_the_results(tmp_path, capsys):
     assert cli.main(["plot", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "out tok/s" in out and (tmp_path / "benchmark" / "benchmark.png").stat().st_size > 0
-    assert layout.benchmark_plot(tmp_path) == tmp_path / "benchmark" / "benchmark.png"
+    assert RunDir(tmp_path).benchmark_plot() == tmp_path / "benchmark" / "benchmark.png"
 
 
 def test_nothing_on_the_login_node_imports_vllm():

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
 from slurmrl.runtime.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
@@ -40,20 +41,20 @@ def test_benchmark_runs_its_grid_through_the_router_and_the_job_completes(slurm_
     finally:
         slurm_cluster.run(["scancel", job_id])  # a no-op once the job has ended
     logs = "\n".join(f"{f.name}: {f.read_text(errors='replace')[-3000:]}"
-                     for f in sorted(layout.log_dir(run_dir, 0).glob("*.log")))
+                     for f in sorted(RunDir(run_dir).log_dir(0).glob("*.log")))
     assert w.returncode == 0, w.stdout[-3000:] + w.stderr + logs  # COMPLETED
 
-    summary = json.loads(layout.benchmark_summary(run_dir).read_text())
+    summary = json.loads(RunDir(run_dir).benchmark_summary().read_text())
     assert summary["status"] == "done" and summary["error"] is None, summary
-    assert summary["target"] == layout.read_ready(layout.ready_file(run_dir, 0, "router", 0))[0]  # through the router
+    assert summary["target"] == read_ready(RunDir(run_dir).ready_file(0, "router", 0))[0]  # through the router
     assert [(p["concurrency"], p["input_len"], p["output_len"]) for p in summary["points"]] == [(1, 16, 8), (2, 16, 8)]
     for p in summary["points"]:
         assert p["completed"] == 4 and p["failed"] == 0, p
         assert p["output_throughput"] > 0 and p["request_throughput"] > 0 and p["ttft_p50_ms"] > 0, p
-        point = json.loads((layout.benchmark_dir(run_dir) / p["file"]).read_text())
+        point = json.loads((RunDir(run_dir).benchmark_dir() / p["file"]).read_text())
         assert point["total_output_tokens"] == 4 * 8 and point["max_concurrency"] == p["concurrency"]
         assert "generated_texts" not in point
-    assert layout.benchmark_plot(run_dir).stat().st_size > 0
+    assert RunDir(run_dir).benchmark_plot().stat().st_size > 0
 
     st = slurm_cluster.slurmrl("status", str(run_dir), cwd=tmp_path)
     assert "COMPLETED" in st.stdout and "benchmark: done, 2/2 point(s)" in st.stdout, st.stdout

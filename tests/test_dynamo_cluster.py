@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
 from slurmrl.runtime.tiny_model import build_no_weights
 
 pytestmark = pytest.mark.cluster
@@ -88,19 +89,19 @@ class Job:
         self.base: str | None = None
 
     def ready_dir(self) -> Path:
-        return layout.ready_dir(self.run_dir, 0)
+        return RunDir(self.run_dir).ready_dir(0)
 
     def wait_ready(self, deadline: float) -> None:
-        failed = layout.failed_file(self.run_dir, 0)
+        failed = RunDir(self.run_dir).failed_file(0)
         while not (self.ready_dir() / "frontend.0").exists():
             assert not failed.exists(), failed.read_text()
             assert time.monotonic() < deadline, f"job {self.job_id} not ready: {sorted(os.listdir(self.ready_dir()))}"
             time.sleep(1)
-        url, _, _ = layout.read_ready(self.ready_dir() / "frontend.0")
+        url, _, _ = read_ready(self.ready_dir() / "frontend.0")
         self.base = reachable(self.cluster, url)
 
     def log(self, name: str) -> str:
-        return (layout.log_dir(self.run_dir, 0) / f"{name}.log").read_text(errors="replace")
+        return (RunDir(self.run_dir).log_dir(0) / f"{name}.log").read_text(errors="replace")
 
     def cancel(self):
         return self.cluster.slurmrl("cancel", str(self.run_dir), cwd=self.cwd, timeout=180)
@@ -166,7 +167,7 @@ def test_disaggregated_job_sends_every_request_to_prefill_and_decode(slurm_clust
 
 def test_a_killed_worker_leaves_the_job_serving(slurm_cluster, jobs):
     job = jobs["agg"]
-    _, _, pid = layout.read_ready(job.ready_dir() / "inference.1")
+    _, _, pid = read_ready(job.ready_dir() / "inference.1")
     os.kill(pid, signal.SIGKILL)
     # its lease expires (ETCD_LEASE_TTL=5 in the recipe) and the frontend drops it
     deadline = time.monotonic() + 60

@@ -18,9 +18,7 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -29,7 +27,7 @@ from task_expand import JOB_ID, expand
 from slurmrl import ports
 from slurmrl.errors import UserError
 from slurmrl.app.build import Rendered, build
-from slurmrl.render import tomlw
+from slurmrl.rundir import tomlw
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"

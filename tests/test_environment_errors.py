@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl import layout
 from slurmrl.app.build import render
+from slurmrl.rundir.paths import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = 'orchestrator.environment="pkg_that_is_not_there.envs:Env"'
@@ -20,7 +20,7 @@ def test_orchestrator_says_which_environment_does_not_load(tmp_path):
     out = render(ROOT / "recipes" / "rl-debug.toml", [BAD], run_dir=tmp_path / "run")
     r = subprocess.run(
         [sys.executable, "-m", "slurmrl.runtime.orchestrator", "--config",
-         str(layout.component_config(out.run_dir, "orchestrator")),
+         str(RunDir(out.run_dir).component_config("orchestrator")),
          "--requests-url", "http://127.0.0.1:9", "--admin-urls", "http://127.0.0.1:9"],
         capture_output=True, text=True, timeout=120,
     )

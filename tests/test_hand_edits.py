@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from script_edits import serve_with_ok_server
-from slurmrl import layout
+
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,14 +41,14 @@ def test_more_servers_per_node_by_editing_the_srun_line(slurm_cluster, tmp_path)
     script.write_text(serve_with_ok_server(text))
     r = slurm_cluster.slurmrl("submit", str(run_dir), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    ready = layout.ready_dir(run_dir, 0)
+    ready = RunDir(run_dir).ready_dir(0)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (ready / "router.0").exists():
-            assert not layout.failed_file(run_dir, 0).exists(), layout.failed_file(run_dir, 0).read_text()
+            assert not RunDir(run_dir).failed_file(0).exists(), RunDir(run_dir).failed_file(0).read_text()
             time.sleep(1)
         assert (ready / "router.0").exists(), sorted(p.name for p in ready.glob("*"))
-        tasks = {t: layout.read_ready(f) for t, f in layout.ready_tasks(run_dir, 0, "inference").items()}
+        tasks = {t: read_ready(f) for t, f in RunDir(run_dir).ready_tasks(0, "inference").items()}
         assert sorted(tasks) == [0, 1, 2, 3]
         assert {n for _, n, _ in tasks.values()} == {4}
         urls = [u for u, _, _ in tasks.values()]
@@ -55,13 +56,13 @@ def test_more_servers_per_node_by_editing_the_srun_line(slurm_cluster, tmp_path)
         assert len(set(urls)) == 4 and len(set(hosts)) == 2 and all(hosts.count(h) == 2 for h in hosts), urls
         # each task kept its own GPU: positions 0 and 1 of the two the step got on its node
         for task in range(4):
-            log = (layout.log_dir(run_dir, 0) / f"inference.{task}.log").read_text()
+            log = (RunDir(run_dir).log_dir(0) / f"inference.{task}.log").read_text()
             assert f"(positions {task % 2}:1)" in log, log
         # the router was started with every URL the servers reported
-        router_log = (layout.log_dir(run_dir, 0) / "router.0.log").read_text()
+        router_log = (RunDir(run_dir).log_dir(0) / "router.0.log").read_text()
         argv = next(line for line in router_log.splitlines() if "exec:" in line)
         assert all(u in argv for u in urls), argv
-        batch = layout.batch_log(run_dir, json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"])
+        batch = RunDir(run_dir).batch_log(json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"])
         assert "inference ready (4 task(s)" in batch.read_text()
     finally:
         c = slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=120)

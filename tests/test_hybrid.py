@@ -22,8 +22,10 @@ import pytest
 from sleep_mode_double import SleepModeDouble
 from task_expand import expand
 
-from slurmrl import cli, layout, secret
+from slurmrl import cli, secret
 from slurmrl.app.build import build
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import write_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "rl-hybrid.toml"
@@ -142,7 +144,7 @@ def run_orchestrator(tmp_path, job_secret: str, steps: int, written: int = 0):
     on a batch, then publishes weights. ``written``: batches an earlier attempt left (a resume).
     Returns (run dir, the doubles, what the stand-in found wrong)."""
     from slurmrl.recipe.load import load_recipe
-    from slurmrl.render.tomlw import dumps
+    from slurmrl.rundir.tomlw import dumps
     from slurmrl.runtime.tiny_model import build_no_weights
     from slurmrl.recipe.roles import orchestrator_settings
 
@@ -150,10 +152,10 @@ def run_orchestrator(tmp_path, job_secret: str, steps: int, written: int = 0):
     recipe = load_recipe(RECIPE, [f'model.path="{model}"', f"trainer.max_steps={steps}",
                                   "orchestrator.prompts_per_step=2", "orchestrator.rollouts_per_prompt=2"])
     run_dir = tmp_path / "run"
-    config = layout.component_config(run_dir, "orchestrator")
+    config = RunDir(run_dir).component_config("orchestrator")
     config.parent.mkdir(parents=True)
     config.write_text(dumps(orchestrator_settings(recipe, str(run_dir)).model_dump(mode="json")))
-    layout.write_ready(layout.ready_file(run_dir, 0, "trainer", 0), None, 1)
+    write_ready(RunDir(run_dir).ready_file(0, "trainer", 0), None, 1)
     for n in range(1, written + 1):
         batch = run_dir / "rollouts" / f"step-{n:06d}.json"
         batch.parent.mkdir(parents=True, exist_ok=True)

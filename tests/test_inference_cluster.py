@@ -21,10 +21,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from live_components import post_json
-from slurmrl import layout, secret
+
+from slurmrl import secret
 from slurmrl.ports import base_for_job
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
 from slurmrl.runtime.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
@@ -50,7 +52,7 @@ def ready_pids(run_dir: Path) -> dict[str, int]:
     """component.task -> pid of the command its supervisor started (from its ready file)."""
     out = {}
     for f in (run_dir / "ready" / "attempt-0").iterdir():
-        _, _, pid = layout.read_ready(f)
+        _, _, pid = read_ready(f)
         if pid:
             out[f.name] = pid
     return out
@@ -94,7 +96,7 @@ def test_inference_job_runs_a_hand_edit_serves_survives_a_dead_replica_and_cance
             time.sleep(3)
         assert {"inference.0", "inference.1", "router.0"} <= ready, f"not ready: {ready}"
         # ready means serving: both servers registered behind the router, one completion through it
-        phases = " | ".join(what for _, what in layout.read_phases(run_dir, 0))
+        phases = " | ".join(what for _, what in RunDir(run_dir).read_phases(0))
         assert "router workers registered: 2 of 2 after" in phases and "router serving: a completion" in phases, phases
 
         # the job made its secret; every request needs it (through the router too)
@@ -102,7 +104,7 @@ def test_inference_job_runs_a_hand_edit_serves_survives_a_dead_replica_and_cance
         assert auth and secret.read(run_dir / secret.FILE) not in (run_dir / "job.sbatch").read_text()
         # the edited flag reached both servers: in their argv, and in what vLLM reports
         for task in ("inference.0", "inference.1"):
-            url, ntasks, pid = layout.read_ready(run_dir / "ready" / "attempt-0" / task)
+            url, ntasks, pid = read_ready(run_dir / "ready" / "attempt-0" / task)
             assert ntasks == 2
             host, port = url.removeprefix("http://").split(":")
             req = urllib.request.Request(f"http://{node_address(slurm_cluster, host)}:{port}/v1/models",
@@ -116,7 +118,7 @@ def test_inference_job_runs_a_hand_edit_serves_survives_a_dead_replica_and_cance
                 hashlib.sha256(str(model).encode()).hexdigest()[:8]
         assert len([w for w in phases.split(" | ") if w.startswith("model staged on ") and "cache miss" in w]) == 2
 
-        router_url, _, _ = layout.read_ready(run_dir / "ready" / "attempt-0" / "router.0")
+        router_url, _, _ = read_ready(run_dir / "ready" / "attempt-0" / "router.0")
         router_host = router_url.removeprefix("http://").split(":")[0]  # the job's first node, whichever it got
         router = f"http://{node_address(slurm_cluster, router_host)}:{base_for_job(int(job_id))}"
         body = {"model": str(model), "prompt": "hello", "max_tokens": 4, "ignore_eos": True}

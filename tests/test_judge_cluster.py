@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 from test_rl_cluster import job_state, lines, wait_until
 
-from slurmrl import layout
-from slurmrl.runtime.tiny_model import build as build_tiny, build_tokenizer, vocab
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
+from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.tiny_model import build_tokenizer, vocab
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,11 +98,11 @@ def test_rewards_from_an_llm_judge_and_a_reward_model(slurm_cluster, tmp_path, r
         assert first["judge/latency_mean_s"] > 0 and first["judge/retries"] == 0, first
 
         # a judge that goes away fails the job at once, naming it
-        _, _, pid = layout.read_ready(layout.ready_file(rm_dir, 0, "judge", 0))
+        _, _, pid = read_ready(RunDir(rm_dir).ready_file(0, "judge", 0))
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: job_state(slurm_cluster, rm_job) in ENDED, 120, "the reward-model job to fail", rm_dir)
         assert job_state(slurm_cluster, rm_job) == "FAILED"
-        reason = layout.failed_file(rm_dir, 0).read_text()
+        reason = RunDir(rm_dir).failed_file(0).read_text()
         assert reason.startswith("judge exited"), reason
 
         # the LLM judge: the job completes with every reward from SmolLM2's replies, and its latency logged

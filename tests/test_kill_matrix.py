@@ -19,9 +19,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from script_edits import serve_with_ok_server
-from slurmrl import layout
+
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,13 +63,13 @@ def start_job(cluster, tmp_path: Path) -> tuple[Path, str]:
     r = cluster.slurmrl("submit", str(run_dir), cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     job_id = str(json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"])
-    wait(lambda: layout.ready_file(run_dir, 0, "router", 0).exists(), "the router to be ready", 120)
+    wait(lambda: RunDir(run_dir).ready_file(0, "router", 0).exists(), "the router to be ready", 120)
     return run_dir, job_id
 
 
 def tree_of(run_dir: Path, component: str, task: int) -> dict[str, int]:
     """pids of one task's levels: the command (from its ready file), its guard and supervisor."""
-    _, _, pid = layout.read_ready(layout.ready_file(run_dir, 0, component, task))
+    _, _, pid = read_ready(RunDir(run_dir).ready_file(0, component, task))
     command = psutil.Process(pid)
     guard = command.parent()
     supervisor = guard.parent()
@@ -89,7 +90,7 @@ def test_kill_9_at_any_level_of_a_replica(slurm_cluster, tmp_path, level):
     run_dir, job_id = start_job(slurm_cluster, tmp_path)
     try:
         pids = tree_of(run_dir, "inference", 0)
-        url, _, _ = layout.read_ready(layout.ready_file(run_dir, 0, "inference", 0))
+        url, _, _ = read_ready(RunDir(run_dir).ready_file(0, "inference", 0))
         host, port = url.removeprefix("http://").split(":")
         os.kill(pids[level], signal.SIGKILL)
         for name, pid in pids.items():
@@ -107,7 +108,7 @@ def test_kill_9_of_the_router_fails_the_job_and_leaves_nothing(slurm_cluster, tm
     try:
         pids = tree_of(run_dir, "router", 0)
         os.kill(pids["command"], signal.SIGKILL)
-        failed = layout.failed_file(run_dir, 0)
+        failed = RunDir(run_dir).failed_file(0)
         wait(failed.exists, "the job to fail")
         assert "router exited" in failed.read_text()
     finally:
@@ -115,6 +116,6 @@ def test_kill_9_of_the_router_fails_the_job_and_leaves_nothing(slurm_cluster, tm
     left = slurm_cluster.wait_no_job_processes(job_id)
     assert not left, left
     for task in (0, 1):
-        url, _, _ = layout.read_ready(layout.ready_file(run_dir, 0, "inference", task))
+        url, _, _ = read_ready(RunDir(run_dir).ready_file(0, "inference", task))
         host, port = url.removeprefix("http://").split(":")
         assert not answers(node_address(slurm_cluster, host), int(port))

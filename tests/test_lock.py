@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl import layout, lock
+from slurmrl.app.again import again
 from slurmrl.errors import UserError
 from slurmrl.app.build import build, render
+from slurmrl.rundir import lockfile as lock
+from slurmrl.rundir.links import read_links
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import provenance
 from slurmrl.app import diff
 
@@ -32,7 +35,7 @@ def slurmrl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def rerender(run_dir: Path) -> dict[str, str]:
     """What the lock renders, for the run dir and mode it records."""
     m = lock.meta(run_dir)
-    return build(run_dir / layout.LOCK, run_dir=m["run_dir"], preflight=m["preflight"]).files
+    return build(RunDir(run_dir).lock, run_dir=m["run_dir"], preflight=m["preflight"]).files
 
 
 @pytest.mark.parametrize("recipe", GALLERY, ids=[p.stem for p in GALLERY])
@@ -43,18 +46,18 @@ def test_the_lock_renders_every_gallery_recipe_byte_for_byte(recipe, tmp_path, m
         run_dir = out.run_dir
         again = rerender(run_dir)
         for rel, text in out.files.items():
-            if rel not in (layout.RECIPE, layout.LOCK):  # the source itself: the lock's output_dir is absolute
+            if rel not in (RunDir.RECIPE, RunDir.LOCK):  # the source itself: the lock's output_dir is absolute
                 assert again[rel] == text, f"{recipe.name} preflight={preflight}: {rel} differs"
-        assert (run_dir / layout.SCRIPT).read_bytes() == again[layout.SCRIPT].encode()
+        assert (RunDir(run_dir).script).read_bytes() == again[RunDir.SCRIPT].encode()
         # `slurmrl render lock.toml` (no --run-dir) finds the same run dir: the lock's output_dir is absolute
-        assert build(run_dir / layout.LOCK, preflight=preflight).run_dir == run_dir
+        assert build(RunDir(run_dir).lock, preflight=preflight).run_dir == run_dir
         m = lock.meta(run_dir)
         assert m["recipe_file"] == recipe.name and m["preflight"] == preflight
         assert m["slurmrl"]["version"] == version("slurmrl")
         assert len(m["recipe_repo"]["commit"]) == 40 and isinstance(m["recipe_repo"]["dirty"], bool)
-        assert m["files"][layout.SCRIPT] == hashlib.sha256((run_dir / layout.SCRIPT).read_bytes()).hexdigest()
-        assert set(m["files"]) == {rel for rel in out.files if rel not in (layout.RECIPE, layout.LOCK)}
-        data = tomllib.loads((run_dir / layout.LOCK).read_text())
+        assert m["files"][RunDir.SCRIPT] == hashlib.sha256((RunDir(run_dir).script).read_bytes()).hexdigest()
+        assert set(m["files"]) == {rel for rel in out.files if rel not in (RunDir.RECIPE, RunDir.LOCK)}
+        data = tomllib.loads((RunDir(run_dir).lock).read_text())
         if data.get("container"):
             assert m["container"]["image"] == data["container"]["image"] and m["container"]["digest"]
 
@@ -75,9 +78,9 @@ def test_the_job_appends_its_versions_and_the_lock_still_renders(tmp_path, monke
     assert first["vllm"] == provenance.installed(provenance.PACKAGES["vllm"]) != "not installed"
     assert first["python"] == ".".join(map(str, sys.version_info[:3])) and first["executable"] == sys.executable
     assert first["container_env"] == {"ENROOT_VERSION": "3.5.0", "NVIDIA_BUILD_ID": "nv-1"}
-    assert rerender(out.run_dir)[layout.SCRIPT] == out.script
+    assert rerender(out.run_dir)[RunDir.SCRIPT] == out.script
     # the command line renders the lock the same (its header still names rl-debug.toml)
-    r = slurmrl("render", str(out.run_dir / layout.LOCK), "--run-dir", str(out.run_dir), "--stdout", cwd=tmp_path)
+    r = slurmrl("render", str(RunDir(out.run_dir).lock), "--run-dir", str(out.run_dir), "--stdout", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout == out.script
 
@@ -94,41 +97,41 @@ def test_again_carries_hand_edits_to_a_new_linked_run_dir(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     out = render(ROOT / "recipes" / "sft-debug.toml")
     old = out.run_dir
-    script = old / layout.SCRIPT
+    script = RunDir(old).script
     edited = script.read_text().replace("#SBATCH --time=00:20:00", "#SBATCH --time=00:07:00")
     edited = edited.replace("set -euo pipefail\n", f"set -euo pipefail\necho 'hand edit in {old}'\n", 1)
     script.write_text(edited)
-    new = lock.again(str(old))
+    new = again(str(old))
     assert new == old.parent / "sft-debug-again-1"
-    assert (new / layout.SCRIPT).read_text() == edited.replace(str(old), str(new))
-    assert f"echo 'hand edit in {new}'" in (new / layout.SCRIPT).read_text()
-    assert [e.path for e in diff.edits(new)] == [layout.SCRIPT]  # the new run dir shows the same edit
-    assert (new / layout.RECIPE).read_text() == (old / layout.RECIPE).read_text()
-    assert lock.links(new) == {"again_of": str(old)}
-    assert lock.links(old) == {"again_as": [str(new)]}
+    assert (RunDir(new).script).read_text() == edited.replace(str(old), str(new))
+    assert f"echo 'hand edit in {new}'" in (RunDir(new).script).read_text()
+    assert [e.path for e in diff.edits(new)] == [RunDir.SCRIPT]  # the new run dir shows the same edit
+    assert (RunDir(new).recipe).read_text() == (RunDir(old).recipe).read_text()
+    assert read_links(new).to_json() == {"again_of": str(old)}
+    assert read_links(old).to_json() == {"again_as": [str(new)]}
     assert lock.meta(new)["again_of"] == str(old) and lock.meta(new)["run_dir"] == str(new)
     # an unedited run dir again: exactly what its lock renders for the new path
-    third = lock.again(str(new))
+    third = again(str(new))
     assert third.name == "sft-debug-again-1-again-1"
-    fresh = build(old / layout.RECIPE, run_dir=third, source_name="sft-debug.toml").files
-    assert (third / layout.SCRIPT).read_text() != fresh[layout.SCRIPT]  # the edit came along
-    assert lock.links(new)["again_as"] == [str(third)]
+    fresh = build(RunDir(old).recipe, run_dir=third, source_name="sft-debug.toml").files
+    assert (RunDir(third).script).read_text() != fresh[RunDir.SCRIPT]  # the edit came along
+    assert read_links(new).to_json()["again_as"] == [str(third)]
     with pytest.raises(UserError, match="exists; choose another run dir"):  # nothing written over it
-        lock.again(str(old), str(new))
+        again(str(old), str(new))
 
 
 def test_submit_refreshes_the_lock_with_the_hashes_as_submitted(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = render(ROOT / "recipes" / "sft-debug.toml")
-    script = out.run_dir / layout.SCRIPT
+    script = RunDir(out.run_dir).script
     script.write_text(script.read_text() + "# edited\n")
     env = {"SLURMRL_RUN_DIR": str(out.run_dir), "SLURM_PROCID": "0"}
     provenance.record("trainer", env)
-    (out.run_dir / layout.JOBS).write_text(json.dumps([{"job_id": "41"}]))
+    (RunDir(out.run_dir).jobs).write_text(json.dumps([{"job_id": "41"}]))
     lock.refresh(out.run_dir, edited=True)
     m = lock.meta(out.run_dir)
     assert m["edited"] is True and "runtime" not in m
-    assert m["files"][layout.SCRIPT] == hashlib.sha256(script.read_bytes()).hexdigest()
+    assert m["files"][RunDir.SCRIPT] == hashlib.sha256(script.read_bytes()).hexdigest()
     assert m["recipe_file"] == "sft-debug.toml" and m["recipe_repo"]["commit"]  # kept from the render
-    kept = lock.read(layout.set_aside_dir(out.run_dir, "41") / layout.LOCK)
+    kept = lock.read(RunDir(out.run_dir).set_aside_dir("41") / RunDir.LOCK)
     assert kept["lock"]["runtime"][0]["component"] == "trainer"  # the earlier job's versions, with its logs

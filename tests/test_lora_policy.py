@@ -18,8 +18,15 @@ import signal
 from pathlib import Path
 
 import pytest
-
-from test_trainer import Trainer, logprob_fn, metrics, run_dir_for, tiny, tokenizer, write_rollouts  # noqa: F401
+from test_trainer import (  # noqa: F401
+    Trainer,
+    logprob_fn,
+    metrics,
+    run_dir_for,
+    tiny,
+    tokenizer,
+    write_rollouts,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -342,10 +349,11 @@ def run_orchestrator(tmp: Path, tiny: Path, trained: Path, requests_url: str, ad
     import subprocess
     import sys
 
-    from slurmrl import layout
     from slurmrl.recipe.load import load_recipe
-    from slurmrl.render.tomlw import dumps
     from slurmrl.recipe.roles import orchestrator_settings
+    from slurmrl.rundir.paths import RunDir
+    from slurmrl.rundir.ready import write_ready
+    from slurmrl.rundir.tomlw import dumps
 
     recipe = load_recipe(Path(__file__).resolve().parent.parent / "recipes" / "rl-debug.toml", [
         f'model.path="{tiny}"', 'model.served_name="tiny"', "trainer.max_steps=2", "trainer.lora={rank=8}",
@@ -353,10 +361,10 @@ def run_orchestrator(tmp: Path, tiny: Path, trained: Path, requests_url: str, ad
     ])
     run_dir = tmp / "orch"
     shutil.copytree(trained / "weights", run_dir / "weights")
-    config = layout.component_config(run_dir, "orchestrator")
+    config = RunDir(run_dir).component_config("orchestrator")
     config.parent.mkdir(parents=True)
     config.write_text(dumps(orchestrator_settings(recipe, str(run_dir)).model_dump(mode="json")))
-    layout.write_ready(layout.ready_file(run_dir, 0, "trainer", 0), None, 1)  # no trainer here: its ready file
+    write_ready(RunDir(run_dir).ready_file(0, "trainer", 0), None, 1)  # no trainer here: its ready file
     log = run_dir / "logs" / "orchestrator.0.log"
     log.parent.mkdir(parents=True)
     with log.open("wb") as out:

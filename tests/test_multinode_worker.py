@@ -20,12 +20,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from live_components import post_json
-from slurmrl import layout, secret
-from slurmrl.ports import base_for_job
-from slurmrl.runtime.tiny_model import build as build_tiny
 from test_inference_cluster import node_address
+
+from slurmrl import secret
+from slurmrl.ports import base_for_job
+from slurmrl.rundir.ready import read_ready
+from slurmrl.runtime.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,8 +89,8 @@ def test_pd_decode_worker_spans_two_nodes_and_serves(slurm_cluster, tmp_path):
             time.sleep(3)
         assert want <= have, f"not ready: {have}"
         # the follower serves no API: its ready file has no URL; the leader's does
-        lead_url, ntasks, _ = layout.read_ready(ready_dir / "decode.0")
-        follow_url, _, follow_pid = layout.read_ready(ready_dir / "decode.1")
+        lead_url, ntasks, _ = read_ready(ready_dir / "decode.0")
+        follow_url, _, follow_pid = read_ready(ready_dir / "decode.1")
         assert ntasks == 2 and lead_url.startswith("http://") and follow_url in ("-", "", None)
         argv = Path(f"/proc/{follow_pid}/cmdline").read_bytes().split(b"\0")
         assert b"--headless" in argv and argv[argv.index(b"--data-parallel-start-rank") + 1] == b"1"
@@ -105,7 +106,7 @@ def test_pd_decode_worker_spans_two_nodes_and_serves(slurm_cluster, tmp_path):
         served = engine_requests(metrics)
         assert set(served) >= {"0", "1"} and all(v > 0 for v in served.values()), served
         # and the prefill pool took its part of every request (the router pairs both pools)
-        url, _, _ = layout.read_ready(ready_dir / "prefill.0")
+        url, _, _ = read_ready(ready_dir / "prefill.0")
         host, port = url.removeprefix("http://").split(":")
         metrics = urllib.request.urlopen(
             f"http://{node_address(slurm_cluster, host)}:{port}/metrics", timeout=30).read().decode()

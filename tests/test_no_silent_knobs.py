@@ -38,8 +38,8 @@ from slurmrl.plan import plan, rules
 from slurmrl.recipe.load import apply_overrides, check_numbers, read_toml
 from slurmrl.app.build import planned
 from slurmrl.recipe.recipe import Recipe
-from slurmrl.render import tomlw
 from slurmrl.render.script import render_script
+from slurmrl.rundir import tomlw
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.toml"))
@@ -487,14 +487,14 @@ def test_plan_takes_local_dataset_paths(dataset):
 
 
 def test_the_trainer_and_the_preflight_probe_look_for_the_dataset_file(tmp_path, monkeypatch):
-    from slurmrl import layout
+    from slurmrl.rundir.paths import RunDir
     from slurmrl.runtime import probe
     from slurmrl.runtime.trainer import dataset
 
     run_dir = tmp_path / "run"
     monkeypatch.chdir(tmp_path)
     r, p, _ = planned(SFT, [override("trainer.dataset", "sft.jsonl")], run_dir=run_dir)
-    config = layout.component_config(run_dir, "trainer")
+    config = RunDir(run_dir).component_config("trainer")
     config.parent.mkdir(parents=True)
     config.write_text(tomlw.dumps(p.component("trainer").settings))
     [why] = probe.dataset_problems(run_dir)

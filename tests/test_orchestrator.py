@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl import layout
 from slurmrl import envs
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready, write_ready
 from slurmrl.runtime.orchestrator import advantages, arguments
 from slurmrl.runtime.tiny_model import build as build_tiny
 
@@ -107,15 +108,15 @@ def wait_health(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60
 @pytest.mark.vllm
 def test_orchestrator_writes_batches_without_running_ahead(tmp_path):
     from slurmrl.recipe.load import load_recipe
-    from slurmrl.render.tomlw import dumps
     from slurmrl.recipe.roles import orchestrator_settings
+    from slurmrl.rundir.tomlw import dumps
 
     model = build_tiny(tmp_path / "tiny")
     recipe = load_recipe(ROOT / "recipes" / "rl-debug.toml", [
         f'model.path="{model}"', "trainer.max_steps=3", "orchestrator.max_off_policy_steps=1",
     ])
     run_dir = tmp_path / "run"
-    config = layout.component_config(run_dir, "orchestrator")
+    config = RunDir(run_dir).component_config("orchestrator")
     config.parent.mkdir(parents=True)
     config.write_text(dumps(orchestrator_settings(recipe, str(run_dir)).model_dump(mode="json")))
     (run_dir / "logs").mkdir()
@@ -126,7 +127,7 @@ def test_orchestrator_writes_batches_without_running_ahead(tmp_path):
     try:
         wait_health(url, server, run_dir / "logs" / "inference.0.log")
         # the orchestrator waits for the trainer's ready file (stand-in: no trainer in this test)
-        layout.write_ready(layout.ready_file(run_dir, 0, "trainer", 0), None, 1)
+        write_ready(RunDir(run_dir).ready_file(0, "trainer", 0), None, 1)
         log = run_dir / "logs" / "orchestrator.0.log"
         orch = subprocess.Popen(
             [sys.executable, "-m", "slurmrl.runtime.orchestrator", "--config", str(config),
@@ -150,7 +151,7 @@ def test_orchestrator_writes_batches_without_running_ahead(tmp_path):
         rec = [json.loads(x) for x in lines]
         assert [r["step"] for r in rec] == [1, 2] and [r["off_policy_lag"] for r in rec] == [0, 1]
         assert 0 <= rec[0]["reward_mean"] <= 1
-        assert layout.read_ready(layout.ready_file(run_dir, 0, "orchestrator", 0))[:2] == (None, 1)
+        assert read_ready(RunDir(run_dir).ready_file(0, "orchestrator", 0))[:2] == (None, 1)
     finally:
         stop(orch)
         stop(server)

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -32,7 +31,7 @@ from slurmrl.plan import plan
 from slurmrl.plan.model import Component, Instance, Plan
 from slurmrl.recipe.load import read_toml, validate
 from slurmrl.app.build import Rendered, build
-from slurmrl.render import tomlw
+from slurmrl.rundir import tomlw
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "slurmrl" / "recipes").glob("*.toml"))

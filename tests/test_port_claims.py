@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from script_edits import serve_with_ok_server
-from slurmrl import layout, ports
+from slurmrl import ports
 from slurmrl.app.build import build
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -108,15 +109,15 @@ def test_two_jobs_whose_ids_share_a_slot_serve_side_by_side_on_one_node(slurm_cl
         bases = []
         for run_dir in run_dirs:
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not layout.ready_file(run_dir, 0, "router", 0).exists():
-                assert not layout.failed_file(run_dir, 0).exists(), layout.failed_file(run_dir, 0).read_text()
+            while time.monotonic() < deadline and not RunDir(run_dir).ready_file(0, "router", 0).exists():
+                assert not RunDir(run_dir).failed_file(0).exists(), RunDir(run_dir).failed_file(0).read_text()
                 time.sleep(1)
-            assert layout.ready_file(run_dir, 0, "router", 0).exists(), list(run_dir.rglob("*.log"))
-            phases = [what for _, what in layout.read_phases(run_dir, 0)]
+            assert RunDir(run_dir).ready_file(0, "router", 0).exists(), list(run_dir.rglob("*.log"))
+            phases = [what for _, what in RunDir(run_dir).read_phases(0)]
             bases.append(int(next(p for p in phases if p.startswith("ports from ")).split()[2]))
         assert bases[0] != bases[1], bases
         assert ports.base_for_job(ids[0]) in bases  # one of them got the block its id points to
-        urls = {layout.read_ready(layout.ready_file(d, 0, "inference", 0))[0] for d in run_dirs}
+        urls = {read_ready(RunDir(d).ready_file(0, "inference", 0))[0] for d in run_dirs}
         assert len(urls) == 2 and all(u.startswith("http://n3:") for u in urls)
     finally:
         slurm_cluster.run(["scancel", *map(str, ids)])

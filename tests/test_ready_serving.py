@@ -17,13 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+from test_supervise import free_port, start, wait_for
 
-from slurmrl import layout
 from slurmrl.plan import plan
 from slurmrl.recipe.load import load_recipe
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import ready_check
-
-from test_supervise import free_port, start, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 OK = [sys.executable, str(ROOT / "tests" / "ok_server.py")]
@@ -32,7 +31,7 @@ ROUTER = shutil.which("vllm-router", path=str(Path(sys.executable).parent))
 
 
 def waiting(tmp_path: Path, name: str) -> str:
-    f = layout.waiting_file(tmp_path, 0, name)
+    f = RunDir(tmp_path).waiting_file(0, name)
     return f.read_text() if f.exists() else ""
 
 
@@ -64,8 +63,8 @@ def test_a_server_that_passes_health_but_does_not_serve_is_never_ready(tmp_path,
         text = wait_for(lambda: says in waiting(tmp_path, "inference") and waiting(tmp_path, "inference"))
         assert text.startswith("task 0: completion of 'm' through http://127.0.0.1:") and says in text
         time.sleep(3)  # several more polls: still not ready
-        assert not layout.ready_file(tmp_path, 0, "inference", 0).exists()
-        assert not any("serving" in what for _, what in layout.read_phases(tmp_path, 0))
+        assert not RunDir(tmp_path).ready_file(0, "inference", 0).exists()
+        assert not any("serving" in what for _, what in RunDir(tmp_path).read_phases(0))
     finally:
         p.terminate()
         out, _ = p.communicate(timeout=30)
@@ -77,11 +76,11 @@ def test_a_server_that_serves_is_ready_and_the_time_is_a_phase(tmp_path):
     p = start(tmp_path, "inference", "--ready", f"http://127.0.0.1:{port}", "--ready-completion", "m", "--",
               *OK, str(port), "127.0.0.1")
     try:
-        wait_for(lambda: layout.ready_file(tmp_path, 0, "inference", 0).exists())
-        phases = [what for _, what in layout.read_phases(tmp_path, 0)]
+        wait_for(lambda: RunDir(tmp_path).ready_file(0, "inference", 0).exists())
+        phases = [what for _, what in RunDir(tmp_path).read_phases(0)]
         assert any(w.startswith(f"inference serving: a completion through http://127.0.0.1:{port} returned 1 token(s) in ")
                    for w in phases), phases
-        assert not layout.waiting_file(tmp_path, 0, "inference").exists()
+        assert not RunDir(tmp_path).waiting_file(0, "inference").exists()
     finally:
         p.terminate()
         p.communicate(timeout=30)
@@ -103,22 +102,22 @@ def test_through_vllm_router_workers_are_counted_and_a_failing_worker_is_named(t
         text = wait_for(lambda: "directly" in waiting(tmp_path, "router") and waiting(tmp_path, "router"), 60)
         assert "through http://127.0.0.1:%d/v1/completions failed: HTTP 5" % router in text, text
         assert f"directly, http://127.0.0.1:{bad}: HTTP 500: engine dead (test double)" in text, text
-        phases = [what for _, what in layout.read_phases(tmp_path, 0)]
+        phases = [what for _, what in RunDir(tmp_path).read_phases(0)]
         assert "router workers registered: 1 of 1 after" in " ".join(phases), phases
-        assert not layout.ready_file(tmp_path, 0, "router", 0).exists()
+        assert not RunDir(tmp_path).ready_file(0, "router", 0).exists()
         stop(procs.pop())
         # 2. three workers expected, two given: it waits for the third
         procs.append(start(tmp_path, "router", "--ready", f"http://127.0.0.1:{router}", "--ready-workers", "3",
                            "--ready-completion", "m", "--", *argv, f"http://127.0.0.1:{good}",
                            f"http://127.0.0.1:{bad}"))
         wait_for(lambda: "2 of 3 workers registered" in waiting(tmp_path, "router"), 60)
-        assert not layout.ready_file(tmp_path, 0, "router", 0).exists()
+        assert not RunDir(tmp_path).ready_file(0, "router", 0).exists()
         stop(procs.pop())
         # 3. the right count, and a worker that serves: ready
         procs.append(start(tmp_path, "router", "--ready", f"http://127.0.0.1:{router}", "--ready-workers", "1",
                            "--ready-completion", "m", "--", *argv, f"http://127.0.0.1:{good}"))
-        wait_for(lambda: layout.ready_file(tmp_path, 0, "router", 0).exists(), 60)
-        assert any(w.startswith("router serving: a completion through") for _, w in layout.read_phases(tmp_path, 0))
+        wait_for(lambda: RunDir(tmp_path).ready_file(0, "router", 0).exists(), 60)
+        assert any(w.startswith("router serving: a completion through") for _, w in RunDir(tmp_path).read_phases(0))
     finally:
         stop(*procs, *servers)
 

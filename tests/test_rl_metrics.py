@@ -4,7 +4,6 @@ entropy, memory fields, the MFU formula; and the second panel of reward.png, the
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest

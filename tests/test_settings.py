@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.plan import rules
 from slurmrl.recipe.load import load_recipe, validate
@@ -22,8 +21,9 @@ from slurmrl.recipe import roles
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import global_batch
 from slurmrl.recipe.trainer import SFT_BATCH_SIZE, Trainer
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.tomlw import dumps
 from slurmrl.settings.trainer import TrainerKnobs
-from slurmrl.render.tomlw import dumps
 from slurmrl.settings import orchestrator as orch_settings
 from slurmrl.settings import trainer as trainer_settings
 
@@ -49,7 +49,7 @@ def recipe(text: str, tmp_path: Path, overrides: list[str] = (), name: str = "re
 
 def write(run_dir: Path, role: str, settings) -> Path:
     """What render writes for ``role``."""
-    path = layout.component_config(run_dir, role)
+    path = RunDir(run_dir).component_config(role)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps(settings.model_dump(mode="json")))
     return path

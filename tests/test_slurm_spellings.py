@@ -27,7 +27,7 @@ from slurmrl.errors import UserError
 from slurmrl.plan import plan
 from slurmrl.recipe.load import apply_overrides, read_toml, validate
 from slurmrl.recipe.slurm_values import MAIL_TYPES
-from slurmrl.render.tomlw import _value
+from slurmrl.rundir.tomlw import _value
 
 ROOT = Path(__file__).resolve().parent.parent
 RL = ROOT / "recipes" / "rl-debug.toml"

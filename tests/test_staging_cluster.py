@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.stage import MANIFEST
 from slurmrl.runtime.tiny_model import build as build_tiny
 
@@ -57,7 +57,7 @@ def render(cluster, tmp: Path, name: str, model: Path, cache: Path, stage: Path,
 
 
 def phases(run_dir: Path) -> list[str]:
-    return [what for _, what in layout.read_phases(run_dir, 0)]
+    return [what for _, what in RunDir(run_dir).read_phases(0)]
 
 
 def test_image_imported_once_weights_staged_per_node_and_ready_means_serving(slurm_cluster, tmp_path):
@@ -70,14 +70,14 @@ def test_image_imported_once_weights_staged_per_node_and_ready_means_serving(slu
         r = slurm_cluster.slurmrl("submit", str(run_dir), cwd=tmp_path)
         assert r.returncode == 0, r.stdout + r.stderr
         jobs[run_dir] = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
-    failed = layout.failed_file(bad, 0)
+    failed = RunDir(bad).failed_file(0)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             up = any("all components ready" in w for w in phases(good))
             if up and failed.exists():
                 break
-            assert not layout.failed_file(good, 0).exists(), layout.failed_file(good, 0).read_text()
+            assert not RunDir(good).failed_file(0).exists(), RunDir(good).failed_file(0).read_text()
             time.sleep(2)
         assert up, f"job A not ready: {phases(good)}"
         assert failed.exists(), f"job B neither ready nor failed: {phases(bad)}"
@@ -91,7 +91,7 @@ def test_image_imported_once_weights_staged_per_node_and_ready_means_serving(slu
         assert "completion of" in reason and "HTTP 500: engine dead (test double)" in reason, reason
         assert re.search(r"directly, http://n\d:\d+: HTTP 500: engine dead", reason), reason
         assert not any("all components ready" in w for w in phases(bad))
-        assert not layout.ready_file(bad, 0, "router", 0).exists()
+        assert not RunDir(bad).ready_file(0, "router", 0).exists()
         # A: both workers registered behind the router, one completion through it
         joined = " | ".join(phases(good))
         assert "router workers registered: 2 of 2" in joined and "router serving: a completion through" in joined
@@ -115,7 +115,7 @@ def test_image_imported_once_weights_staged_per_node_and_ready_means_serving(slu
             staged = [w for w in phases(run_dir) if w.startswith("model staged on ")]
             assert len(staged) == 2 and len({w.split()[3] for w in staged}) == 2, staged  # one line per node
             for task in ("inference.0", "inference.1"):
-                log_text = (layout.log_dir(run_dir, 0) / f"{task}.log").read_text()
+                log_text = (RunDir(run_dir).log_dir(0) / f"{task}.log").read_text()
                 argv = re.search(r"exec: (.*)", log_text).group(1)
                 local = re.search(r"--model (\S+)", argv).group(1)
                 assert local.startswith(f"{stage}/n") and local != str(model), argv

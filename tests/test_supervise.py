@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 SUPERVISE = [sys.executable, "-m", "slurmrl.runtime.supervise"]
@@ -93,9 +94,9 @@ def test_ready_file_has_url_task_count_and_the_servers_pid(tmp_path):
     p = start(tmp_path, "srv", "--ready", f"http://127.0.0.1:{port}", "--",
               sys.executable, str(ROOT / "tests" / "ok_server.py"), str(port), env={"SLURM_STEP_NUM_TASKS": "3"})
     try:
-        f = layout.ready_file(tmp_path, 0, "srv", 0)
+        f = RunDir(tmp_path).ready_file(0, "srv", 0)
         wait_for(f.exists)
-        url, ntasks, pid = layout.read_ready(f)
+        url, ntasks, pid = read_ready(f)
         assert (url, ntasks) == (f"http://127.0.0.1:{port}", 3)
         assert "ok_server.py" in " ".join(psutil.Process(pid).cmdline())
     finally:
@@ -126,7 +127,7 @@ BEATING = ("import time\nfrom slurmrl import heartbeat\nwhile True:\n    heartbe
 def test_a_command_that_stops_beating_is_ended_with_124(tmp_path):
     p = start(tmp_path, "orchestrator", "--heartbeat", "2", "--", sys.executable, "-c", BEATING,
               env={"PYTHONPATH": str(ROOT)})
-    beat_file = layout.heartbeat_file(tmp_path, 0, "orchestrator", 0)
+    beat_file = RunDir(tmp_path).heartbeat_file(0, "orchestrator", 0)
     wait_for(beat_file.exists)
     time.sleep(3)
     assert p.poll() is None  # beating: left alone

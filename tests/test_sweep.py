@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl import layout, lock
 from slurmrl.app import sweep
 from slurmrl.app.build import build
+from slurmrl.rundir import lockfile as lock
+from slurmrl.rundir.links import read_links
+from slurmrl.rundir.paths import RunDir
 from slurmrl.slurm.watch import HetInfoWatcher, array_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,17 +46,17 @@ def test_one_complete_run_dir_per_point_with_an_index(tmp_path, monkeypatch):
         trainer = tomllib.loads((run_dir / "components" / "trainer.toml").read_text())
         assert (trainer["lr"], trainer["seed"], trainer["max_steps"]) == (
             p["values"]["trainer.lr"], p["values"]["trainer.seed"], 7)
-        script = (run_dir / layout.SCRIPT).read_text()
+        script = (RunDir(run_dir).script).read_text()
         assert f"#SBATCH --job-name={p['name']}" in script and "#SBATCH --time=00:05:00" in script
         assert "rendered from sft.toml" in script.splitlines()[1]
-        resolved = tomllib.loads((run_dir / layout.RECIPE).read_text())
+        resolved = tomllib.loads((RunDir(run_dir).recipe).read_text())
         assert "sweep" not in resolved and resolved["name"] == p["name"]
         # a complete run dir: its recipe.toml renders it again (`slurmrl diff` finds nothing), and so does its lock
-        assert build(run_dir / layout.RECIPE, run_dir=run_dir, source_name="sft.toml").script == script
+        assert build(RunDir(run_dir).recipe, run_dir=run_dir, source_name="sft.toml").script == script
         m = lock.meta(run_dir)
         assert (m["sweep"], m["sweep_point"], m["recipe_path"]) == (str(d), p["index"], str(recipe))
-        assert build(run_dir / layout.LOCK, run_dir=run_dir).script == script
-        assert lock.links(run_dir) == {"sweep": str(d)}
+        assert build(RunDir(run_dir).lock, run_dir=run_dir).script == script
+        assert read_links(run_dir).to_json() == {"sweep": str(d)}
     # a recipe with a [sweep] table is not rendered as one job
     r = slurmrl("render", str(recipe), cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("slurmrl: error: sweep: this recipe is a sweep")
@@ -84,7 +86,7 @@ def test_a_job_array_only_for_plain_jobs_that_ask_for_the_same(tmp_path, monkeyp
 
     def scripts(recipe, grid):
         d = sweep.render_sweep(recipe, grid, sweep_dir=tmp_path / f"s{len(list(tmp_path.iterdir()))}")
-        return d, {p.name: (p / layout.SCRIPT).read_text() for p in sweep.point_dirs(d, sweep.read_index(d))}
+        return d, {p.name: (RunDir(p).script).read_text() for p in sweep.point_dirs(d, sweep.read_index(d))}
 
     d, same = scripts(SFT, ["trainer.lr=1e-3,3e-3"])
     assert sweep.array_refusal(same) is None

@@ -18,10 +18,11 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-
-from slurmrl import layout, lock
-from slurmrl.runtime.tiny_model import build as build_tiny
 from test_status_logs_cancel import wait_for
+
+from slurmrl.rundir import lockfile as lock
+from slurmrl.rundir.paths import RunDir
+from slurmrl.runtime.tiny_model import build as build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 SFT = ROOT / "recipes" / "sft-debug.toml"
@@ -56,9 +57,9 @@ def test_sweeps_lock_and_again_on_slurm(slurm_cluster, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     out = ok(slurmrl("sweep", str(SFT), "--grid", "trainer.lr=1e-3,3e-3", "--max-running", "1",
                      "--sweep-dir", str(a), *common))
-    array = json.loads((a / layout.SWEEP_INDEX).read_text())["submissions"][-1]
+    array = json.loads((RunDir(a).sweep_index).read_text())["submissions"][-1]
     assert array["mode"] == "array" and f"as job array {array['array_job']}, at most 1 running" in out
-    assert "#SBATCH --array=0-1%1" in (a / layout.SWEEP_SCRIPT).read_text()
+    assert "#SBATCH --array=0-1%1" in (RunDir(a).sweep_script).read_text()
     a0, a1 = a / "sft-debug-p0", a / "sft-debug-p1"
     assert array["job_ids"] == [f"{array['array_job']}_0", f"{array['array_job']}_1"]
 
@@ -66,7 +67,7 @@ def test_sweeps_lock_and_again_on_slurm(slurm_cluster, tmp_path):
     # point, which never runs) keeps it from running at all
     out = ok(slurmrl("sweep", str(SFT), "--grid", "slurm.cpus_per_node=4,8", "--max-running", "1",
                      "--set", f"slurm.dependency=afterok:{array['job_ids'][1]}", "--sweep-dir", str(b), *common))
-    jobs_b = json.loads((b / layout.SWEEP_INDEX).read_text())["submissions"][-1]
+    jobs_b = json.loads((RunDir(b).sweep_index).read_text())["submissions"][-1]
     assert jobs_b["mode"] == "jobs" and "different resources" in jobs_b["why_not_array"], jobs_b
     deps = {j: slurm_cluster.run(["squeue", "-h", "-j", j, "-o", "%E"]).stdout.strip() for j in jobs_b["job_ids"]}
     assert deps[jobs_b["job_ids"][0]].startswith(f"afterok:{array['job_ids'][1]}"), deps
@@ -100,13 +101,13 @@ def test_sweeps_lock_and_again_on_slurm(slurm_cluster, tmp_path):
 
     mark("both sweeps cancelled")
     # the same run again, with a hand edit, as a new run dir linked to the first
-    script = a0 / layout.SCRIPT
+    script = RunDir(a0).script
     edited = script.read_text().replace("set -euo pipefail\n", "set -euo pipefail\necho 'edited by hand'\n", 1)
     script.write_text(edited)
     out = ok(slurmrl("submit", "--again", str(a0)))
     new = a / "sft-debug-p0-again-1"
     assert "submitted job" in out and str(new) in out and "edited by hand" in out, out
-    assert (new / layout.SCRIPT).read_text() == edited.replace(str(a0), str(new))
+    assert (RunDir(new).script).read_text() == edited.replace(str(a0), str(new))
     assert lock.meta(new)["again_of"] == str(a0) and lock.meta(new)["edited"] is True
     assert f"again of: {a0}" in ok(slurmrl("status", str(new)))
     old_status = ok(slurmrl("status", str(a0)))

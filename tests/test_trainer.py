@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -157,14 +158,14 @@ def run_dir_for(tmp: Path, recipe: str, name: str, overrides: list[str], world_s
     from slurmrl.plan import rules
     from slurmrl.recipe.load import load_recipe
     from slurmrl.recipe.recipe import global_batch
-    from slurmrl.render.tomlw import dumps
     from slurmrl.recipe.roles import trainer_settings
+    from slurmrl.rundir.tomlw import dumps
 
     recipe = load_recipe(ROOT / "recipes" / recipe, overrides)
     rules.check(recipe)
     run_dir = tmp / name
     s = trainer_settings(recipe, str(run_dir), world_size, global_batch(recipe))
-    path = layout.component_config(run_dir, "trainer")
+    path = RunDir(run_dir).component_config("trainer")
     path.parent.mkdir(parents=True)
     path.write_text(dumps(s.model_dump(mode="json")))
     return run_dir
@@ -243,7 +244,7 @@ def test_sft_loss_falls_and_resumes_after_term(sft_single):
     assert st["step"] == SFT_STEPS and set(st["data"]) == {"epoch", "index"}
     # the final weights are published like RL weights, and the component marked itself ready
     assert (run_dir / "weights" / f"step-{SFT_STEPS:06d}" / "READY").exists()
-    assert layout.read_ready(layout.ready_file(run_dir, 0, "trainer", 0))[:2] == (None, 1)
+    assert read_ready(RunDir(run_dir).ready_file(0, "trainer", 0))[:2] == (None, 1)
     # a third start has nothing left to do
     third = Trainer(run_dir, tag="c")
     assert third.wait() == 0 and "nothing to do" in third.tail()
@@ -257,7 +258,7 @@ def test_sft_two_ranks_fsdp2_matches_one_rank(tmp_path, tiny, sft_data, sft_sing
 
     run_dir = run_dir_for(tmp_path, "sft-1node.toml", "run",
                          [*sft_overrides(tiny, sft_data, 2), f"trainer.max_steps={FSDP_STEPS}"], world_size=2)
-    assert load(layout.component_config(run_dir, "trainer")).world_size == 2
+    assert load(RunDir(run_dir).component_config("trainer")).world_size == 2
     t = Trainer(run_dir, ranks=2)
     code = t.wait(timeout=150)
     assert code == 0, t.tail()

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.tiny_model import build as build_tiny
 
 pytestmark = pytest.mark.cluster
@@ -69,13 +69,13 @@ def test_kill_9_or_a_hang_at_each_trainer_level_ends_the_job_and_leaves_nothing(
         levels = {}
         for case, (run_dir, job_id) in jobs.items():
             # training: the worker has beaten its heart (so the hang watch is on)
-            wait(layout.heartbeat_file(run_dir, 0, "trainer", 0).exists, f"{case}: the trainer to step")
+            wait(RunDir(run_dir).heartbeat_file(0, "trainer", 0).exists, f"{case}: the trainer to step")
             levels[case] = wait(lambda: trainer_levels(slurm_cluster, job_id), f"{case}: the trainer's processes")
         os.kill(levels["kill-torchrun"]["torchrun"].pid, signal.SIGKILL)
         os.kill(levels["kill-worker"]["worker"].pid, signal.SIGKILL)
         os.kill(levels["hang-worker"]["worker"].pid, signal.SIGSTOP)
         for case, (run_dir, job_id) in jobs.items():
-            failed = layout.failed_file(run_dir, 0)
+            failed = RunDir(run_dir).failed_file(0)
             wait(failed.exists, f"{case}: the job to fail", timeout=120)
             reason = failed.read_text()
             assert "trainer" in reason, (case, reason)

@@ -30,11 +30,16 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from slurmrl import layout, pydantic_plugins
+from slurmrl import pydantic_plugins
 from slurmrl.app.cluster import on_cluster
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Component, Plan
-from slurmrl.slurm import jobs, tools
+from slurmrl.plan.stored import load_plan
+from slurmrl.rundir import jobs
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_text
+from slurmrl.rundir.ready import read_ready
+from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Snapshot, Watch
 
 SHELL = ("bash",)  # the default command: an interactive shell on a pty
@@ -75,10 +80,7 @@ def split_command(rest: list[str], node: int | None, task: int | None,
 
 def container_flags(run_dir: Path, plan: Plan) -> list[str]:
     """The job's Pyxis flags: the ``CONTAINER=( ... )`` array of job.sbatch, else the plan's."""
-    try:
-        script = (run_dir / layout.SCRIPT).read_text()
-    except OSError:
-        script = ""
+    script = read_text(RunDir(run_dir).script, missing="")
     m = re.search(r"^CONTAINER=\(\n(.*?)^\)$", script, re.M | re.S)
     if m:
         try:
@@ -113,9 +115,9 @@ def pick_host(run_dir: Path, attempt: int, comp: Component, hosts: list[str], no
               task: int | None) -> tuple[str, str]:
     """(host, what it is: ``node 1`` / ``task 3``) for the options given (default: node 0)."""
     if task is not None:
-        f = layout.ready_file(run_dir, attempt, comp.name, task)
+        f = RunDir(run_dir).ready_file(attempt, comp.name, task)
         if f.exists():
-            url = layout.read_ready(f)[0]
+            url = read_ready(f).url
             host = host_of_url(url, hosts) if url else None
             if host:
                 return host, f"task {task}"
@@ -168,7 +170,7 @@ def srun_env(env: dict[str, str]) -> dict[str, str]:
 def attach(target: str, component: str, node: int | None, task: int | None, command: list[str]) -> int:
     run_dir = jobs.run_dir_arg(target)
     job_id = jobs.last_job(run_dir)
-    plan = jobs.load_plan(run_dir)
+    plan = load_plan(run_dir)
     if plan is None:
         raise UserError(str(run_dir), "has no plan.json; re-render the run dir")
     comp = component_of(plan, component)
@@ -191,7 +193,7 @@ def attach(target: str, component: str, node: int | None, task: int | None, comm
     hosts = tools.hostnames(part.nodes)
     where = tools.transport()
     where.pull(run_dir)  # --cluster: the ready files the job wrote there
-    attempt = (layout.attempts(run_dir) or [0])[-1]
+    attempt = (RunDir(run_dir).attempts() or [0])[-1]
     host, what = pick_host(run_dir, attempt, comp, hosts, node, task)
     pty = not command and sys.stdin.isatty()
     argv = srun_argv(job_id, comp.group if het else None, host, container_flags(run_dir, plan),

@@ -10,16 +10,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmrl import lock
 from slurmrl.app import sweep_grid
 from slurmrl.errors import UserError
-from slurmrl.layout import LOCK
 from slurmrl.plan import Plan, plan
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.recipe import Recipe
-from slurmrl.render import tomlw
-from slurmrl.render.keep_edits import refuse_lost_edits
-from slurmrl.render.rundir import write_run_dir
+from slurmrl.rundir import lockfile as lock
+from slurmrl.rundir import tomlw
+from slurmrl.rundir.paths import RunDir
+from slurmrl.app.keep_edits import refuse_lost_edits
+from slurmrl.rundir.write import write_run_dir
 from slurmrl.render.summary import salloc_line, summary
 
 STARTERS = Path(__file__).resolve().parent.parent / "recipes"  # `slurmrl init SHAPE` (cli.py lists them in --help)
@@ -34,7 +34,7 @@ class Rendered:
 
     @property
     def script(self) -> str:
-        return self.files["job.sbatch"]
+        return self.files[RunDir.SCRIPT]
 
 
 def resolve_run_dir(recipe: Recipe, preflight: bool = False) -> Path:
@@ -128,16 +128,16 @@ def build_recipe(recipe: Recipe, recipe_path: Path, run_dir: str | Path | None =
     recipe_path = Path(recipe_path)
     p, run_dir = plan_recipe(recipe, recipe_path, run_dir, preflight, place)
     files = {
-        "job.sbatch": render_script(p, str(run_dir), source_name or recipe_path.name,
+        RunDir.SCRIPT: render_script(p, str(run_dir), source_name or recipe_path.name,
                                     templates_dir(recipe, recipe_path)),
         FUNCTIONS: render_functions(templates_dir(recipe, recipe_path)),
-        "plan.json": plan_json(p),
-        "recipe.toml": "# The recipe as resolved (overrides applied, defaults filled in).\n"
+        RunDir.PLAN: plan_json(p),
+        RunDir.RECIPE: "# The recipe as resolved (overrides applied, defaults filled in).\n"
         + tomlw.dumps(resolved_recipe(recipe, recipe_path)),
     }
     for c in p.components:
         if c.settings is not None:
-            files[f"components/{c.name}.toml"] = component_config(c, run_dir)
+            files[f"{RunDir.COMPONENTS}/{c.name}.toml"] = component_config(c, run_dir)
     return Rendered(recipe, p, run_dir, files)
 
 
@@ -151,7 +151,7 @@ def render(
     out = build(recipe_path, overrides, run_dir, preflight)
     if not force:
         refuse_lost_edits(out.run_dir, out.files, build)  # no hand edit is lost without --force
-    out = Rendered(out.recipe, out.plan, out.run_dir, {**out.files, LOCK: lock_text(out, recipe_path)})
+    out = Rendered(out.recipe, out.plan, out.run_dir, {**out.files, RunDir.LOCK: lock_text(out, recipe_path)})
     write_run_dir(out.run_dir, out.files, force=force)
     return out
 
@@ -159,7 +159,7 @@ def render(
 def lock_text(out: Rendered, recipe_path: str | Path, **links) -> str:
     """RUN_DIR/lock.toml for what ``build`` rendered from ``recipe_path`` (slurmrl.lock)."""
     source = lock.header_source(out.script) or Path(recipe_path).name
-    return lock.compose(out.files["recipe.toml"], out.files, out.run_dir, source=source,
+    return lock.compose(out.files[RunDir.RECIPE], out.files, out.run_dir, source=source,
                         preflight=out.plan.preflight, recipe_path=Path(recipe_path), edited=False, **links)
 
 
@@ -216,7 +216,7 @@ def cmd_plan(args) -> int:
     if not args.salloc:
         print(summary(p, run_dir, args.job_id))
         return 0
-    script = Path(run_dir) / "job.sbatch"
+    script = RunDir(run_dir).script
     print(salloc_line(p, script))
     if not script.exists():
         print(f"slurmrl: {script} is not rendered yet: run `slurmrl render` with the same recipe and options first",

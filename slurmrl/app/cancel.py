@@ -7,7 +7,8 @@ import sys
 from slurmrl.app import sweep_report
 from slurmrl.app.cluster import on_cluster
 from slurmrl.app.sweep_dir import is_sweep_dir
-from slurmrl.slurm import jobs, tools
+from slurmrl.slurm import tools
+from slurmrl.rundir import jobs
 from slurmrl.slurm.watch import Watch
 
 
@@ -19,7 +20,7 @@ def cancel(target: str | None, timeout_s: float) -> int:
     if before.done and before.parts:
         print(f"job {job_id} had already ended: {before.state}")
         return 0
-    tools.out(["scancel", job_id])
+    tools.out(["scancel", "--", job_id])
     print(f"job {job_id}: cancel sent; waiting up to {timeout_s:.0f}s for it to end", flush=True)
     for snap in watch.follow(timeout_s):
         pass

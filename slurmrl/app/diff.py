@@ -10,18 +10,19 @@ would write but the run dir lacks is an edit; so is a file in a folder the rende
 from __future__ import annotations
 
 import difflib
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmrl import layout
 from slurmrl.app.build import build
 from slurmrl.app.cluster import on_cluster
 from slurmrl.errors import UserError
-from slurmrl.slurm import jobs, tools
-
-_HEADER = re.compile(r"^# slurmrl job .* rendered from (?P<file>.+)\.$", re.M)
+from slurmrl.plan.stored import is_preflight, load_plan
+from slurmrl.rundir import jobs
+from slurmrl.rundir.lockfile import header_source
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_text
+from slurmrl.slurm import tools
 
 
 @dataclass(frozen=True)
@@ -36,24 +37,22 @@ class Edit:
 def _modes(run_dir: Path) -> list[bool]:
     """Preflight or not, as plan.json says; both when plan.json itself was edited past reading."""
     try:
-        old = jobs.load_plan(run_dir)
+        old = load_plan(run_dir)
     except UserError:
         return [False, True]
-    return [bool(old and jobs.is_preflight(old))]
+    return [bool(old and is_preflight(old))]
 
 
 def fresh_files(run_dir: Path, preflight: bool) -> dict[str, str]:
     """What RUN_DIR/recipe.toml renders now (relative path -> text), recipe.toml itself left out."""
-    recipe_path = run_dir / layout.RECIPE
+    recipe_path = RunDir(run_dir).recipe
     if not recipe_path.is_file():
         raise UserError(str(run_dir), "has no recipe.toml to render from")
     # the header names the recipe file the run dir was first rendered from, not recipe.toml
-    current = (run_dir / layout.SCRIPT).read_text()
-    m = _HEADER.search("\n".join(current.splitlines()[:3]))
-    source = m["file"] if m else recipe_path.name
+    source = header_source(read_text(RunDir(run_dir).script, missing="")) or recipe_path.name
     out = build(recipe_path, run_dir=run_dir, preflight=preflight, source_name=source,
                 place=tools.transport().place)  # a run dir of a cluster's job: rendered for its path there
-    return {rel: text for rel, text in out.files.items() if rel != layout.RECIPE}
+    return {rel: text for rel, text in out.files.items() if rel != RunDir.RECIPE}
 
 
 def _read(path: Path) -> str | None:
@@ -67,7 +66,7 @@ def _read(path: Path) -> str | None:
 
 def _owned_folders(rendered: dict[str, str]) -> set[str]:
     """Folders whose every file comes from the render (render replaces them whole)."""
-    return {rel.split("/")[0] for rel in rendered if "/" in rel} | {layout.COMPONENTS}
+    return {rel.split("/")[0] for rel in rendered if "/" in rel} | {RunDir.COMPONENTS}
 
 
 def _compare(run_dir: Path, rendered: dict[str, str]) -> list[Edit]:

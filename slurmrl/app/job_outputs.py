@@ -1,101 +1,56 @@
 """What a job writes into its run dir, read back for `status`, `plot` and a sweep's report: metrics rows
-(metrics/*.jsonl), the benchmark's summary, an attempt's FAILED reason. A row or file that cannot
-be read is left out, never a traceback."""
+(metrics/*.jsonl), the benchmark's summary, an attempt's FAILED reason, each through the run-dir layer's
+typed reader (slurmrl.rundir): a file that cannot be read is one line naming it, never a traceback."""
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
-from slurmrl import layout
 from slurmrl.errors import UserError
+from slurmrl.rundir import benchmark, metrics
+from slurmrl.rundir.notes import read_note
+from slurmrl.rundir.paths import RunDir
 
-METRICS = (("orchestrator.jsonl", "reward_mean", "reward"), ("trainer.jsonl", "loss", "loss"))
+METRICS = (("orchestrator", "reward_mean", "reward"), ("trainer", "loss", "loss"))
 
 
 def latest_metrics(run_dir: Path) -> dict | None:
     """The newest step of the run: {"step", "reward"} (RL: the orchestrator's) or {"step", "loss"} (the trainer's)."""
-    for name, key, label in METRICS:
-        try:
-            lines = (run_dir / "metrics" / name).read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in reversed(lines):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("step"), int) and isinstance(rec.get(key), (int, float)):
-                return {"step": rec["step"], label: rec[key]}
+    for role, key, label in METRICS:
+        for row in reversed(metrics.read_rows(RunDir(run_dir).metrics(role))):
+            value = row.values.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return {"step": row.step, label: value}
     return None
 
 
 def read_rewards(run_dir: Path) -> list[tuple[int, float]]:
-    path = run_dir / "metrics" / "orchestrator.jsonl"
+    """(step, mean reward) per step with a finite reward (a requeued step's later record wins)."""
+    path = RunDir(run_dir).metrics("orchestrator")
     if not path.exists():
         raise UserError(str(run_dir), "has no metrics/orchestrator.jsonl (nor benchmark/summary.json) yet: is it "
                                       "an RL run, or a run with a [benchmark], that has started?")
-    points = {}
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-            step, reward = rec["step"], rec["reward_mean"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        if isinstance(step, int) and isinstance(reward, (int, float)) and math.isfinite(reward):
-            points[step] = float(reward)  # a requeued step overwrites its earlier record
-    return sorted(points.items())
+    points = {step: row.number("reward_mean") for step, row in metrics.by_step(path).items()}
+    return sorted((step, reward) for step, reward in points.items() if reward is not None)
 
 
 def read_records(path: Path) -> dict[int, dict]:
     """Step -> the last record of that step in a metrics JSONL file (a requeued step overwrites)."""
-    out: dict[int, dict] = {}
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return out
-    for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step"), int):
-            out[rec["step"]] = rec
-    return out
+    return {step: row.to_json() for step, row in metrics.by_step(path).items()}
 
 
-def last_record(path: Path, tail: int = 65536) -> dict | None:
-    """The last whole JSON line of a metrics file, reading only its end."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - tail))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step"), int):
-            return rec
-    return None
+def last_record(path: Path) -> dict | None:
+    """The newest record of a metrics file, reading only its end."""
+    row = metrics.last_row(path)
+    return row.to_json() if row else None
 
 
 def read_benchmark(run_dir: Path) -> dict | None:
-    """RUN_DIR/benchmark/summary.json, or None when there is none (or it cannot be read)."""
-    try:
-        summary = json.loads(layout.benchmark_summary(run_dir).read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) and isinstance(summary.get("points"), list) else None
+    """RUN_DIR/benchmark/summary.json as data (checked by slurmrl.rundir.benchmark), or None when there is none."""
+    summary = benchmark.read_summary(run_dir)
+    return summary.data if summary else None
 
 
 def failed_reason(run_dir: Path, attempt: int) -> str | None:
-    try:
-        return layout.failed_file(run_dir, attempt).read_text().strip() or "(no reason given)"
-    except FileNotFoundError:
-        return None
+    text = read_note(RunDir(run_dir).failed_file(attempt))
+    return None if text is None else text or "(no reason given)"

@@ -9,7 +9,10 @@ from pathlib import Path
 from slurmrl.app.cluster import on_cluster
 from slurmrl.app.status import NOT_FOUND_AFTER_S
 from slurmrl.errors import UserError
-from slurmrl.slurm import jobs, tools
+from slurmrl.plan.stored import load_plan
+from slurmrl.rundir import jobs
+from slurmrl.rundir.paths import RunDir
+from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Watch
 
 POLL_S = 0.5
@@ -17,27 +20,27 @@ STATE_EVERY_S = 2.0
 
 
 def attempt_dir(run_dir: Path, attempt: int | None) -> tuple[int, Path]:
-    found = jobs.attempts(run_dir)
+    found = RunDir(run_dir).attempts()
     if attempt is None:
         attempt = found[-1] if found else 0
     elif attempt not in found:
         have = ", ".join(map(str, found)) or "none yet"
         raise UserError("--attempt", f"{run_dir} has no attempt {attempt} (attempts: {have})")
-    return attempt, run_dir / "logs" / f"attempt-{attempt}"
+    return attempt, RunDir(run_dir).log_dir(attempt)
 
 
 def files(run_dir: Path, log_dir: Path, component: str | None, job_id: str | None) -> list[Path]:
     """Component logs of one attempt (``<component>.<task>.log``) and the job's batch log."""
     found = sorted(log_dir.glob(f"{component}.*.log" if component else "*.log"))
     if component in (None, "batch") and job_id:
-        batch = run_dir / "logs" / f"batch-{job_id}.out"
+        batch = RunDir(run_dir).batch_log(job_id)
         if batch.exists():
             found.insert(0, batch)
     return found
 
 
 def check_component(run_dir: Path, component: str | None) -> None:
-    plan = jobs.load_plan(run_dir)
+    plan = load_plan(run_dir)
     if component is None or plan is None or component == "batch":
         return
     names = [c.name for c in plan.components]
@@ -79,7 +82,8 @@ def logs(target: str | None, component: str | None, attempt: int | None, follow:
     check_component(run_dir, component)
     where = tools.transport()
     where.pull(run_dir)  # --cluster: the logs the job wrote there, brought back (again every STATE_EVERY_S)
-    job_id = str(jobs.history(run_dir)[-1]["job_id"]) if jobs.history(run_dir) else None
+    job_id = (jobs.history(run_dir) or [None])[-1]
+    job_id = job_id.job_id if job_id else None
     pinned = attempt is not None
     _, log_dir = attempt_dir(run_dir, attempt)
     tail = Tail()

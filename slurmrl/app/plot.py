@@ -5,15 +5,25 @@ row `slurmrl status` shows."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from slurmrl import layout
 from slurmrl.app import sweep_report
 from slurmrl.app.job_outputs import last_record, read_benchmark, read_records, read_rewards
 from slurmrl.app.sweep_dir import is_sweep_dir
-from slurmrl.charts import (benchmark_png, benchmark_rows, benchmark_status_line, finite, png_chart, terminal_chart,
-                            text_table)
+from slurmrl.charts import benchmark_png, benchmark_rows, benchmark_status_line, png_chart, terminal_chart, text_table
 from slurmrl.errors import UserError
+from slurmrl.rundir.paths import RunDir
+
+
+def _fmt(value, spec: str) -> str | None:
+    """A number as ``spec`` says; NaN and infinities as such; None for null or anything not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return format(value, spec) if math.isfinite(value) else str(float(value))
+    except (OverflowError, ValueError):
+        return str(value)[:20]
 
 
 def training_line(orch: dict | None, trainer: dict | None) -> str | None:
@@ -22,23 +32,24 @@ def training_line(orch: dict | None, trainer: dict | None) -> str | None:
         return None
     parts = []
     if orch:
-        parts.append(f"batch {orch['step']}: reward {finite(orch.get('reward_mean'), '.3f') or '-'}"
-                     f" (std {finite(orch.get('reward_std'), '.3f') or '-'}, min {finite(orch.get('reward_min'), '.3g') or '-'}"
-                     f", max {finite(orch.get('reward_max'), '.3g') or '-'}), lag {orch.get('off_policy_lag', '-')}")
+        parts.append(f"batch {orch['step']}: reward {_fmt(orch.get('reward_mean'), '.3f') or '-'}"
+                     f" (std {_fmt(orch.get('reward_std'), '.3f') or '-'}, min {_fmt(orch.get('reward_min'), '.3g') or '-'}"
+                     f", max {_fmt(orch.get('reward_max'), '.3g') or '-'}), lag {_fmt(orch.get('off_policy_lag'), 'd') or '-'}")
     if trainer:
         t = trainer
         items = [("loss", "loss", ".4g"), ("kl", "kl", ".3g"), ("kl_max", "kl max", ".3g"),
                  ("kl_inference", "kl inf", ".3g"), ("entropy", "entropy", ".3g"), ("clip_frac", "clip", ".3f"),
                  ("grad_norm", "grad", ".3g")]
-        words = [f"{label} {finite(t.get(key), spec)}" for key, label, spec in items if finite(t.get(key), spec)]
-        if finite(t.get("cuda_mem_peak_gib"), ".1f"):
-            words.append(f"cuda peak {t['cuda_mem_peak_gib']:.1f} GiB (reserved {t.get('cuda_mem_reserved_gib', 0):.1f})")
-        elif finite(t.get("cpu_rss_gib"), ".1f"):
-            words.append(f"rss {t['cpu_rss_gib']:.1f} GiB")
-        if finite(t.get("mfu"), ".1%"):
-            words.append(f"MFU {t['mfu']:.1%}")
-        elif finite(t.get("tokens_per_s"), ".0f"):
-            words.append(f"{t['tokens_per_s']:.0f} tok/s")
+        words = [f"{label} {_fmt(t.get(key), spec)}" for key, label, spec in items if _fmt(t.get(key), spec)]
+        if _fmt(t.get("cuda_mem_peak_gib"), ".1f"):
+            words.append(f"cuda peak {_fmt(t['cuda_mem_peak_gib'], '.1f')} GiB "
+                         f"(reserved {_fmt(t.get('cuda_mem_reserved_gib'), '.1f') or '-'})")
+        elif _fmt(t.get("cpu_rss_gib"), ".1f"):
+            words.append(f"rss {_fmt(t['cpu_rss_gib'], '.1f')} GiB")
+        if _fmt(t.get("mfu"), ".1%"):
+            words.append(f"MFU {_fmt(t['mfu'], '.1%')}")
+        elif _fmt(t.get("tokens_per_s"), ".0f"):
+            words.append(f"{_fmt(t['tokens_per_s'], '.0f')} tok/s")
         parts.append(f"trainer step {t['step']}: " + ", ".join(words))
     return "; ".join(parts)
 
@@ -50,7 +61,7 @@ def plot_benchmark(path: Path, summary: dict) -> int:
     if not summary.get("points"):
         raise UserError(str(path), "the benchmark has no results yet")
     print("\n".join(text_table(benchmark_rows(summary))))
-    png = layout.benchmark_plot(path)
+    png = RunDir(path).benchmark_plot()
     if benchmark_png(summary, png, f"{path.name}: benchmark"):
         print(f"wrote {png}")
     else:
@@ -61,7 +72,8 @@ def plot_benchmark(path: Path, summary: dict) -> int:
 def plot(run_dir: str) -> int:
     path = Path(run_dir)
     bench = read_benchmark(path)
-    if bench is not None and not (path / "metrics" / "orchestrator.jsonl").exists():
+    paths = RunDir(path)
+    if bench is not None and not paths.metrics("orchestrator").exists():
         return plot_benchmark(path, bench)
     points = read_rewards(path)
     if not points:
@@ -70,12 +82,11 @@ def plot(run_dir: str) -> int:
     first, last = points[: max(1, len(points) // 4)], points[-max(1, len(points) // 4):]
     mean = lambda xs: sum(y for _, y in xs) / len(xs)  # noqa: E731
     print(f"first quarter mean {mean(first):.3f} -> last quarter mean {mean(last):.3f}")
-    png = path / "reward.png"
-    line = training_line(last_record(path / "metrics" / "orchestrator.jsonl"),
-                         last_record(path / "metrics" / "trainer.jsonl"))
+    png = paths.reward_plot()
+    line = training_line(last_record(paths.metrics("orchestrator")), last_record(paths.metrics("trainer")))
     if line:
         print(f"latest: {line}")
-    if png_chart(points, png, f"{path.name}: reward", read_records(path / "metrics" / "trainer.jsonl")):
+    if png_chart(points, png, f"{path.name}: reward", read_records(paths.metrics("trainer"))):
         print(f"wrote {png}")
     else:
         print("(install matplotlib for the PNG: pip install matplotlib)")

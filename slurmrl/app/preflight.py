@@ -3,7 +3,6 @@ each probe's report (RUN_DIR/preflight/<component>.<rank>.json) against plan.jso
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 import time
@@ -13,8 +12,11 @@ from pathlib import Path
 from slurmrl.app.job_outputs import failed_reason
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
+from slurmrl.plan.stored import load_plan
 from slurmrl.render.summary import table
-from slurmrl.slurm import jobs, tools, topology
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_json
+from slurmrl.slurm import tools, topology
 from slurmrl.slurm.watch import Snapshot, Watch
 
 HOSTS_WAIT_S = 15.0  # how long to wait for sacct to list a group's nodes after the job ended
@@ -173,11 +175,11 @@ def check_container(flags: tuple[str, ...], obs: dict | None) -> tuple[str, list
 
 def read_reports(run_dir: Path) -> dict[tuple[str, int], dict]:
     reports = {}
-    for f in sorted((run_dir / "preflight").glob("*.json")):
+    for f in RunDir(run_dir).preflight_reports():
         try:
-            r = json.loads(f.read_text())
+            r = read_json(f)
             reports[(r["component"], int(r["rank"]))] = r
-        except (ValueError, KeyError, TypeError):
+        except (UserError, ValueError, KeyError, TypeError, OverflowError):
             reports[("?", -1)] = {"errors": [f"{f.name}: unreadable report"]}
     return reports
 
@@ -233,7 +235,7 @@ def report_table(rows: list[Row]) -> str:
 
 
 def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
-    plan = jobs.load_plan(run_dir)
+    plan = load_plan(run_dir)
     if plan is None:
         raise UserError(str(run_dir), "has no plan.json")
     total = sum(len(c.instances) for c in plan.components)
@@ -242,7 +244,7 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
     def progress(snap: Snapshot) -> None:  # one line per state
         where = " on " + ",".join(p.nodes for p in snap.parts if p.nodes) if snap.state == "RUNNING" else ""
         reason = "".join(f" ({p.reason})" for p in snap.parts[:1] if p.reason and snap.state == "PENDING")
-        got = len(list((run_dir / "preflight").glob("*.json")))
+        got = len(RunDir(run_dir).preflight_reports())
         print(f"  {time.monotonic() - started:4.0f}s  job {job_id} {snap.state}{reason}{where}, "
               f"{got}/{total} probes reported", flush=True)
 
@@ -255,7 +257,7 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
             progress(snap)
             last_state = snap.state
     if not snap.done:
-        tools.call(["scancel", job_id], check=False)
+        tools.call(["scancel", "--", job_id], check=False)
         print(f"slurmrl: preflight job {job_id} still {snap.state} after {timeout_s:.0f}s; cancelled it")
     tools.transport().pull(run_dir)  # --cluster: the probes' reports, written there
     hosts.add_reports(read_reports(run_dir))
@@ -267,7 +269,7 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
         print(line)
     for problem in fabric_problems:
         print(f"preflight FAILED: {problem}")
-    attempt = (jobs.attempts(run_dir) or [0])[-1]
+    attempt = (RunDir(run_dir).attempts() or [0])[-1]
     reason = failed_reason(run_dir, attempt)
     if snap.state != "COMPLETED":
         print(f"preflight FAILED: job {job_id} ended {snap.state}" + (f": {reason}" if reason else ""))

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-from slurmrl import layout, lock
 from slurmrl.app import sweep_report
 from slurmrl.app.cluster import on_cluster
 from slurmrl.app.job_outputs import failed_reason, last_record, read_benchmark
@@ -19,9 +18,16 @@ from slurmrl.app.sweep_dir import is_sweep_dir
 from slurmrl.charts import benchmark_rows, benchmark_status_line
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
+from slurmrl.plan.stored import load_plan
 from slurmrl.plan.vllm import AUTH_MIDDLEWARE
 from slurmrl.render.summary import table
-from slurmrl.slurm import jobs, tools
+from slurmrl.rundir import jobs
+from slurmrl.rundir.links import read_links
+from slurmrl.rundir.notes import read_note
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_text
+from slurmrl.rundir.ready import read_ready
+from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Snapshot, Watch
 
 REFRESH_S = 2.0
@@ -47,14 +53,14 @@ def find_run_dir(job_id: str) -> Path | None:
         return None
     run_dir = Path(m.group(1)).parent.parent
     try:
-        ids = [str(j["job_id"]) for j in jobs.history(run_dir)]
+        ids = [j.job_id for j in jobs.history(run_dir)]
     except UserError:
         return None
     return run_dir if job_id in ids else None
 
 
 def ready_ranks(run_dir: Path, attempt: int, name: str) -> list[int]:
-    return list(layout.ready_tasks(run_dir, attempt, name))
+    return list(RunDir(run_dir).ready_tasks(attempt, name))
 
 
 # What Slurm's state says about a job the script saw end with SIGTERM (its STOPPED file).
@@ -72,12 +78,12 @@ STOP_CAUSES = {
 def stopped_reason(run_dir: Path, attempt: int, state: str) -> str | None:
     """Why an attempt the script did not end itself stopped: Slurm ended it (STOPPED), or the
     warning signal's planned stop (PREEMPTED); None when neither."""
-    for name in (layout.PREEMPTED, layout.STOPPED):
-        try:
-            text = (layout.log_dir(run_dir, attempt) / name).read_text().strip()
-        except OSError:
+    paths = RunDir(run_dir)
+    for name, path in ((RunDir.PREEMPTED, paths.preempted_file(attempt)), (RunDir.STOPPED, paths.stopped_file(attempt))):
+        text = read_note(path)
+        if text is None:
             continue
-        if name == layout.STOPPED and state in STOP_CAUSES:
+        if name == RunDir.STOPPED and state in STOP_CAUSES:
             return f"{STOP_CAUSES[state]}; components stopped in order by the script"
         return text
     return None
@@ -87,11 +93,8 @@ def endpoints(run_dir: Path, attempt: int, plan: Plan) -> list[dict]:
     """Every ready task of the attempt that serves a URL (its ready file's first line), in plan order."""
     out = []
     for c in plan.components:
-        for task, f in layout.ready_tasks(run_dir, attempt, c.name).items():
-            try:
-                url = layout.read_ready(f)[0]
-            except OSError:
-                continue
+        for task, f in RunDir(run_dir).ready_tasks(attempt, c.name).items():
+            url = read_ready(f).url
             if url:
                 out.append({"component": c.name, "task": task, "url": url})
     return out
@@ -111,10 +114,7 @@ def serving(plan: Plan, eps: list[dict]) -> dict:
 def served_model(run_dir: Path, plan: Plan) -> str | None:
     """The name the servers answer to: ``--served-model-name`` in job.sbatch (the script is the
     truth, hand edits included), else in the plan's server command lines."""
-    try:
-        script = (run_dir / layout.SCRIPT).read_text()
-    except OSError:
-        script = ""
+    script = read_text(RunDir(run_dir).script, missing="")
     for line in script.splitlines():
         if any(flag in line for flag in MODEL_FLAGS):
             try:
@@ -137,11 +137,8 @@ def served_model(run_dir: Path, plan: Plan) -> str | None:
 def secret_file(run_dir: Path) -> str | None:
     """The path of the job's secret when its servers require it (job.sbatch runs them with the
     auth middleware), else None. Never the secret itself."""
-    try:
-        script = (run_dir / layout.SCRIPT).read_text()
-    except OSError:
-        return None
-    return str(tools.transport().place(run_dir) / layout.SECRET) if AUTH_MIDDLEWARE in script else None
+    script = read_text(RunDir(run_dir).script, missing="")
+    return str(RunDir(tools.transport().place(run_dir)).secret) if AUTH_MIDDLEWARE in script else None
 
 
 def torn_down(phase_list: list[dict]) -> set[str]:
@@ -156,7 +153,7 @@ def torn_down(phase_list: list[dict]) -> set[str]:
 def phases(run_dir: Path, attempt: int) -> list[dict]:
     """The attempt's start-up milestones, each with seconds since the allocation (the first phase
     when the allocation is not among them)."""
-    found = layout.read_phases(run_dir, attempt)
+    found = RunDir(run_dir).read_phases(attempt)
     if not found:
         return []
     start = next((t for t, what in found if what.startswith("allocation")), found[0][0])
@@ -187,7 +184,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
         return out
     tools.transport().pull(run_dir)  # --cluster: what the job wrote there, brought back
     out["cluster"] = tools.transport().name
-    attempt = (jobs.attempts(run_dir) or [0])[-1]
+    attempt = (RunDir(run_dir).attempts() or [0])[-1]
     # requeued and waiting: the attempt it waits to run has no files yet; the one before's end
     # (FAILED, phases, ready files) is not the job's current state
     waiting_for = snap.restarts if snap.restarts is not None and snap.restarts > attempt else None
@@ -199,7 +196,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["stopped"] = stopped_reason(run_dir, attempt, snap.state)
     out["phases"] = phases(run_dir, attempt)
     out["benchmark"] = read_benchmark(run_dir)
-    out["links"] = lock.links(run_dir)  # submit --again and sweeps (links.json)
+    out["links"] = read_links(run_dir).to_json()  # submit --again and sweeps (links.json)
     out["training"] = latest_training(run_dir)
     if plan is not None:
         out["model"] = served_model(run_dir, plan) if any(c.role in SERVER_ROLES for c in plan.components) else None
@@ -257,7 +254,7 @@ def phase_lines(rep: dict) -> list[str]:
 
 def latest_training(run_dir: Path) -> dict | None:
     """The newest record of metrics/orchestrator.jsonl and metrics/trainer.jsonl (None without either)."""
-    found = {role: last_record(run_dir / "metrics" / f"{role}.jsonl") for role in ("orchestrator", "trainer")}
+    found = {role: last_record(RunDir(run_dir).metrics(role)) for role in ("orchestrator", "trainer")}
     return found if any(found.values()) else None
 
 
@@ -353,7 +350,7 @@ def without_elapsed(value):
 
 def status(target: str | None, watch: bool = False, as_json: bool = False) -> int:
     run_dir, job_id = resolve(target)
-    plan = jobs.load_plan(run_dir) if run_dir else None
+    plan = load_plan(run_dir) if run_dir else None
     w = Watch(job_id)
     if not watch:
         rep = report(w.snapshot(), run_dir, plan)

@@ -3,24 +3,26 @@ record the job in jobs.json."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmrl import layout, lock
+from slurmrl.app.again import again, next_run_dir
 from slurmrl.app.build import build, resolve_run_dir
 from slurmrl.app.cluster import on_cluster
 from slurmrl.app.diff import is_edited
 from slurmrl.app.preflight import wait_and_check
 from slurmrl.errors import UserError
-from slurmrl.render.rundir import SUBMITTED, write_run_dir
-from slurmrl.slurm import fit, jobs, tools, topology
+from slurmrl.plan.stored import is_preflight, load_plan
+from slurmrl.rundir import jobs, lockfile
+from slurmrl.rundir.links import read_links
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_text
+from slurmrl.rundir.write import write_run_dir
+from slurmrl.slurm import fit, tools, topology
 from slurmrl.slurm.sbatch import sbatch
 from slurmrl.slurm.script import read_groups
 from slurmrl.slurm.watch import Watch
-
-JOB_OUTPUTS = ("ready", "preflight", "benchmark")  # written by a job; stale once another job runs in the run dir
 
 
 @dataclass(frozen=True)
@@ -39,13 +41,13 @@ def classify(target: str) -> tuple[str, Path]:
         raise UserError(target, "no such recipe, run dir or job script")
     if path.suffix == ".toml":
         return "recipe", path
-    if path.suffix == ".sbatch" or path.name == SUBMITTED:
+    if path.suffix == ".sbatch" or path.name == RunDir.JOBS:
         return "run_dir", jobs.run_dir_arg(target)
     raise UserError(target, "give a recipe (.toml), a run dir, or a run dir's job.sbatch")
 
 
 def group_names(run_dir: Path) -> list[str] | None:
-    plan = jobs.load_plan(run_dir)
+    plan = load_plan(run_dir)
     return [g.name for g in plan.groups] if plan else None
 
 
@@ -53,7 +55,7 @@ def check_not_running(run_dir: Path) -> None:
     previous = jobs.history(run_dir)
     if not previous:
         return
-    job_id = str(previous[-1]["job_id"])
+    job_id = previous[-1].job_id
     snap = Watch(job_id).snapshot()
     if snap.in_queue and not snap.done:
         raise UserError(str(run_dir), f"job {job_id} from this run dir is still {snap.state}; "
@@ -66,8 +68,9 @@ def set_aside(run_dir: Path) -> None:
     previous = jobs.history(run_dir)
     if not previous:
         return
-    dest = run_dir / "logs" / f"job-{previous[-1]['job_id']}"
-    moved = [p for p in (run_dir / "logs").glob("attempt-*")] + [run_dir / n for n in JOB_OUTPUTS]
+    paths = RunDir(run_dir)
+    dest = paths.set_aside_dir(previous[-1].job_id)
+    moved = [*paths.logs.glob("attempt-*"), *paths.job_outputs()]
     for src in moved:
         if src.exists():
             dest.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -83,9 +86,9 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
     if kind == "recipe":
         out = build(path, overrides, preflight=preflight, place=where.place)  # rendered for where it runs
         run_dir = resolve_run_dir(out.recipe, preflight)
-        fit.check(read_groups(out.script, str(run_dir / "job.sbatch")), [g.name for g in out.plan.groups])
+        fit.check(read_groups(out.script, str(RunDir(run_dir).script)), [g.name for g in out.plan.groups])
         topology.refuse_unsupported(out.script)  # e.g. --segment where this cluster's sbatch lacks it
-        if (run_dir / SUBMITTED).exists():
+        if RunDir(run_dir).jobs.exists():
             check_not_running(run_dir)
         fresh = not run_dir.exists()
         write_run_dir(run_dir, out.files, force=force)  # refuses over a submitted run dir without --force
@@ -94,19 +97,20 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         run_dir = path
         if overrides:
             raise UserError("--set", "applies to a recipe; this is a run dir (edit its job.sbatch, or submit the recipe)")
-        plan = jobs.load_plan(run_dir)
-        if preflight and not (plan and jobs.is_preflight(plan)):
+        plan = load_plan(run_dir)
+        if preflight and not (plan and is_preflight(plan)):
             raise UserError("--preflight", f"{run_dir} is not a preflight run dir; give the recipe instead")
-        script = run_dir / "job.sbatch"
-        fit.check(read_groups(script.read_text(), str(script)), group_names(run_dir))
-        topology.refuse_unsupported(script.read_text())
+        script = RunDir(run_dir).script
+        text = read_text(script)
+        fit.check(read_groups(text, str(script)), group_names(run_dir))
+        topology.refuse_unsupported(text)
         check_not_running(run_dir)
         edited = is_edited(run_dir)
         fresh = False
     try:
         return send(where, run_dir, edited, recipe_path=path if kind == "recipe" else None)
     except BaseException:
-        if fresh and not (run_dir / SUBMITTED).exists():  # this call wrote it, and nothing runs from it
+        if fresh and not RunDir(run_dir).jobs.exists():  # this call wrote it, and nothing runs from it
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
 
@@ -114,13 +118,13 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
 def send(where, run_dir: Path, edited: bool, recipe_path: Path | None) -> Submitted:
     """Lock, set the last job's outputs aside, sbatch, record: after every check has passed."""
     where.pull(run_dir)  # on a cluster: the last job's outputs first, so they are set aside there too
-    lock.refresh(run_dir, edited, recipe_path=recipe_path)  # hashes as submitted
+    lockfile.refresh(run_dir, edited, recipe_path=recipe_path)  # hashes as submitted
     set_aside(run_dir)
     where.push(run_dir)
-    script = run_dir / "job.sbatch"
-    job_id = sbatch([str(where.place(run_dir) / "job.sbatch")])
+    script = RunDir(run_dir).script
+    job_id = sbatch([str(RunDir(where.place(run_dir)).script)])
     jobs.record(run_dir, job_id, jobs.sha256(script), edited, cluster=where.name)
-    where.push(run_dir, [SUBMITTED])
+    where.push(run_dir, [RunDir.JOBS])
     return Submitted(run_dir, job_id, edited)
 
 
@@ -134,39 +138,20 @@ def announce(s: Submitted) -> None:
     print(f"  slurmrl cancel {s.run_dir}")
 
 
-def check_links(path: Path, raw: bytes | None) -> None:
-    """RUN_DIR/links.json as slurmrl writes it: {"again_of": RUN_DIR, "again_as": [RUN_DIR, ...],
-    "sweep": SWEEP_DIR}; anything else is one line naming the file."""
-    if raw is None:
-        return
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise UserError(str(path), "is not valid JSON; fix or remove it") from None
-    if not isinstance(data, dict):
-        raise UserError(str(path), "should hold a table of links (again_of, again_as, sweep); fix or remove it")
-    for key, value in data.items():
-        ok = (isinstance(value, list) and all(isinstance(v, str) for v in value)) if key.endswith("_as") else (
-            isinstance(value, str))
-        if not ok:
-            raise UserError(str(path), f"its {key!r} is not {'a list of run dirs' if key.endswith('_as') else 'a path'}; "
-                                       "fix or remove it")
-
-
 def submit_again(target: str, preflight: bool) -> Submitted:
     """`submit --again RUN_DIR`: the new run dir RUN_DIR-again-N is rendered and linked from the old
     one, then submitted; when anything refuses (the cluster cannot hold it, sbatch fails), the new
     run dir is removed and the old one's links.json put back as it was: nothing is left behind."""
     old = jobs.run_dir_arg(target)
-    links = old / layout.LINKS
+    links = RunDir(old).links
+    read_links(old)  # the new run dir is linked from it: a bad links.json is refused before anything is written
     before = links.read_bytes() if links.is_file() else None
-    check_links(links, before)  # the new run dir is linked from it: refused before anything is written
-    new = lock.next_run_dir(old)  # free now: whatever is there after a refusal, this call wrote
+    new = next_run_dir(old)  # free now: whatever is there after a refusal, this call wrote
     try:
-        lock.again(str(old), str(new))
+        again(str(old), str(new))
         s = submit(str(new), [], False, preflight)
     except BaseException:
-        if (new / SUBMITTED).exists():  # sbatch took it: the run dir is the job's now
+        if RunDir(new).jobs.exists():  # sbatch took it: the run dir is the job's now
             raise
         shutil.rmtree(new, ignore_errors=True)
         if before is None:

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from slurmrl import layout, lock
 from slurmrl.app import sweep_grid
 from slurmrl.app.build import build_recipe, lock_text
 from slurmrl.app.diff import is_edited
@@ -35,7 +34,11 @@ from slurmrl.app.sweep_dir import (check_not_submitted, default_sweep_dir, is_sw
 from slurmrl.errors import UserError
 from slurmrl.recipe.sweep import MAX_SWEEP_POINTS
 from slurmrl.render.quoting import shq
-from slurmrl.slurm import fit, jobs, tools
+from slurmrl.rundir import jobs, lockfile
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_text
+from slurmrl.rundir.text import is_one_line
+from slurmrl.slurm import fit, tools
 from slurmrl.slurm.sbatch import sbatch
 from slurmrl.slurm.script import SHORT, read_groups
 
@@ -88,8 +91,8 @@ def render_points(recipe_path: str | Path, grid_items: list[str], overrides: Seq
         except TypeError as e:  # a TOML date or time the writer cannot carry
             raise UserError(next(iter(combo)), f"cannot be swept here: {e}") from None
         files = dict(out.files)
-        files[layout.LOCK] = lock_text(out, recipe_path, sweep=str(out_dir), sweep_point=i)
-        files[layout.LINKS] = json.dumps({"sweep": str(out_dir)}, indent=1) + "\n"
+        files[RunDir.LOCK] = lock_text(out, recipe_path, sweep=str(out_dir), sweep_point=i)
+        files[RunDir.LINKS] = json.dumps({"sweep": str(out_dir)}, indent=1) + "\n"
         rendered[name] = files
         groups[name] = [g.name for g in out.plan.groups]
         values = {k: json.loads(json.dumps(v, default=str)) for k, v in combo.items()}
@@ -126,7 +129,7 @@ def array_refusal(scripts: dict[str, str]) -> str | None:
     """Why the points cannot be one job array (None: they can)."""
     shapes = []
     for name, text in scripts.items():
-        groups = directives(text, f"{name}/job.sbatch")
+        groups = directives(text, f"{name}/{RunDir.SCRIPT}")
         if len(groups) > 1:
             return (f"{name} is a heterogeneous job ({len(groups)} het groups): Slurm refuses a job array of "
                     "heterogeneous jobs")
@@ -155,7 +158,10 @@ def array_script(sweep_dir: Path, index: dict, first_script: str, max_running: i
     own = set(ARRAY_OWN) | {k for k, v in SHORT.items() if v in ARRAY_OWN}
     kept = [line for line in sbatch_lines(first_script)
             if line.split()[1:2] and line.split()[1].split("=")[0] not in own]
-    pattern = sweep_dir / f"{index['name']}-p%a" / layout.LOGS / "batch-%A_%a.out"
+    if not is_one_line(str(sweep_dir)) or "\t" in str(sweep_dir):
+        raise UserError(str(sweep_dir)[:60], "a sweep dir's path goes into sweep.sbatch's #SBATCH lines; it cannot "
+                                             "hold a line break or a tab")
+    pattern = RunDir(sweep_dir / f"{index['name']}-p%a").array_batch_log_pattern()
     lines = [
         "#!/bin/bash",
         f"# slurmrl sweep {index['name']}: {n} point(s), one job array; array task I runs point I's job.sbatch",
@@ -205,7 +211,7 @@ def check_submission(sweep_dir: Path, index: dict, scripts: dict[str, str], grou
     point's het groups, and the points can be one array or chained jobs."""
     checked = set()
     for name, text in scripts.items():
-        found = read_groups(text, str(sweep_dir / name / layout.SCRIPT))
+        found = read_groups(text, str(sweep_dir / name / RunDir.SCRIPT))
         key = json.dumps([g.options for g in found], sort_keys=True)
         if key not in checked:
             fit.check(found, groups.get(name))
@@ -213,7 +219,7 @@ def check_submission(sweep_dir: Path, index: dict, scripts: dict[str, str], grou
     why_not = array_refusal(scripts)
     if why_not is None:
         return Submission("array", None, [])
-    owns = [own_dependency(text, f"{name}/job.sbatch") if max_running and i >= max_running else None
+    owns = [own_dependency(text, f"{name}/{RunDir.SCRIPT}") if max_running and i >= max_running else None
             for i, (name, text) in enumerate(scripts.items())]
     return Submission("jobs", why_not, owns)
 
@@ -228,20 +234,20 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
     dirs = point_dirs(sweep_dir, index)
     scripts = {}
     for d in dirs:
-        if not (d / layout.SCRIPT).is_file():
+        if not (d / RunDir.SCRIPT).is_file():
             raise UserError(str(d), "has no job.sbatch; render the sweep again")
-        scripts[d.name] = (d / layout.SCRIPT).read_text()
+        scripts[d.name] = read_text(d / RunDir.SCRIPT)
     for d in dirs:
         check_not_running(d)
     how = check_submission(sweep_dir, index, scripts, {d.name: group_names(d) for d in dirs}, max_running)
     edited = {d.name: is_edited(d) for d in dirs}
     for d in dirs:
-        (d / layout.LOGS).mkdir(mode=0o700, exist_ok=True)  # sbatch opens logs/batch-*.out before the script runs
-        lock.refresh(d, edited[d.name])
+        RunDir(d).logs.mkdir(mode=0o700, exist_ok=True)  # sbatch opens logs/batch-*.out before the script runs
+        lockfile.refresh(d, edited[d.name])
         set_aside(d)
     record = {"submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "max_running": max_running}
     ids: list[str] = []
-    script = sweep_dir / layout.SWEEP_SCRIPT
+    script = RunDir(sweep_dir).sweep_script
     try:
         if how.mode == "array":
             script.write_text(array_script(sweep_dir, index, scripts[dirs[0].name], max_running))
@@ -253,16 +259,16 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
             record.update(mode="jobs", why_not_array=how.why_not_array)
             for i, d in enumerate(dirs):
                 waits_for = ids[i - max_running] if max_running and i >= max_running else None
-                ids.append(sbatch([*dependency_for(how.own_dependencies[i], waits_for), str(d / layout.SCRIPT)]))
+                ids.append(sbatch([*dependency_for(how.own_dependencies[i], waits_for), str(d / RunDir.SCRIPT)]))
     except UserError as e:
         script.unlink(missing_ok=True)
         if ids:
-            tools.call(["scancel", *ids], check=False)
+            tools.call(["scancel", "--", *ids], check=False)
             raise UserError(e.field, f"{e.message} (the {len(ids)} point(s) submitted before it were cancelled: "
                                      f"{' '.join(ids)})") from None
         raise
     for d, job_id in zip(dirs, ids):
-        jobs.record(d, job_id, jobs.sha256(d / layout.SCRIPT), edited[d.name])
+        jobs.record(d, job_id, jobs.sha256(d / RunDir.SCRIPT), edited[d.name])
     record["job_ids"] = ids
     index["submissions"] = index.get("submissions", []) + [record]
     write_index(sweep_dir, index)
@@ -280,10 +286,10 @@ def cmd_sweep(args) -> int:
         sweep = render_points(args.recipe, args.grid, args.overrides, max_running, args.sweep_dir)
         sweep_dir, fresh = sweep.sweep_dir, not sweep.sweep_dir.exists()
         if not args.render_only:  # refused here: nothing written, nothing submitted
-            check_submission(sweep_dir, sweep.index, {n: f[layout.SCRIPT] for n, f in sweep.points.items()},
+            check_submission(sweep_dir, sweep.index, {n: f[RunDir.SCRIPT] for n, f in sweep.points.items()},
                              dict(sweep.groups), max_running or sweep.index["max_running"])
         write_sweep_dir(sweep_dir, sweep.points, sweep.index)
-        print(f"{sweep_dir}: {len(sweep.points)} point(s), one run dir each (index: {sweep_dir / 'sweep.json'})")
+        print(f"{sweep_dir}: {len(sweep.points)} point(s), one run dir each (index: {RunDir(sweep_dir).sweep_index})")
         if args.render_only:
             print(f"  slurmrl sweep {sweep_dir}    submits it")
             return 0

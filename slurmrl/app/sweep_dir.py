@@ -8,20 +8,16 @@
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 from pathlib import Path
 
-from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.recipe.fields import NAME_RE
 from slurmrl.recipe.sweep import MAX_SWEEP_POINTS
-from slurmrl.render.rundir import write_run_dir
-from slurmrl.slurm import jobs
-
-JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?(\+[0-9]+)?$")  # 1234, an array task 1234_5, a het component 1234+1
+from slurmrl.rundir import jobs, sweep_index
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.write import write_run_dir
 
 
 def default_sweep_dir(output_dir: str, name: str) -> Path:
@@ -29,20 +25,13 @@ def default_sweep_dir(output_dir: str, name: str) -> Path:
 
 
 def is_sweep_dir(path: str | Path | None) -> bool:
-    return path is not None and (Path(path) / layout.SWEEP_INDEX).is_file()
+    return path is not None and RunDir(path).sweep_index.is_file()
 
 
 def read_index(sweep_dir: Path) -> dict:
-    path = Path(sweep_dir) / layout.SWEEP_INDEX
-    try:
-        index = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(str(sweep_dir), f"is not a sweep dir (no {layout.SWEEP_INDEX})") from None
-    except ValueError:
-        raise UserError(str(path), "is not valid JSON; fix or remove it") from None
-    if not isinstance(index, dict) or not isinstance(index.get("points"), list):
-        raise UserError(str(path), "is not a sweep index (no points)")
-    check_index(index, path)
+    """SWEEP_DIR/sweep.json through the run-dir layer's reader (slurmrl.rundir.sweep_index), as data."""
+    index = sweep_index.read_index(sweep_dir).data
+    check_index(index, RunDir(sweep_dir).sweep_index)
     return index
 
 
@@ -77,9 +66,7 @@ def check_index(index: dict, path: Path) -> None:
 
 
 def write_index(sweep_dir: Path, index: dict) -> None:
-    tmp = Path(sweep_dir) / f".{layout.SWEEP_INDEX}.{os.getpid()}"
-    tmp.write_text(json.dumps(index, indent=1) + "\n")
-    tmp.replace(Path(sweep_dir) / layout.SWEEP_INDEX)
+    sweep_index.write_index(sweep_dir, index)
 
 
 def point_dirs(sweep_dir: Path, index: dict) -> list[Path]:
@@ -92,9 +79,7 @@ def latest_job_ids(sweep_dir: Path, index: dict) -> list[str | None]:
     for d in point_dirs(sweep_dir, index):
         history = jobs.history(d) if d.is_dir() else []
         last = history[-1] if history else None
-        job_id = str(last.get("job_id")) if isinstance(last, dict) else None
-        if last is not None and not (job_id and JOB_ID.match(job_id)):
-            raise UserError(str(d / layout.JOBS), f"its last job id {job_id!r} is not a Slurm job id; fix or remove it")
+        job_id = last.job_id if last is not None else None  # checked as a Slurm job id by the reader
         out.append(job_id)
     return out
 
@@ -105,7 +90,7 @@ def check_not_submitted(sweep_dir: Path) -> None:
     if not is_sweep_dir(sweep_dir):
         raise UserError(str(sweep_dir), "exists and is not a sweep dir; choose another --sweep-dir")
     for d in point_dirs(sweep_dir, read_index(sweep_dir)):
-        if (d / layout.JOBS).exists():
+        if RunDir(d).jobs.exists():
             raise UserError(str(sweep_dir), "was submitted; `slurmrl cancel` it and remove it, or choose another "
                                             "--sweep-dir")
 
@@ -116,9 +101,9 @@ def write_sweep_dir(sweep_dir: Path, rendered: dict[str, dict[str, str]], index:
     longer has are removed first (write_run_dir would carry them over)."""
     if sweep_dir.is_dir():
         for stale in sweep_dir.iterdir():
-            if stale.is_dir() and stale.name not in rendered and (stale / layout.SCRIPT).is_file():
+            if stale.is_dir() and stale.name not in rendered and RunDir(stale).script.is_file():
                 shutil.rmtree(stale)
-    files = {layout.SWEEP_INDEX: json.dumps(index, indent=1) + "\n"}
+    files = {RunDir.SWEEP_INDEX: sweep_index.index_text(index)}
     for name, point in rendered.items():
         files.update({f"{name}/{rel}": text for rel, text in point.items()})
     write_run_dir(sweep_dir, files)

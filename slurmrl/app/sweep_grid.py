@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from slurmrl import lock
+from slurmrl.rundir import lockfile as lock
 from slurmrl.errors import UserError
 from slurmrl.recipe.load import apply_overrides, parse_override, read_toml, validate
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.sweep import MAX_SWEEP_POINTS
-from slurmrl.render import tomlw
+from slurmrl.rundir import tomlw
 
 NOT_SWEPT = {"name": "each point's run dir is named after it", "output_dir": "the sweep dir holds the points",
              "sweep": "the grid cannot sweep itself", "lock": "it is provenance, not a setting"}

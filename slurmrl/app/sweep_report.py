@@ -9,10 +9,12 @@ import sys
 import time
 from pathlib import Path
 
-from slurmrl import charts, layout
+from slurmrl import charts
 from slurmrl.app.job_outputs import failed_reason, latest_metrics, read_rewards
-from slurmrl.app.sweep_dir import latest_job_ids, point_dirs, read_index
+from slurmrl.app.sweep_dir import latest_job_ids
 from slurmrl.errors import UserError
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.sweep_index import read_index
 from slurmrl.render.summary import table
 from slurmrl.slurm import tools
 from slurmrl.slurm.watch import snapshots
@@ -20,21 +22,21 @@ from slurmrl.slurm.watch import snapshots
 REFRESH_S = 2.0
 def report(sweep_dir: Path) -> dict:
     index = read_index(sweep_dir)
-    ids = latest_job_ids(sweep_dir, index)
+    ids = latest_job_ids(sweep_dir, index.data)
     snaps = snapshots([j for j in ids if j])
     points = []
-    for p, d, job_id in zip(index["points"], point_dirs(sweep_dir, index), ids):
+    for p, d, job_id in zip(index.points, index.point_dirs(sweep_dir), ids):
         snap = snaps.get(job_id) if job_id else None
-        attempts = layout.attempts(d)
+        attempts = RunDir(d).attempts()
         attempt = attempts[-1] if attempts else None
         points.append({
-            "index": p["index"], "name": p["name"], "run_dir": str(d), "values": p["values"], "job_id": job_id,
+            "index": p.index, "name": p.name, "run_dir": str(d), "values": p.values, "job_id": job_id,
             "state": snap.state if snap else "not submitted", "done": snap.done if snap else None,
             "attempt": attempt, "metrics": latest_metrics(d),
             "failed": failed_reason(d, attempt) if attempt is not None else None,
         })
-    subs = index.get("submissions") or []
-    return {"sweep_dir": str(sweep_dir), "name": index.get("name"), "grid": index.get("grid"),
+    subs = index.submissions
+    return {"sweep_dir": str(sweep_dir), "name": index.name, "grid": index.grid,
             "submission": subs[-1] if subs else None, "points": points}
 
 
@@ -96,21 +98,21 @@ def sweep_plot(target: str) -> int:
     sweep_dir = Path(target).resolve()
     index = read_index(sweep_dir)
     curves, rows = [], [["point", "values", "steps", "first reward", "last reward"]]
-    for p, d in zip(index["points"], point_dirs(sweep_dir, index)):
-        label = ", ".join(f"{k.rsplit('.', 1)[-1]}={_short(v)}" for k, v in p["values"].items())
+    for p, d in zip(index.points, index.point_dirs(sweep_dir)):
+        label = ", ".join(f"{k.rsplit('.', 1)[-1]}={_short(v)}" for k, v in p.values.items())
         try:
             pts = read_rewards(d)
         except UserError:
             pts = []
-        rows.append([p["name"], label, str(len(pts)), f"{pts[0][1]:.3f}" if pts else "-",
+        rows.append([p.name, label, str(len(pts)), f"{pts[0][1]:.3f}" if pts else "-",
                      f"{pts[-1][1]:.3f}" if pts else "-"])
         if pts:
-            curves.append((f"{p['name']}: {label}", pts))
+            curves.append((f"{p.name}: {label}", pts))
     print("\n".join(table(rows)))
     if not curves:
         raise UserError(str(sweep_dir), "no point has reward metrics (metrics/orchestrator.jsonl) yet")
-    png = sweep_dir / "reward.png"
-    if not charts.curves_png(curves, png, f"sweep {index.get('name')}: reward per point"):
+    png = RunDir(sweep_dir).reward_plot()
+    if not charts.curves_png(curves, png, f"sweep {index.name}: reward per point"):
         print("(install matplotlib for the PNG: pip install matplotlib)", file=sys.stderr)
         return 0
     print(f"wrote {png}")
@@ -121,14 +123,14 @@ def cancel_sweep(sweep_dir: str | Path, timeout_s: float) -> int:
     """scancel every point's job, then wait (bounded) until each has ended."""
     sweep_dir = Path(sweep_dir).resolve()
     index = read_index(sweep_dir)
-    ids = [j for j in latest_job_ids(sweep_dir, index) if j]
+    ids = [j for j in latest_job_ids(sweep_dir, index.data) if j]
     if not ids:
         raise UserError(str(sweep_dir), "was never submitted; `slurmrl sweep` it")
     active = [j for j, s in snapshots(ids).items() if not s.done]
     if not active:
         print(f"sweep {sweep_dir}: every point had already ended")
         return 0
-    tools.out(["scancel", *active])
+    tools.out(["scancel", "--", *active])
     print(f"sweep {sweep_dir}: cancel sent to {len(active)} job(s); waiting up to {timeout_s:.0f}s", flush=True)
     deadline = time.monotonic() + timeout_s
     while True:

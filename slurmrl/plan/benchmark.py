@@ -2,7 +2,7 @@
 (vllm-router, Dynamo's frontend, or the one server), once it is ready, over the recipe's grid of
 concurrency x input length x output length. CPU only, on the node of that endpoint (the head
 node of the first inference group). ``slurmrl.runtime.bench`` runs one ``vllm bench serve`` per grid point and writes the
-results under RUN_DIR/benchmark/ (``slurmrl.layout``).
+results under RUN_DIR/benchmark/ (``slurmrl.rundir.paths``).
 
 With ``then = "stop"`` the benchmark is the job's one main component: the job completes when it
 exits 0 and then stops the servers. With ``then = "serve"`` the servers stay the main components
@@ -12,12 +12,12 @@ the job either way (``--kill-on-bad-exit=1``; the script's FAILED file names it)
 
 from __future__ import annotations
 
-from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Instance, Sh
 from slurmrl.plan.spec import Spec, Supervisor
 from slurmrl.recipe.slurm_values import time_seconds
+from slurmrl.rundir.paths import RunDir
 
 BENCH_CPUS = 2  # the asyncio client and the tokenizer that makes the random prompts
 STAGE = 5
@@ -74,7 +74,7 @@ def benchmark(ctx: Context) -> None:
     vllm_args += ["--percentile-metrics", PERCENTILE_METRICS, "--disable-tqdm", *bench.extra_args]
     command = [
         *ctx.py, "-m", "slurmrl.runtime.bench",
-        "--out", Sh(sh="${RUN_DIR}/" + layout.BENCHMARK),
+        "--out", Sh(sh="${RUN_DIR}/" + RunDir.BENCHMARK),
         "--concurrencies", *map(str, bench.concurrencies),
         "--input-lens", *map(str, bench.input_lens),
         "--output-lens", *map(str, bench.output_lens),

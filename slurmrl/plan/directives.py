@@ -5,6 +5,7 @@ from __future__ import annotations
 from slurmrl.plan.model import Directive
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.slurm_values import signal_option
+from slurmrl.rundir.paths import RunDir
 
 
 def group_directives(
@@ -18,7 +19,7 @@ def group_directives(
 
     if index == 0:  # job-wide options live in the first component
         add("--job-name", s.job_name or r.name)
-        add("--output", f"{run_dir}/logs/batch-%j.out", "the batch shell's own log; steps log per attempt")
+        add("--output", RunDir(run_dir).batch_log_pattern(), "the batch shell's own log; steps log per attempt")
         add("--open-mode", "append")
         add("--requeue" if s.requeue else "--no-requeue")
         add("--signal", signal_option(s.signal), "warning signal to the batch shell: checkpoint, then requeue")

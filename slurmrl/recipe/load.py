@@ -173,7 +173,7 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
     data = read_toml(path)
     resolved = is_resolved(path)
     if "lock" in data:  # a run dir's lock.toml is a recipe; its [lock] table is provenance, not read here
-        from slurmrl import lock
+        from slurmrl.rundir import lockfile as lock
 
         lock.check_table(data.pop("lock"))
         resolved = True

@@ -9,11 +9,11 @@ CLI path stays light.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from slurmrl import layout
 from slurmrl.errors import UserError
+from slurmrl.rundir.jobs import history
+from slurmrl.rundir.paths import RunDir
 from slurmrl.slurm.tools import Local
 
 
@@ -22,14 +22,13 @@ def recorded_cluster(target: str | None) -> str | None:
     (or the current directory) is a run dir; None otherwise, or when anything is unreadable (the
     command itself then says what is wrong)."""
     path = Path(target) if target else Path.cwd()
-    if path.is_file() and path.name in (layout.SCRIPT, layout.JOBS):
+    if path.is_file() and path.name in (RunDir.SCRIPT, RunDir.JOBS):
         path = path.parent
     try:
-        jobs = json.loads((path / layout.JOBS).read_text())
-        name = jobs[-1].get("cluster") if isinstance(jobs, list) and jobs and isinstance(jobs[-1], dict) else None
-    except (OSError, ValueError):
+        found = history(path)
+    except UserError:
         return None
-    return name if isinstance(name, str) else None
+    return found[-1].cluster if found else None
 
 
 def transport_for(name: str | None, target: str | None) -> Local:

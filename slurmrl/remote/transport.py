@@ -23,16 +23,17 @@ import shlex
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from slurmrl import layout
 from slurmrl.errors import UserError
 from slurmrl.remote.clusters import Cluster
 from slurmrl.remote.ssh import Connection
+from slurmrl.rundir.jobids import check_argv
+from slurmrl.rundir.paths import RunDir
 from slurmrl.slurm.tools import Local
 
 # what the job writes and the login-node commands read: pulled back, and the only places where
 # a push deletes what the cluster has and the run dir here has not (submit sets them aside)
-PULLED_DIRS = (layout.LOGS, layout.READY, layout.PREFLIGHT, layout.BENCHMARK, "metrics")
-PULLED_FILES = (layout.ALLOCATIONS,)
+PULLED_DIRS = RunDir.PULLED
+PULLED_FILES = (RunDir.ALLOCATIONS,)
 NOT_FOUND = 127
 
 
@@ -44,6 +45,7 @@ class Remote(Local):
 
     # ---- Slurm commands -----------------------------------------------------------------------
     def run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+        check_argv(argv)  # call() checked it; a job id must not become an option on the cluster either
         submits = argv[0] == "sbatch" and not {"--help", "--usage", "--version", "-V"} & set(argv)
         command, secrets = shlex.join(argv), self.secrets() if submits else {}
         if secrets:  # sbatch hands its environment to the job: the values come over stdin
@@ -57,6 +59,7 @@ class Remote(Local):
         return r
 
     def argv(self, argv: list[str]) -> list[str]:
+        check_argv(argv)
         return self.conn.argv(shlex.join(argv))
 
     def secrets(self) -> dict[str, str]:
@@ -77,9 +80,9 @@ class Remote(Local):
         """job.sbatch must run in the cluster's copy: its RUN_DIR line names that path."""
         want = str(self.place(run_dir))
         try:
-            text = (run_dir / layout.SCRIPT).read_text()
+            text = (RunDir(run_dir).script).read_text()
         except OSError as e:
-            raise UserError(str(run_dir / layout.SCRIPT), f"cannot read it: {e.strerror or e}") from None
+            raise UserError(str(RunDir(run_dir).script), f"cannot read it: {e.strerror or e}") from None
         m = re.search(r"^RUN_DIR=(.*)$", text, re.M)
         try:
             found = shlex.split(m.group(1), comments=True)[0] if m else None
@@ -97,17 +100,18 @@ class Remote(Local):
         self.check_rendered_for(run_dir)
         workdir = shlex.quote(self.cluster.workdir)
         risk = [f"--filter=R /{d}/***" for d in PULLED_DIRS]
-        self.conn.rsync(["-rlpt", "--delete", f"--exclude=/{layout.SECRET}", *risk, "--filter=P *",
+        self.conn.rsync(["-rlpt", "--delete", f"--exclude=/{RunDir.SECRET}", *risk, "--filter=P *",
                          f"--rsync-path=mkdir -p {workdir} && rsync", f"{run_dir}/", self.remote(run_dir)])
 
     def pull(self, run_dir: Path) -> None:
-        if not (run_dir / layout.JOBS).is_file():
+        if not (RunDir(run_dir).jobs).is_file():
             return  # never submitted: nothing of a job's to bring back
         wanted = [f"--include=/{d}/***" for d in PULLED_DIRS] + [f"--include=/{f}" for f in PULLED_FILES]
         self.conn.rsync(["-rlpt", "--delete", *wanted, "--exclude=*", self.remote(run_dir), f"{run_dir}/"])
 
     # ---- attach ---------------------------------------------------------------------------------
     def exec(self, argv: list[str], env: dict[str, str], pty: bool) -> None:
+        check_argv(argv)
         self.conn.exec(shlex.join(argv), pty)
 
     def close(self) -> None:

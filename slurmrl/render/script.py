@@ -10,12 +10,14 @@ import jinja2
 
 from slurmrl import ports
 from slurmrl.errors import UserError
-from slurmrl.layout import FUNCTIONS  # the helper file job.sbatch sources, in the run dir
+from slurmrl.rundir.paths import RunDir
 from slurmrl.plan.model import Plan
 from slurmrl.render.quoting import sbatch_value, shjoin, shlines, shq
+from slurmrl.rundir.text import is_one_line
 
 PACKAGE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 ENTRY = "job.sbatch.j2"
+FUNCTIONS = RunDir.FUNCTIONS  # the helper file job.sbatch sources, in the run dir
 FUNCTIONS_ENTRY = FUNCTIONS + ".j2"
 FUNCTIONS_VERSION = 1  # job.sbatch names the version it was written for; bump on an incompatible change
 
@@ -109,6 +111,10 @@ def render_functions(templates_dir: Path | None = None) -> str:
 
 
 def render_script(plan: Plan, run_dir: str, recipe_file: str, templates_dir: Path | None = None) -> str:
+    # both reach comment and #SBATCH lines as they are: a line break there would start a line of shell
+    for field, value in (("recipe file", recipe_file), ("run dir", run_dir)):
+        if not is_one_line(value):
+            raise UserError(field, f"{value[:60]!r} holds a line break; it is written into job.sbatch's comments")
     return _render(
         templates_dir,
         ENTRY,

@@ -29,7 +29,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from slurmrl import layout, secret
+from slurmrl import secret
+from slurmrl.rundir.paths import RunDir
 
 # vLLM's per-request lists: left out of the point files (thousands of entries each)
 PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
@@ -83,7 +84,7 @@ def point_summary(c: int, i: int, o: int, result: dict) -> dict:
         out[f"{m}_p50_ms"] = result.get(f"median_{m}_ms")
         out[f"{m}_p99_ms"] = result.get(f"p99_{m}_ms")
     out["errors"] = sorted(set(errors))[:3]
-    out["file"] = layout.benchmark_point_name(c, i, o)
+    out["file"] = RunDir.benchmark_point_name(c, i, o)
     return out
 
 
@@ -106,7 +107,7 @@ def write_json(path: Path, data: dict) -> None:
 def phase(what: str) -> None:
     """A milestone in the attempt's phases file (`slurmrl status`), when run inside the job."""
     if os.environ.get("SLURMRL_RUN_DIR"):
-        layout.add_phase(layout.run_dir_from_env(), layout.attempt_from_env(), what)
+        RunDir.from_env().add_phase(RunDir.attempt_from_env(), what)
 
 
 def check_endpoint(base: str, model: str | None, headers: dict, wait_s: float = CHECK_S) -> None:
@@ -166,7 +167,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [*out.glob("c*-in*-out*.json"), out / layout.BENCHMARK_SUMMARY, out / layout.BENCHMARK_PLOT]:
+    for stale in [*out.glob("c*-in*-out*.json"), out / RunDir.BENCHMARK_SUMMARY, out / RunDir.BENCHMARK_PLOT]:
         stale.unlink(missing_ok=True)  # an earlier attempt's
     points = grid(args.concurrencies, args.input_lens, args.output_lens)
     base, model = value_after(vllm_args, "--base-url"), value_after(vllm_args, "--served-model-name")
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
         "planned_points": len(points), "started": int(time.time()), "finished": None,
         "points": [], "error": None,
     }
-    write_json(out / layout.BENCHMARK_SUMMARY, summary)
+    write_json(out / RunDir.BENCHMARK_SUMMARY, summary)
 
     def stop(signum, _frame):
         raise Stop("timeout" if signum == signal.SIGALRM else "stopped")
@@ -204,7 +205,7 @@ def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
             write_json(out / p["file"], {k: v for k, v in result.items() if k not in PER_REQUEST} | {
                 "errors": p["errors"], "concurrency": c, "input_len": i, "output_len": o})
             summary["points"].append(p)
-            write_json(out / layout.BENCHMARK_SUMMARY, summary)
+            write_json(out / RunDir.BENCHMARK_SUMMARY, summary)
             if not p["completed"]:
                 raise Failed(f"all {p['failed']} requests failed: {'; '.join(p['errors']) or 'no error given'}")
         signal.alarm(0)
@@ -232,12 +233,12 @@ def finish(out: Path, summary: dict, status: str, error: str | None) -> int:
     from slurmrl import charts
 
     summary.update(status=status, error=error, finished=int(time.time()))
-    write_json(out / layout.BENCHMARK_SUMMARY, summary)
+    write_json(out / RunDir.BENCHMARK_SUMMARY, summary)
     if summary["points"]:
         print("\n".join(charts.text_table(charts.benchmark_rows(summary))), flush=True)
         try:
-            if charts.benchmark_png(summary, out / layout.BENCHMARK_PLOT, f"{out.parent.name}: benchmark"):
-                log(f"wrote {out / layout.BENCHMARK_PLOT}")
+            if charts.benchmark_png(summary, out / RunDir.BENCHMARK_PLOT, f"{out.parent.name}: benchmark"):
+                log(f"wrote {out / RunDir.BENCHMARK_PLOT}")
         except Exception as e:  # noqa: BLE001  a plot is not worth failing the benchmark for
             log(f"no plot: {e}")
     if error:

@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmrl import layout
 from slurmrl import ports
+from slurmrl.rundir.paths import RunDir
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,11 @@ class Component:
 
 def load(name: str, env: dict | None = None) -> Component:
     env = os.environ if env is None else env
-    run_dir = layout.run_dir_from_env(env)
-    plan = json.loads((run_dir / layout.PLAN).read_text())
+    run_dir = RunDir.from_env(env).path
+    plan = json.loads((RunDir(run_dir).plan).read_text())
     config = next((c for c in plan["components"] if c["name"] == name), None)
     if config is None:
-        raise SystemExit(f"slurmrl: no component {name!r} in {run_dir / layout.PLAN}")
+        raise SystemExit(f"slurmrl: no component {name!r} in {RunDir(run_dir).plan}")
     node = int(env.get("SLURM_NODEID", 0))
     local = int(env.get("SLURM_LOCALID", 0))
     for inst in config["instances"]:

@@ -11,12 +11,14 @@ import json
 import os
 from pathlib import Path
 
+from slurmrl.rundir.paths import RunDir
+
 
 class Metrics:
     opened: list["Metrics"] = []  # for close_all() on a runtime's exit path
 
     def __init__(self, run_dir: Path, role: str, config: dict, log, enabled: bool = True, wandb_prefix: str = ""):
-        self.path = run_dir / "metrics" / f"{role}.jsonl"
+        self.path = RunDir(run_dir).metrics(role)
         self.enabled, self.wandb, self.prefix, self._log = enabled, None, wandb_prefix, log
         if not enabled:
             return
@@ -27,7 +29,7 @@ class Metrics:
         try:
             import wandb
 
-            (run_dir / "wandb").mkdir(exist_ok=True)
+            RunDir(run_dir).wandb.mkdir(exist_ok=True)
             self.wandb = wandb.init(project="slurmrl", name=f"{run_dir.name}-{role}", dir=str(run_dir),
                                     config=config, resume="allow", id=f"{run_dir.name}-{role}")
             Metrics.opened.append(self)

@@ -37,9 +37,14 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from slurmrl import envs, heartbeat, layout, secret
+from slurmrl import envs, heartbeat, secret
+from slurmrl.errors import UserError
+from slurmrl.rundir.metrics import last_row
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime import adapters, admin, hybrid, steps
-from slurmrl.runtime.judge_client import JudgeError, attach as attach_judge
+from slurmrl.runtime.judge_client import JudgeError
+from slurmrl.runtime.judge_client import attach as attach_judge
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
 
@@ -52,7 +57,7 @@ def log(msg: str) -> None:
 
 def latest_weights(run_dir: Path) -> tuple[int, Path | None]:
     """Newest trainer step whose weights are complete (READY marker)."""
-    return steps.latest(run_dir / "weights", "READY")
+    return steps.latest(RunDir(run_dir).weights, "READY")
 
 
 def written_batches(run_dir: Path) -> int:
@@ -111,12 +116,11 @@ def advantages(rewards: list[float]) -> list[float]:
 
 
 def trainer_metrics(run_dir: Path) -> dict:
-    path = run_dir / "metrics" / "trainer.jsonl"
     try:
-        last = path.read_text().strip().splitlines()[-1]
-        return {f"trainer/{k}": v for k, v in json.loads(last).items()}
-    except (FileNotFoundError, IndexError, ValueError):
+        row = last_row(RunDir(run_dir).metrics("trainer"))
+    except UserError:  # a broken trainer file must not stop the rollouts; the trainer's own log says why
         return {}
+    return {f"trainer/{k}": v for k, v in row.to_json().items()} if row else {}
 
 
 def wait_for(predicate, what: str) -> float:
@@ -142,9 +146,9 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
     if done:
         log(f"resuming after {done} written batches")
     # The trainer drops weights newer than its checkpoint when it resumes: read none before it is up.
-    attempt = layout.attempt_from_env()
-    wait_for(layout.ready_file(run_dir, attempt, "trainer", 0).exists, "the trainer to start")
-    layout.write_ready(layout.ready_file(run_dir, attempt, "orchestrator", 0), None, 1)
+    attempt = RunDir.attempt_from_env()
+    wait_for(RunDir(run_dir).ready_file(attempt, "trainer", 0).exists, "the trainer to start")
+    write_ready(RunDir(run_dir).ready_file(attempt, "orchestrator", 0), None, 1)
     if s.hybrid and done > latest_weights(run_dir)[0]:
         # resumed with batches the trainer has yet to step on: the (restarted, awake) servers give it the GPUs first
         hybrid.sleep(admin_urls)
@@ -204,7 +208,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
             "score_s": score_s, **judged, "time": time.time(), **trainer_metrics(run_dir),
         })
         if step == done + 1:
-            layout.add_phase(run_dir, layout.attempt_from_env(), f"first rollout (step {step}, {gen_s:.1f}s)")
+            RunDir(run_dir).add_phase(RunDir.attempt_from_env(), f"first rollout (step {step}, {gen_s:.1f}s)")
         log(f"step {step}/{max_steps} reward {statistics.fmean(rewards):.3f} "
             f"(policy {loaded}, generated in {gen_s:.1f}s, waited {waited:.1f}s)")
         if judged:

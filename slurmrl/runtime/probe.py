@@ -21,7 +21,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime import component as rt
 from slurmrl.runtime import container
 from slurmrl.runtime.steps import write_json_atomic
@@ -102,7 +103,7 @@ def environment_problems(run_dir) -> list[str]:
     from slurmrl import envs
 
     try:
-        with open(layout.component_config(run_dir, "orchestrator"), "rb") as f:
+        with open(RunDir(run_dir).component_config("orchestrator"), "rb") as f:
             settings = tomllib.load(f)
         env = envs.load(settings["environment"], settings.get("environment_args") or {})
         if settings.get("judge") is not None and not hasattr(env, "use_judge"):
@@ -125,7 +126,7 @@ def dataset_problems(run_dir) -> list[str]:
     from slurmrl.runtime.trainer import dataset
 
     try:
-        with open(layout.component_config(run_dir, "trainer"), "rb") as f:
+        with open(RunDir(run_dir).component_config("trainer"), "rb") as f:
             settings = tomllib.load(f)
     except (OSError, ValueError) as e:
         return [f"cannot read the trainer's settings: {e}"]
@@ -144,7 +145,7 @@ def mark_ready(comp: rt.Component, ports: dict[str, int]) -> None:
     url = f"http://{socket.gethostname()}:{ports['http']}" if "http" in ports else None
     ntasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
     task = int(os.environ.get("SLURM_PROCID", comp.rank))
-    layout.write_ready(layout.ready_file(comp.run_dir, layout.attempt_from_env(), comp.name, task), url, ntasks)
+    write_ready(RunDir(comp.run_dir).ready_file(RunDir.attempt_from_env(), comp.name, task), url, ntasks)
 
 
 def main() -> int:
@@ -184,7 +185,7 @@ def main() -> int:
         # slurm.nvlink_domain: this node's NVLink fabric (nvidia-smi -q), where the plan asks for one domain
         "fabric": topology.node_fabric() if comp.config["group"] in plan.get("nvlink_domain", ()) else None,
     }
-    out_dir = layout.preflight_dir(comp.run_dir)
+    out_dir = RunDir(comp.run_dir).preflight_dir()
     write_json_atomic(out_dir / f"{comp.name}.{comp.rank}.json", report, indent=1)
     print(json.dumps(report), flush=True)
     total = sum(len(c["instances"]) for c in plan["components"])

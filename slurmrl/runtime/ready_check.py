@@ -22,7 +22,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from slurmrl import layout, secret
+from slurmrl import secret
+from slurmrl.rundir.paths import RunDir
 
 PROMPT = "Hello"
 MAX_TOKENS = 1  # one token says the engine serves; more only costs start-up time
@@ -125,15 +126,15 @@ class Serving:
 
     # ---- reporting ---------------------------------------------------------------------------
     def _where(self) -> tuple[Path, str, str]:
-        run_dir = layout.run_dir_from_env(self.env)
-        return run_dir, layout.attempt_from_env(self.env), self.env.get("SLURM_PROCID", "0")
+        run_dir = RunDir.from_env(self.env).path
+        return run_dir, RunDir.attempt_from_env(self.env), self.env.get("SLURM_PROCID", "0")
 
     def log(self, msg: str) -> None:
         print(f"slurmrl: {self.name}.{self.env.get('SLURM_PROCID', '0')} on {socket.gethostname()}: {msg}", flush=True)
 
     def phase(self, what: str) -> None:
         run_dir, attempt, _ = self._where()
-        layout.add_phase(run_dir, attempt, what)
+        RunDir(run_dir).add_phase(attempt, what)
 
     def waiting(self, reason: str) -> None:
         """Keep why it is not ready yet (the batch shell reads it on timeout); log each new reason once."""
@@ -142,7 +143,7 @@ class Serving:
         self.last_reason = reason
         self.log(f"not serving yet: {reason}")
         run_dir, attempt, task = self._where()
-        path = layout.waiting_file(run_dir, attempt, self.name)
+        path = RunDir(run_dir).waiting_file(attempt, self.name)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{task}.tmp")
         tmp.write_text(f"task {task}: {reason}\n")
@@ -150,7 +151,7 @@ class Serving:
 
     def done(self) -> None:
         run_dir, attempt, _ = self._where()
-        layout.waiting_file(run_dir, attempt, self.name).unlink(missing_ok=True)
+        RunDir(run_dir).waiting_file(attempt, self.name).unlink(missing_ok=True)
 
     # ---- the check -----------------------------------------------------------------------------
     def __call__(self) -> bool:

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
 
 MANIFEST = ".slurmrl-stage.json"
 CHUNK = 8 << 20
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             + f" (waited {waited:.1f}s for the lock)")
     print(f"slurmrl: {what}", flush=True)
     if os.environ.get("SLURMRL_RUN_DIR"):
-        layout.add_phase(layout.run_dir_from_env(), layout.attempt_from_env(), what)
+        RunDir.from_env().add_phase(RunDir.attempt_from_env(), what)
     return 0
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slurmrl import heartbeat
+from slurmrl.rundir.paths import RunDir
 
 STEP_DIR = re.compile(r"^step-(\d{6,})$")
 
@@ -24,7 +25,7 @@ def step_name(step: int) -> str:
 
 
 def rollout_path(run_dir: Path, step: int) -> Path:
-    return run_dir / "rollouts" / f"{step_name(step)}.json"
+    return RunDir(run_dir).rollouts / f"{step_name(step)}.json"
 
 
 def complete_steps(root: Path, marker: str) -> list[tuple[int, Path]]:

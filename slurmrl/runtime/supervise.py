@@ -38,9 +38,11 @@ from pathlib import Path
 
 import psutil
 
-from slurmrl import heartbeat, layout
-from slurmrl.runtime import ready_check as ready_check_module
+from slurmrl import heartbeat
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime import provenance, tree
+from slurmrl.runtime import ready_check as ready_check_module
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 
@@ -219,8 +221,8 @@ HUNG = 124  # exit code when the command stopped beating
 
 
 def heartbeat_file(name: str) -> Path:
-    run_dir = layout.run_dir_from_env()
-    return layout.heartbeat_file(run_dir, layout.attempt_from_env(), name, int(os.environ.get("SLURM_PROCID", "0")))
+    run_dir = RunDir.from_env().path
+    return RunDir(run_dir).heartbeat_file(RunDir.attempt_from_env(), name, int(os.environ.get("SLURM_PROCID", "0")))
 
 
 def watch_heartbeat(name: str, path: str, timeout: int, child: subprocess.Popen, hung: threading.Event) -> None:
@@ -254,10 +256,10 @@ def mark_ready(name: str, check, url: str | None, child: subprocess.Popen) -> No
     while child.poll() is None:
         # the command's pid too: a check that passes at once (``started``) must not beat the guard's fork
         if check() and (command_pid(child) or time.monotonic() - started > 10):
-            run_dir = layout.run_dir_from_env()
+            run_dir = RunDir.from_env().path
             task = int(os.environ.get("SLURM_PROCID", "0"))
             ntasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
-            layout.write_ready(layout.ready_file(run_dir, layout.attempt_from_env(), name, task), url, ntasks,
+            write_ready(RunDir(run_dir).ready_file(RunDir.attempt_from_env(), name, task), url, ntasks,
                                command_pid(child))
             log(name, f"ready{' at ' + url if url else ''}")
             return

@@ -8,6 +8,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from slurmrl.errors import UserError
+from slurmrl.rundir.paths import RunDir
 
 SHORT = {"-N": "--nodes", "-p": "--partition", "-c": "--cpus-per-task", "-J": "--job-name",
          "-G": "--gpus", "-n": "--ntasks", "-t": "--time", "-o": "--output"}
@@ -58,7 +59,7 @@ def _count(text: str, option: str, default: int) -> int:
     return int(m.group())
 
 
-def read_groups(text: str, where: str = "job.sbatch") -> list[GroupRequest]:
+def read_groups(text: str, where: str = RunDir.SCRIPT) -> list[GroupRequest]:
     """``#SBATCH`` options per het group. sbatch stops reading them at the first command line."""
     groups = [GroupRequest(0)]
     for n, line in enumerate(text.splitlines(), 1):

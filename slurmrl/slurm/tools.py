@@ -1,7 +1,7 @@
 """Running Slurm's client commands: one place that turns their failures into one-line errors.
 
 Every Slurm command slurmrl runs goes through :func:`call` (submitit's sacct through
-``transport().argv``), and :func:`call` through the command's transport: :class:`Local` (this machine, the default) or, for ``--cluster NAME``, the SSH
+``transport().argv``; both check the job ids they name), and :func:`call` through the command's transport: :class:`Local` (this machine, the default) or, for ``--cluster NAME``, the SSH
 transport of ``slurmrl.remote`` (one multiplexed OpenSSH connection to the cluster's login node).
 A transport also says where the cluster sees a run dir (``place``), copies it there before a
 submit (``push``), brings the job's outputs back before they are read (``pull``), and runs
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from slurmrl import pydantic_plugins
 from slurmrl.errors import UserError
+from slurmrl.rundir.jobids import check_argv
 
 TIMEOUT_S = 60
 
@@ -36,6 +37,7 @@ class Local:
 
     def argv(self, argv: list[str]) -> list[str]:
         """The command line that runs ``argv`` there (for code that runs it itself: submitit's sacct)."""
+        check_argv(argv)
         return argv
 
     def place(self, run_dir: Path) -> Path:
@@ -50,6 +52,7 @@ class Local:
 
     def exec(self, argv: list[str], env: dict[str, str], pty: bool) -> None:
         """Replace this process with ``argv`` (attach's srun)."""
+        check_argv(argv)
         if shutil.which(argv[0]) is None:
             raise UserError(None, f"{argv[0]} not found on PATH; run slurmrl where Slurm's client commands are")
         os.execvpe(argv[0], argv, env)
@@ -80,7 +83,10 @@ def using(t: Local):
 
 def call(argv: list[str], check: bool = True, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
     """Run a Slurm command, text output. ``check``: a non-zero exit is a UserError naming the command
-    with its first stderr line (Slurm's own words), e.g. ``sbatch: Invalid partition name specified``."""
+    with its first stderr line (Slurm's own words), e.g. ``sbatch: Invalid partition name specified``.
+    Every job id in ``argv`` is checked first (slurmrl.rundir.jobids): one read back from a run dir
+    never reaches a Slurm command as an option."""
+    check_argv(argv)
     where = transport()
     try:
         r = where.run(argv, timeout)

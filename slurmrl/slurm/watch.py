@@ -96,7 +96,7 @@ class HetInfoWatcher(SlurmInfoWatcher):
             return None
         command = ["sacct", "-o", SACCT_FIELDS, "--parsable2"]
         for jid in to_check:
-            command += ["-j", jid]
+            command.append(f"--jobs={jid}")
         return tools.transport().argv(command)  # submitit runs it: here, or over ssh with --cluster
 
     def read_info(self, string: bytes | str) -> dict[str, dict]:
@@ -202,13 +202,13 @@ WAITING = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"
 def restart_count(job_id: str) -> int | None:
     """Slurm's restart count of a job the controller knows (the attempt it will run next when it
     waits after a requeue); None when squeue cannot say."""
-    r = tools.call(["squeue", "-j", job_id, "-h", "-O", "RestartCnt"], check=False)
+    r = tools.call(["squeue", f"--jobs={job_id}", "-h", "-O", "RestartCnt"], check=False)
     counts = [int(w) for w in r.stdout.split() if w.isdigit()] if r.returncode == 0 else []
     return max(counts) if counts else None
 
 
 def squeue(job_id: str) -> list[dict]:
-    r = tools.call(["squeue", "-j", job_id, "-h", "-o", "%i|%T|%r|%M|%N"], check=False)
+    r = tools.call(["squeue", f"--jobs={job_id}", "-h", "-o", "%i|%T|%r|%M|%N"], check=False)
     if r.returncode != 0:
         if "Invalid job id" in r.stderr:
             return []  # gone from the controller's memory

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from slurmrl import ports
 from slurmrl.errors import UserError
-from slurmrl.layout import dynamo_data_dir
 from slurmrl.plan import parallel, shell, vllm
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh
@@ -34,6 +33,7 @@ from slurmrl.recipe.dynamo import Dynamo
 from slurmrl.recipe.inference import Inference
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.user_set import user_set
+from slurmrl.rundir.paths import RunDir
 
 name = "dynamo"
 
@@ -245,7 +245,7 @@ def planes(d: Dynamo) -> list[Arg]:
 
 def data_dir(service: str) -> Sh:
     """The service's data folder in the run dir, for this attempt (the script exports both variables)."""
-    return Sh(sh=str(dynamo_data_dir("${SLURMRL_RUN_DIR}", "${SLURMRL_ATTEMPT}", service)))
+    return Sh(sh=str(RunDir("${SLURMRL_RUN_DIR}").dynamo_data_dir("${SLURMRL_ATTEMPT}", service)))
 
 
 def services(ctx: Context, head: int) -> None:

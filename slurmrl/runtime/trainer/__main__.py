@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.steps import latest
 from slurmrl.runtime.trainer.ready import mark_ready
 from slurmrl.settings.trainer import TrainerSettings, load
@@ -14,7 +15,7 @@ from slurmrl.settings.trainer import TrainerSettings, load
 def finished(s: TrainerSettings) -> int | None:
     """The step of a complete checkpoint at or past max_steps, if any (checked before importing torch,
     so a job requeued after the trainer finished does not pay for loading it)."""
-    step, _ = latest(s.root / "checkpoints", "DONE")
+    step, _ = latest(RunDir(s.root).checkpoints, "DONE")
     return step if step and step >= s.max_steps else None
 
 

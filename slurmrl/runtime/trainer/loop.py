@@ -22,12 +22,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from slurmrl import heartbeat, layout
+from slurmrl import heartbeat
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.trainer import dataset, losses, rl_metrics, rollouts, state
 from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env
-from slurmrl.runtime.trainer.lora import AdaptersOff, Policy as LoRAPolicy
+from slurmrl.runtime.trainer.lora import AdaptersOff
+from slurmrl.runtime.trainer.lora import Policy as LoRAPolicy
 from slurmrl.runtime.trainer.ready import mark_ready
 from slurmrl.settings.trainer import TrainerSettings
 
@@ -140,8 +142,8 @@ class Trainer:
         self.rank, self.world = self.d.rank, self.d.world
         self.seed, self.max_steps, self.micro, self.seq_len = s.seed, s.max_steps, s.micro_batch_size, s.seq_len
         self.every, self.keep = s.checkpoint_every, s.keep_checkpoints
-        self.ckpt_root = self.run_dir / "checkpoints"
-        self.weights_root = self.run_dir / "weights"
+        self.ckpt_root = RunDir(self.run_dir).checkpoints
+        self.weights_root = RunDir(self.run_dir).weights
         if s.dtype == "bfloat16" and not self.d.bf16:
             self.log(f"dtype bfloat16 asked but {self.d.device.type} has no bf16 here: training in float32")
         self.publish_dtype = torch.bfloat16 if s.dtype == "bfloat16" else torch.float32
@@ -320,7 +322,7 @@ class Trainer:
 
     def export_merged(self) -> None:
         t = time.perf_counter()
-        out = self.lora.export(layout.merged_dir(self.run_dir), self.model, self.config, self.gen_config,
+        out = self.lora.export(RunDir(self.run_dir).merged_dir(), self.model, self.config, self.gen_config,
                                self.model_dir, self.tok, self.publish_dtype, self.rank)
         self.log(f"merged model (base + adapter) at {out} ({time.perf_counter() - t:.2f}s)")
 
@@ -381,7 +383,7 @@ class Trainer:
                 record["off_policy_lag"] = step - 1 - out["policy_step"]
             self.metrics.log(record)
             if self.rank == 0 and step == first_step:
-                layout.add_phase(self.run_dir, layout.attempt_from_env(), f"first trainer step (step {step}, {step_s:.1f}s)")
+                RunDir(self.run_dir).add_phase(RunDir.attempt_from_env(), f"first trainer step (step {step}, {step_s:.1f}s)")
             kl = "" if out.get("kl") is None else f" kl {out['kl']:.4f}"
             extra = (f"{kl} entropy {out['entropy']:.3f} clip {out['clip_frac']:.3f} "
                      f"reward {out['reward_mean']:.3f}" if self.kind == "rl" else "")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from slurmrl import layout
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import write_ready
 
 
 def mark_ready(run_dir: Path, env=None) -> Path | None:
@@ -20,6 +21,6 @@ def mark_ready(run_dir: Path, env=None) -> Path | None:
         return None
     node = int(env.get("GROUP_RANK", 0))
     nodes = max(1, int(env.get("WORLD_SIZE", 1)) // max(1, int(env.get("LOCAL_WORLD_SIZE", 1))))
-    path = layout.ready_file(run_dir, layout.attempt_from_env(env), "trainer", node)
-    layout.write_ready(path, None, nodes)
+    path = RunDir(run_dir).ready_file(RunDir.attempt_from_env(env), "trainer", node)
+    write_ready(path, None, nodes)
     return path

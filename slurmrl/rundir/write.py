@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 
 from slurmrl.errors import UserError
+from slurmrl.rundir.atomic import write_text
+from slurmrl.rundir.jobs import submitted_job
+from slurmrl.rundir.paths import RunDir
 
-SUBMITTED = "jobs.json"  # written by `slurmrl submit`; its presence protects the run dir
-
-
-def submitted_job(run_dir: Path) -> str | None:
-    try:
-        jobs = json.loads((run_dir / SUBMITTED).read_text())
-    except (OSError, ValueError):
-        return None
-    return str(jobs[-1]["job_id"]) if jobs else None
+__all__ = ["write_run_dir", "write_text"]
 
 
 def write_run_dir(run_dir: Path, files: dict[str, str], force: bool = False) -> None:
@@ -57,8 +51,8 @@ def write_run_dir(run_dir: Path, files: dict[str, str], force: bool = False) -> 
                 if entry.name not in produced:
                     entry.rename(tmp / entry.name)
                     carried.append((tmp / entry.name, entry))
-        if not (tmp / "logs").exists():
-            (tmp / "logs").mkdir(mode=0o700)  # sbatch opens logs/batch-%j.out before the script runs
+        if not RunDir(tmp).logs.exists():
+            RunDir(tmp).logs.mkdir(mode=0o700)  # sbatch opens logs/batch-%j.out before the script runs
         if run_dir.exists():
             run_dir.rename(old)
         tmp.rename(run_dir)

@@ -19,26 +19,33 @@ reads (``slurmrl.recipe.load`` sets it aside):
   component's first task): the interpreter's Python, vLLM, torch and transformers versions, host,
   attempt, job id, and the container's environment markers.
 
-``slurmrl submit --again RUN_DIR`` (``again``) renders the lock for a new run dir, carries over
-any hand edits of the old one, and links the two (RUN_DIR/links.json, both ways).
+``slurmrl submit --again RUN_DIR`` (``slurmrl.app.again``) renders the lock for a new run dir.
 
-Standard library only at import time: ``slurmrl.recipe.load`` imports this module.
+A leaf (standard library and errors only): ``slurmrl.recipe.load`` imports this module. Every
+value read back from a lock is checked here (:func:`read_lock`): a string that may reach a
+rendered job.sbatch is one line.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
+import shlex
 import shutil
 import subprocess
 import tomllib
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from slurmrl import layout
 from slurmrl.errors import UserError
+from slurmrl.rundir import tomlw
+from slurmrl.rundir.atomic import write_text
+from slurmrl.rundir.jobs import history
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import kind, read_json, read_toml
+from slurmrl.rundir.text import is_one_line
 
 FORMAT = 1  # [lock] format: a [lock] table without it is refused in a recipe
 HASH_CAP_BYTES = 1 << 30  # files larger than this (a container image, a big dataset) get size and mtime only
@@ -52,7 +59,7 @@ INPUT_FIELDS = (("trainer", "dataset"), ("inference", "dynamo", "engine_config")
 def check_table(table) -> None:
     """A recipe may carry a [lock] table only as slurmrl writes it (provenance, never read as a knob)."""
     if not (isinstance(table, dict) and table.get("format") == FORMAT):
-        raise UserError("lock", f"is the provenance table slurmrl writes into a run dir's {layout.LOCK} "
+        raise UserError("lock", f"is the provenance table slurmrl writes into a run dir's {RunDir.LOCK} "
                                 f"(format = {FORMAT}); it is not a setting: remove it from the recipe")
 
 
@@ -61,15 +68,53 @@ def read(path: Path) -> dict | None:
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
         return None
 
 
+@dataclass(frozen=True)
+class Lock:
+    """RUN_DIR/lock.toml's [lock] table, checked. ``table``: all of it, for the next lock's ``previous``."""
+
+    recipe_file: str | None = None
+    run_dir: str | None = None
+    preflight: bool = False
+    again_of: str | None = None
+    sweep: str | None = None
+    sweep_point: int | None = None
+    table: dict = field(default_factory=dict)
+
+
+ONE_LINE_KEYS = ("recipe_file", "run_dir", "recipe_path", "again_of", "sweep")
+
+
+def read_lock(run_dir: Path) -> Lock:
+    """RUN_DIR/lock.toml's provenance (an empty Lock when there is none); a hand-edited lock whose
+    values cannot be what slurmrl wrote is one line naming the file."""
+    path = RunDir(run_dir).lock
+    data = read_toml(path, missing=None)
+    if data is None:
+        return Lock()
+    table = data.get("lock", {})
+    if not isinstance(table, dict):
+        raise UserError(str(path), f"[lock] should be a table, not {kind(table)}")
+    for key in ONE_LINE_KEYS:
+        value = table.get(key)
+        if value is not None and not (isinstance(value, str) and value and is_one_line(value)):
+            raise UserError(f"{path} [lock] {key}", f"should be one line of text, not {kind(value) if not isinstance(value, str) else repr(value[:40])}")
+    preflight = table.get("preflight", False)
+    if not isinstance(preflight, bool):
+        raise UserError(f"{path} [lock] preflight", f"should be true or false, not {kind(preflight)}")
+    point = table.get("sweep_point")
+    if point is not None and (isinstance(point, bool) or not isinstance(point, int) or not 0 <= point < 1 << 31):
+        raise UserError(f"{path} [lock] sweep_point", "should be a point's index (a whole number from 0)")
+    return Lock(table.get("recipe_file"), table.get("run_dir"), preflight, table.get("again_of"),
+                table.get("sweep"), point, table)
+
+
 def meta(run_dir: Path) -> dict:
-    """RUN_DIR/lock.toml's [lock] table ({} when there is none)."""
-    data = read(Path(run_dir) / layout.LOCK) or {}
-    table = data.get("lock")
-    return table if isinstance(table, dict) else {}
+    """RUN_DIR/lock.toml's [lock] table, checked ({} when there is none)."""
+    return read_lock(run_dir).table
 
 
 def recorded_source(recipe_path: Path) -> str | None:
@@ -81,25 +126,24 @@ def recorded_source(recipe_path: Path) -> str | None:
     if not re.search(r"^\[lock\]\s*$", text, re.M):
         return None
     data = read(Path(recipe_path)) or {}
-    source = (data.get("lock") or {}).get("recipe_file")
-    return source if isinstance(source, str) and source and "\n" not in source else None
+    table = data.get("lock")
+    source = table.get("recipe_file") if isinstance(table, dict) else None
+    return source if isinstance(source, str) and source and is_one_line(source) else None
 
 
 def script_run_dir(script_text: str) -> Path | None:
     """The run dir job.sbatch names (``RUN_DIR=...``; on a remote cluster, its path there)."""
-    import shlex
-
     m = re.search(r"^RUN_DIR=(.+)$", script_text, re.M)
     try:
         words = shlex.split(m[1], comments=True) if m else []
     except ValueError:
         return None
-    return Path(words[0]) if len(words) == 1 else None
+    return Path(words[0]) if len(words) == 1 and is_one_line(words[0]) else None
 
 
 def header_source(script_text: str) -> str | None:
     m = HEADER.search("\n".join(script_text.splitlines()[:3]))
-    return m["file"] if m else None
+    return m["file"] if m and is_one_line(m["file"]) else None
 
 
 # ---- provenance ---------------------------------------------------------------------------
@@ -136,8 +180,6 @@ def git_state(path: Path) -> dict | None:
 
 
 def slurmrl_state() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         out = {"version": version("slurmrl")}
     except PackageNotFoundError:
@@ -180,11 +222,11 @@ def job_files(run_dir: Path) -> dict[str, str]:
     """Relative path -> text of job.sbatch and everything it reads in the run dir."""
     run_dir = Path(run_dir)
     out = {}
-    for rel in (layout.SCRIPT, layout.FUNCTIONS, layout.PLAN):
+    for rel in (RunDir.SCRIPT, RunDir.FUNCTIONS, RunDir.PLAN):
         if (run_dir / rel).is_file():
             out[rel] = (run_dir / rel).read_text(encoding="utf-8", errors="replace")
-    for p in sorted((run_dir / layout.COMPONENTS).glob("*.toml")):
-        out[f"{layout.COMPONENTS}/{p.name}"] = p.read_text(encoding="utf-8", errors="replace")
+    for p in sorted((run_dir / RunDir.COMPONENTS).glob("*.toml")):
+        out[f"{RunDir.COMPONENTS}/{p.name}"] = p.read_text(encoding="utf-8", errors="replace")
     return out
 
 
@@ -201,8 +243,6 @@ def compose(recipe_toml: str, files: dict[str, str], run_dir: Path, *, source: s
     ``files``: the run dir's files the job reads (relative path -> text, recipe.toml and lock.toml
     left out); ``previous``: the [lock] table this one replaces (what cannot be found again, such
     as the recipe's repository, is kept from it); ``links``: again_of, sweep, ..."""
-    from slurmrl.render import tomlw  # light: a few lines of formatting
-
     recipe = tomllib.loads(recipe_toml)
     recipe.pop("lock", None)
     run_dir = Path(run_dir)
@@ -235,7 +275,7 @@ def compose(recipe_toml: str, files: dict[str, str], run_dir: Path, *, source: s
     if edited is not None:
         table["edited"] = edited
     table["files"] = {rel: digest(text) for rel, text in sorted(files.items())
-                      if rel not in (layout.RECIPE, layout.LOCK)}
+                      if rel not in (RunDir.RECIPE, RunDir.LOCK)}
     found = inputs(recipe)
     if found:
         table["inputs"] = found
@@ -246,39 +286,28 @@ def compose(recipe_toml: str, files: dict[str, str], run_dir: Path, *, source: s
     return head + tomlw.dumps(recipe) + "\n" + tomlw.dumps({"lock": table})
 
 
-def write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    old = os.umask(0o077)
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    finally:
-        os.umask(old)
-
-
 def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None) -> None:
     """Rewrite RUN_DIR/lock.toml as the run dir is now, before it is submitted (hashes of the files
     as they go to sbatch, hand edits included). An earlier job's [[lock.runtime]] entries stay in
     the copy kept with its logs (logs/job-<id>/lock.toml). ``recipe_path``: the recipe file it was
     just rendered from (its repository's git state is taken again), else kept from the old lock."""
     run_dir = Path(run_dir)
-    resolved = run_dir / layout.RECIPE
+    resolved = RunDir(run_dir).recipe
     if not resolved.is_file():
         return  # a run dir made by hand: nothing to lock
-    lock_path = run_dir / layout.LOCK
+    lock_path = RunDir(run_dir).lock
     old = read(lock_path) or {}
     previous = old.get("lock") if isinstance(old.get("lock"), dict) else {}
-    history = _read_json(run_dir / layout.JOBS)
-    last = history[-1] if isinstance(history, list) and history and isinstance(history[-1], dict) else {}
-    if previous.get("runtime") and last.get("job_id"):
-        keep = layout.set_aside_dir(run_dir, str(last["job_id"]))
+    jobs = history(run_dir)
+    if previous.get("runtime") and jobs:
+        keep = RunDir(run_dir).set_aside_dir(jobs[-1].job_id)
         keep.mkdir(parents=True, exist_ok=True, mode=0o700)
-        shutil.copy2(lock_path, keep / layout.LOCK)
+        shutil.copy2(lock_path, keep / RunDir.LOCK)
     files = job_files(run_dir)
-    script = files.get(layout.SCRIPT, "")
-    plan = _read_json(run_dir / layout.PLAN)
+    script = files.get(RunDir.SCRIPT, "")
+    plan = _read_json(RunDir(run_dir).plan)
     text = compose(resolved.read_text(encoding="utf-8"), files, script_run_dir(script) or run_dir,
-                   source=header_source(script) or previous.get("recipe_file") or layout.RECIPE,
+                   source=header_source(script) or previous.get("recipe_file") or RunDir.RECIPE,
                    preflight=bool(plan.get("preflight")) if isinstance(plan, dict) else bool(previous.get("preflight")),
                    recipe_path=recipe_path, edited=edited, previous=previous)
     write_text(lock_path, text)
@@ -286,71 +315,6 @@ def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None) -> Non
 
 def _read_json(path: Path):
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return read_json(path, missing=None)
+    except UserError:
         return None
-
-
-# ---- links between run dirs -------------------------------------------------------------------
-def links(run_dir: Path) -> dict:
-    data = _read_json(Path(run_dir) / layout.LINKS)
-    return data if isinstance(data, dict) else {}
-
-
-def add_link(run_dir: Path, key: str, value: str) -> None:
-    """Set ``key`` (``again_of``, ``sweep``) or append to a list key (``again_as``) in links.json."""
-    data = links(run_dir)
-    if key.endswith("_as"):
-        data[key] = [v for v in data.get(key, []) if v != value] + [value]
-    else:
-        data[key] = value
-    write_text(Path(run_dir) / layout.LINKS, json.dumps(data, indent=1) + "\n")
-
-
-# ---- submit --again ---------------------------------------------------------------------------
-def next_run_dir(old: Path) -> Path:
-    """RUN_DIR-again-N, the first N from 1 that is free."""
-    n = 1
-    while (old.parent / f"{old.name}-again-{n}").exists():
-        n += 1
-    return old.parent / f"{old.name}-again-{n}"
-
-
-def again(target: str, new: str | None = None) -> Path:
-    """Write a new run dir that runs what RUN_DIR ran: its lock (recipe.toml) rendered for the new
-    path, with every hand edit of the old run dir's job files carried over (the old path replaced
-    by the new one). Returns the new run dir; nothing is written when anything is wrong."""
-    from slurmrl.app import diff  # app/again.py (frame-rundir) takes this function over
-    from slurmrl.app.build import build
-    from slurmrl.render.rundir import write_run_dir
-    from slurmrl.slurm import jobs
-
-    old = jobs.run_dir_arg(target)
-    recipe_path = old / layout.RECIPE
-    if not recipe_path.is_file():
-        raise UserError(str(old), f"has no {layout.RECIPE} to render again from")
-    new_dir = Path(new).resolve() if new else next_run_dir(old)
-    if new_dir.exists():
-        raise UserError(str(new_dir), "exists; choose another run dir")
-    previous = meta(old)
-    plan = jobs.load_plan(old)
-    preflight = bool(plan and jobs.is_preflight(plan))
-    source = previous.get("recipe_file") or header_source((old / layout.SCRIPT).read_text()) or layout.RECIPE
-    fresh = build(recipe_path, run_dir=new_dir, preflight=preflight, source_name=source).files
-    files = {rel: text for rel, text in fresh.items() if rel != layout.RECIPE}
-    before, after = str(old), str(new_dir)
-    for e in diff.edits(old):
-        if e.rendered is not None and files.get(e.path) != e.rendered.replace(before, after):
-            raise UserError(str(old), f"its hand edits cannot be carried to {new_dir}: {e.path} does not name the "
-                                      "run dir verbatim; render its recipe.toml with --run-dir and edit again")
-        if e.current is None:
-            files.pop(e.path, None)
-        else:
-            files[e.path] = e.current.replace(before, after)
-    files[layout.RECIPE] = recipe_path.read_text(encoding="utf-8")
-    files[layout.LOCK] = compose(files[layout.RECIPE], files, new_dir, source=source, preflight=preflight,
-                                 previous=previous, again_of=str(old), sweep=None, sweep_point=None)
-    files[layout.LINKS] = json.dumps({"again_of": str(old)}, indent=1) + "\n"
-    write_run_dir(new_dir, files)
-    add_link(old, "again_as", str(new_dir))
-    return new_dir

@@ -14,10 +14,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from slurmrl import layout, lock
 from slurmrl.errors import UserError
+from slurmrl.rundir import lockfile as lock
+from slurmrl.rundir.paths import RunDir
 
-KEPT = (layout.RECIPE, layout.LOCK)  # the source and its provenance: rewritten by every render
+KEPT = (RunDir.RECIPE, RunDir.LOCK)  # the source and its provenance: rewritten by every render
 
 
 def _files_at_risk(run_dir: Path, files: dict[str, str]) -> list[str]:
@@ -36,10 +37,10 @@ def _files_at_risk(run_dir: Path, files: dict[str, str]) -> list[str]:
 def as_rendered(run_dir: Path, build: Callable[..., object]) -> dict[str, str] | None:
     """What RUN_DIR/recipe.toml renders for this run dir (relative path -> text); None if it cannot."""
     try:
-        script = (run_dir / layout.SCRIPT).read_text(encoding="utf-8")
-        plan = json.loads((run_dir / layout.PLAN).read_text(encoding="utf-8"))
+        script = (run_dir / RunDir.SCRIPT).read_text(encoding="utf-8")
+        plan = json.loads((run_dir / RunDir.PLAN).read_text(encoding="utf-8"))
         preflight = bool(plan.get("preflight")) if isinstance(plan, dict) else False
-        out = build(run_dir / layout.RECIPE, run_dir=lock.script_run_dir(script) or run_dir, preflight=preflight,
+        out = build(run_dir / RunDir.RECIPE, run_dir=lock.script_run_dir(script) or run_dir, preflight=preflight,
                     source_name=lock.header_source(script))
     except (OSError, ValueError, UserError):
         return None
@@ -50,7 +51,10 @@ def edited_files(run_dir: Path, files: dict[str, str], fresh: Callable[[], dict[
     """The files of run_dir a render of ``files`` would replace that differ from how they were rendered."""
     if not run_dir.is_dir():
         return []
-    table = lock.meta(run_dir)
+    try:
+        table = lock.meta(run_dir)
+    except UserError:  # an unreadable lock.toml records nothing: compare with a fresh render
+        table = {}
     recorded = table.get("files") if table.get("edited") is not True else None
     recorded = recorded if isinstance(recorded, dict) else None
     rendered: dict[str, str] | None = None

@@ -1,0 +1,303 @@
+"""The run dir's layout: every path under a run dir is named here, and only here.
+
+One object, :class:`RunDir` (submitit's ``JobPaths`` is the model), owns the paths; callers never
+spell one. A leaf (standard library only): the planner, the renderer, the runtimes inside job
+steps (``RunDir.from_env()``) and the login-node commands all go through it.
+
+    RUN_DIR/
+      job.sbatch                     the script (the truth)
+      plan.json  recipe.toml         what was planned, from what
+      lock.toml                      the recipe as resolved plus provenance (slurmrl.rundir.lockfile)
+      links.json                     `submit --again` and sweep links: again_of, again_as, sweep
+      sweep.json sweep.sbatch        a sweep dir's index and job array script (slurmrl.sweep)
+      components/<name>.toml         typed settings of our own programs (trainer, orchestrator)
+      jobs.json                      every job submitted from this run dir
+      allocations                    job ids of `bash job.sbatch` runs inside salloc
+      secret                         the job's secret (mode 0600; see slurmrl.secret)
+      logs/batch-<jobid>.out         the batch shell's log
+      logs/attempt-N/<comp>.<task>.log
+      logs/attempt-N/FAILED          why the job failed (one line)
+      logs/attempt-N/phases          start-up milestones: "<unix time> <what>" per line
+      logs/attempt-N/<comp>.waiting  why a front is not serving yet (slurmrl.runtime.ready_check)
+      logs/attempt-N/PREEMPTED       the warning signal came (and what the script did about it)
+      logs/attempt-N/STOPPED         Slurm ended the attempt with SIGTERM (cancel, time limit)
+      logs/job-<jobid>/              an earlier job's logs, set aside by submit
+      ready/attempt-N/<comp>.<task>  a task passed its readiness check (its URL, its step's task count)
+      heartbeat/attempt-N/<comp>.<task>  touched by a program's main loop; watched by its supervisor
+      preflight/<comp>.<task>.json   probe reports
+      dynamo/etcd-attempt-N/ dynamo/nats-attempt-N/  data of the etcd and NATS a Dynamo job starts
+      benchmark/summary.json         the [benchmark] grid: status and one line of numbers per point
+      benchmark/c<C>-in<I>-out<O>.json  vllm bench serve's result for one point; benchmark.png the plot
+      metrics/<role>.jsonl           one JSON line per step of the trainer and the orchestrator
+      rollouts/ weights/ checkpoints/   RL and SFT outputs
+      merged/                        a LoRA policy's final model: base + adapter, a plain HF folder
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from slurmrl.rundir import phases
+
+
+class RunDir:
+    """Every path of one run dir. ``RunDir(path)``; inside a job step ``RunDir.from_env()``."""
+
+    # names relative to the run dir (for code that writes a run dir as a dict of files)
+    SCRIPT = "job.sbatch"
+    FUNCTIONS = "slurmrl-functions.sh"  # the helper file job.sbatch sources: the machinery every job shares
+    PLAN = "plan.json"
+    RECIPE = "recipe.toml"
+    LOCK = "lock.toml"  # a complete recipe plus provenance (slurmrl.rundir.lockfile); the job appends its versions
+    LINKS = "links.json"  # {"again_of": RUN_DIR, "again_as": [RUN_DIR, ...], "sweep": SWEEP_DIR}
+    SWEEP_INDEX = "sweep.json"  # a sweep dir's index: grid, points (params, run dir), submissions (slurmrl.sweep)
+    SWEEP_SCRIPT = "sweep.sbatch"  # a sweep's job array script: runs point SLURM_ARRAY_TASK_ID's job.sbatch
+    JOBS = "jobs.json"
+    ALLOCATIONS = "allocations"  # job ids of runs of job.sbatch inside salloc (the script appends them)
+    SECRET = "secret"  # the job's secret (slurmrl.secret), made by the job script
+    COMPONENTS = "components"
+    LOGS = "logs"
+    READY = "ready"
+    HEARTBEAT = "heartbeat"
+    PREFLIGHT = "preflight"
+    BENCHMARK = "benchmark"  # the [benchmark] results (slurmrl.runtime.bench)
+    METRICS = "metrics"
+    MERGED = "merged"
+    ROLLOUTS = "rollouts"
+    WEIGHTS = "weights"
+    CHECKPOINTS = "checkpoints"
+    WANDB = "wandb"
+    DYNAMO = "dynamo"  # data of the etcd and NATS servers a Dynamo job starts, one folder per attempt
+    FAILED = "FAILED"
+    PHASES = "phases"
+    PREEMPTED = "PREEMPTED"
+    STOPPED = "STOPPED"  # Slurm ended the attempt (SIGTERM to the batch shell): cancel, time limit, preemption
+    JOB_OUTPUTS = (READY, PREFLIGHT, BENCHMARK)  # written by a job; stale once another job runs in the run dir
+    PULLED = (LOGS, READY, PREFLIGHT, BENCHMARK, METRICS)  # what a job writes and the login-node commands read
+    BENCHMARK_SUMMARY = "summary.json"  # status and one line of numbers per grid point (`slurmrl status`)
+    BENCHMARK_PLOT = "benchmark.png"
+    REWARD_PLOT = "reward.png"
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RunDir) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    # ---- files of the run dir itself ------------------------------------------------------------
+    @property
+    def script(self) -> Path:
+        return self.path / self.SCRIPT
+
+    @property
+    def plan(self) -> Path:
+        return self.path / self.PLAN
+
+    @property
+    def recipe(self) -> Path:
+        return self.path / self.RECIPE
+
+    @property
+    def lock(self) -> Path:
+        return self.path / self.LOCK
+
+    @property
+    def links(self) -> Path:
+        return self.path / self.LINKS
+
+    @property
+    def jobs(self) -> Path:
+        return self.path / self.JOBS
+
+    @property
+    def allocations(self) -> Path:
+        return self.path / self.ALLOCATIONS
+
+    @property
+    def secret(self) -> Path:
+        return self.path / self.SECRET
+
+    @property
+    def sweep_index(self) -> Path:
+        return self.path / self.SWEEP_INDEX
+
+    @property
+    def sweep_script(self) -> Path:
+        return self.path / self.SWEEP_SCRIPT
+
+    @property
+    def components_dir(self) -> Path:
+        return self.path / self.COMPONENTS
+
+    def component_config(self, name: str) -> Path:
+        return self.components_dir / f"{name}.toml"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / self.LOGS
+
+    @property
+    def rollouts(self) -> Path:
+        return self.path / self.ROLLOUTS
+
+    @property
+    def weights(self) -> Path:
+        return self.path / self.WEIGHTS
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / self.CHECKPOINTS
+
+    @property
+    def wandb(self) -> Path:
+        return self.path / self.WANDB
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.path / self.METRICS
+
+    def metrics(self, role: str) -> Path:
+        """``metrics/<role>.jsonl``: one JSON line per step (slurmrl.runtime.metrics writes, rundir.metrics reads)."""
+        return self.metrics_dir / f"{role}.jsonl"
+
+    def merged_dir(self) -> Path:
+        """A LoRA policy's final model, the adapter merged into the base (written after the last step)."""
+        return self.path / self.MERGED
+
+    def reward_plot(self) -> Path:
+        return self.path / self.REWARD_PLOT
+
+    # ---- per attempt -------------------------------------------------------------------------
+    def attempt_dir(self, kind: str, attempt: int | str) -> Path:
+        """``logs/attempt-N``, ``ready/attempt-N`` or ``heartbeat/attempt-N``."""
+        return self.path / kind / f"attempt-{attempt}"
+
+    def log_dir(self, attempt: int | str) -> Path:
+        return self.attempt_dir(self.LOGS, attempt)
+
+    def task_log(self, attempt: int | str, component: str, task: int | str) -> Path:
+        return self.log_dir(attempt) / f"{component}.{task}.log"
+
+    def ready_dir(self, attempt: int | str) -> Path:
+        return self.attempt_dir(self.READY, attempt)
+
+    def ready_file(self, attempt: int | str, component: str, task: int) -> Path:
+        return self.ready_dir(attempt) / f"{component}.{task}"
+
+    def phases_file(self, attempt: int | str) -> Path:
+        """Start-up milestones of one attempt: ``<unix time> <what>`` per line (batch shell and programs)."""
+        return self.log_dir(attempt) / self.PHASES
+
+    def add_phase(self, attempt: int | str, what: str) -> None:
+        phases.add_phase(self.phases_file(attempt), what)
+
+    def read_phases(self, attempt: int | str) -> list[tuple[int, str]]:
+        return [(p.time, p.what) for p in phases.read_phases(self.phases_file(attempt))]
+
+    def waiting_file(self, attempt: int | str, component: str) -> Path:
+        """Why ``component`` is not serving yet, one line (removed once it serves); FAILED quotes it."""
+        return self.log_dir(attempt) / f"{component}.waiting"
+
+    def heartbeat_file(self, attempt: int | str, component: str, task: int) -> Path:
+        """Touched by a program's main loop (slurmrl.heartbeat); its supervisor watches the age."""
+        return self.attempt_dir(self.HEARTBEAT, attempt) / f"{component}.{task}"
+
+    def failed_file(self, attempt: int | str) -> Path:
+        return self.log_dir(attempt) / self.FAILED
+
+    def preempted_file(self, attempt: int | str) -> Path:
+        return self.log_dir(attempt) / self.PREEMPTED
+
+    def stopped_file(self, attempt: int | str) -> Path:
+        return self.log_dir(attempt) / self.STOPPED
+
+    def batch_log(self, job_id: str) -> Path:
+        return self.logs / f"batch-{job_id}.out"
+
+    def batch_log_pattern(self) -> str:
+        """sbatch's ``--output`` for the batch shell (``%j``: the job id)."""
+        return f"{self.path}/{self.LOGS}/batch-%j.out"
+
+    def array_batch_log_pattern(self) -> str:
+        """A sweep's job array: each array task's batch log in its point's run dir (``%A_%a``)."""
+        return f"{self.path}/{self.LOGS}/batch-%A_%a.out"
+
+    def job_outputs(self) -> list[Path]:
+        """What a job writes outside logs/attempt-N: stale once another job runs in the run dir."""
+        return [self.path / name for name in self.JOB_OUTPUTS]
+
+    def set_aside_dir(self, job_id: str) -> Path:
+        return self.logs / f"job-{job_id}"
+
+    def preflight_dir(self) -> Path:
+        return self.path / self.PREFLIGHT
+
+    def preflight_reports(self) -> list[Path]:
+        return sorted(self.preflight_dir().glob("*.json"))
+
+    # ---- the benchmark's folder, RUN_DIR/benchmark (the job passes it to runtime.bench as --out) ----
+    @staticmethod
+    def benchmark_point_name(concurrency: int, input_len: int, output_len: int) -> str:
+        """vllm bench serve's result for one grid point (per-request lists left out)."""
+        return f"c{concurrency}-in{input_len}-out{output_len}.json"
+
+    def benchmark_dir(self) -> Path:
+        return self.path / self.BENCHMARK
+
+    def benchmark_summary(self) -> Path:
+        return self.benchmark_dir() / self.BENCHMARK_SUMMARY
+
+    def benchmark_plot(self) -> Path:
+        return self.benchmark_dir() / self.BENCHMARK_PLOT
+
+    def dynamo_data_dir(self, attempt: int | str, service: str) -> Path:
+        """``dynamo/<service>-attempt-N``: etcd's ``--data-dir`` or NATS's JetStream store (``-sd``)."""
+        return self.path / self.DYNAMO / f"{service}-attempt-{attempt}"
+
+    def attempts(self) -> list[int]:
+        """Attempt numbers that have a log or ready folder, in order."""
+        found = set()
+        for kind in (self.LOGS, self.READY):
+            for d in (self.path / kind).glob("attempt-*"):
+                suffix = d.name.removeprefix("attempt-")
+                if suffix.isdigit():
+                    found.add(int(suffix))
+        return sorted(found)
+
+    def ready_tasks(self, attempt: int | str, component: str) -> dict[int, Path]:
+        """task -> ready file, for every task of ``component`` that is ready in ``attempt``."""
+        out = {}
+        for f in self.ready_dir(attempt).glob(f"{component}.*"):
+            task = f.name.rsplit(".", 1)[-1]
+            if task.isdigit():
+                out[int(task)] = f
+        return dict(sorted(out.items()))
+
+    # ---- inside a job step -------------------------------------------------------------------
+    @classmethod
+    def from_env(cls, env=None) -> RunDir:
+        """The run dir of the job this step belongs to (the script exports SLURMRL_RUN_DIR)."""
+        env = os.environ if env is None else env
+        value = env.get("SLURMRL_RUN_DIR")
+        if not value:
+            raise SystemExit("slurmrl: SLURMRL_RUN_DIR is not set; run this inside the job script")
+        return cls(value)
+
+    @staticmethod
+    def attempt_from_env(env=None) -> str:
+        env = os.environ if env is None else env
+        return env.get("SLURMRL_ATTEMPT", "0")
