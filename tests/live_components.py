@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from slurmrl import layout, secret
-from slurmrl.runtime.supervise import http_ok
+from slurmrl.runtime.steps.supervise import http_ok
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_SECRET = "test-secret-of-the-live-components"  # every LiveComponent's run dir gets this secret

@@ -22,7 +22,7 @@ from test_planner_shapes import RUN, B, P, make
 
 from slurmrl import cli, layout, plot
 from slurmrl.errors import UserError
-from slurmrl.runtime import bench
+from slurmrl.runtime.bench import runner as bench
 from slurmrl.slurm import status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ def test_the_benchmark_runs_vllm_bench_serve_through_the_router_after_every_serv
     assert (c.group, c.first_node, c.nodes, c.tasks_per_node, c.gpus_per_node, c.cpus_per_task) == (0, 0, 1, 1, 0, 2)
     assert "--gpus-per-node=0" in c.srun and "--kill-on-bad-exit=1" in c.srun  # a failing benchmark fails the job
     e = job.run("benchmark")
-    assert e.supervisor == ["python3", "-m", "slurmrl.runtime.supervise", "benchmark", "--ready", "started"]
+    assert e.supervisor == ["python3", "-m", "slurmrl.runtime.steps.supervise", "benchmark", "--ready", "started"]
     cmd = e.command
     sep = cmd.index("--")
     own, vllm_args = bench.parse(cmd[3:])
@@ -170,7 +170,7 @@ def test_a_preflight_probes_the_benchmark_too(tmp_path):
     from slurmrl.recipe.load import validate
 
     p = plan(validate(inference(GRID)), RUN, preflight=True)
-    assert p.component("benchmark").task.command[-2:] == ("slurmrl.runtime.probe", "benchmark")
+    assert p.component("benchmark").task.command[-2:] == ("slurmrl.runtime.steps.probe", "benchmark")
 
 
 # ---- slurmrl.runtime.bench ---------------------------------------------------------------------
@@ -330,7 +330,7 @@ def test_then_serve_waits_after_its_results_until_the_job_stops_it(tmp_path):
 import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_benchmark import fake_result, per_point
-from slurmrl.runtime import bench
+from slurmrl.runtime.bench import runner as bench
 bench.check_endpoint = lambda *a, **k: None
 bench.vllm_runner = lambda: per_point(fake_result)
 sys.exit(bench.main(["--out", {str(tmp_path / "benchmark")!r}, "--concurrencies", "1", "--input-lens", "8",
@@ -377,7 +377,7 @@ def test_status_and_plot_show_the_results(tmp_path, capsys):
 def test_nothing_on_the_login_node_imports_vllm():
     """plan, render, submit, status and plot stay light; bench imports vLLM only when it runs a point."""
     code = ("import sys, slurmrl.cli, slurmrl.plan, slurmrl.render, slurmrl.slurm.commands, slurmrl.slurm.status, "
-            "slurmrl.plot, slurmrl.runtime.bench; print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))")
+            "slurmrl.plot, slurmrl.runtime.bench.runner; print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
-    code = "import sys, slurmrl.runtime.bench; print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'slurmrl.plan'))))"
+    code = "import sys, slurmrl.runtime.bench.runner; print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'slurmrl.plan'))))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"

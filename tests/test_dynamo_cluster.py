@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from slurmrl import layout
-from slurmrl.runtime.tiny_model import build_no_weights
+from slurmrl.runtime.fixtures.tiny_model import build_no_weights
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent

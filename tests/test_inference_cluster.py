@@ -25,7 +25,7 @@ import pytest
 from live_components import post_json
 from slurmrl import layout, secret
 from slurmrl.ports import base_for_job
-from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ import pytest
 from test_rl_cluster import job_state, lines, wait_until
 
 from slurmrl import layout
-from slurmrl.runtime.tiny_model import build as build_tiny, build_tokenizer, vocab
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny, build_tokenizer, vocab
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent

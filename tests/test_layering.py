@@ -15,7 +15,7 @@ def loaded_after(module: str) -> set[str]:
     return set(out.split())
 
 
-@pytest.mark.parametrize("module", ["slurmrl.runtime.supervise", "slurmrl.runtime.probe"])
+@pytest.mark.parametrize("module", ["slurmrl.runtime.steps.supervise", "slurmrl.runtime.steps.probe"])
 def test_step_programs_import_no_planner_and_no_pydantic(module):
     mods = loaded_after(module)
     assert not {m for m in mods if m.startswith(("slurmrl.plan", "slurmrl.render", "slurmrl.recipe", "pydantic"))}

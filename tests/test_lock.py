@@ -18,7 +18,7 @@ import pytest
 from slurmrl import layout, lock
 from slurmrl.errors import UserError
 from slurmrl.render import build, render
-from slurmrl.runtime import provenance
+from slurmrl.runtime.steps import provenance
 from slurmrl.slurm import diff
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,8 +21,8 @@ import pytest
 
 from slurmrl import layout
 from slurmrl import envs
-from slurmrl.runtime.orchestrator import advantages, arguments
-from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.orchestrator.loop import advantages, arguments
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,7 +21,7 @@ import pytest
 from slurmrl import layout
 from slurmrl.plan import plan
 from slurmrl.recipe.load import load_recipe
-from slurmrl.runtime import ready_check
+from slurmrl.runtime.steps import ready_check
 
 from test_supervise import free_port, start, wait_for
 
@@ -166,6 +166,7 @@ def test_every_front_and_no_fronted_server_gets_the_completion(recipe):
 
 
 def test_the_ready_check_module_needs_no_engine():
-    src = (ROOT / "slurmrl" / "runtime" / "ready_check.py").read_text()
-    for name in ("torch", "vllm", "transformers", "requests", "httpx"):
-        assert f"import {name}" not in src
+    for path in ("steps/ready_check.py", "vllm/client.py"):
+        src = (ROOT / "slurmrl" / "runtime" / path).read_text()
+        for name in ("torch", "vllm", "transformers", "requests", "httpx"):
+            assert f"import {name}" not in src, path

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from slurmrl import layout, lock
-from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 from test_status_logs_cancel import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

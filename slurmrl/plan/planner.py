@@ -87,8 +87,8 @@ class _Builder:
     # ---- what each task runs ------------------------------------------------------------
     def supervise(self, name: str, gpus: str | Sh | None = None, ready: Sh | None = None,
                   cuda_runtime: bool = False, heartbeat: int = 0) -> tuple[Arg, ...]:
-        """``python -m slurmrl.runtime.supervise NAME [--gpus FIRST:COUNT] [--ready URL] --``"""
-        argv: list[Arg] = [*self.py, "-m", "slurmrl.runtime.supervise", name]
+        """``python -m slurmrl.runtime.steps.supervise NAME [--gpus FIRST:COUNT] [--ready URL] --``"""
+        argv: list[Arg] = [*self.py, "-m", "slurmrl.runtime.steps.supervise", name]
         if gpus is not None:
             argv += ["--gpus", gpus]
         if ready is not None:
@@ -102,7 +102,7 @@ class _Builder:
     def task(self, name: str, command: tuple, supervisor: tuple = (), prelude=(), env=()) -> Task:
         """The task function's body; in a preflight every component runs the probe instead."""
         if self.preflight:
-            return Task(env=tuple(env), command=(*self.py, "-m", "slurmrl.runtime.probe", name))
+            return Task(env=tuple(env), command=(*self.py, "-m", "slurmrl.runtime.steps.probe", name))
         return Task(prelude=tuple(prelude), env=tuple(env), supervisor=supervisor, command=tuple(command))
 
     # ---- cpu split ----------------------------------------------------------------------
@@ -329,7 +329,7 @@ def container_flags(r: Recipe, run_dir: str) -> tuple[str, ...]:
 def plan(recipe: Recipe, run_dir: str, preflight: bool = False) -> Plan:
     """Place every component of ``recipe``; ``run_dir`` is the absolute run folder the job will use.
 
-    With ``preflight`` every component runs ``slurmrl.runtime.probe`` in the same layout.
+    With ``preflight`` every component runs ``slurmrl.runtime.steps.probe`` in the same layout.
     """
     rules.check(recipe)
     dynamo.check(recipe)

@@ -79,7 +79,7 @@ def servers(b, name: str, slot: Slot, tp: int, dp: int, extra: list[str], role_e
     prelude = [shell.HOST_LINE, f"port={shell.per_task('server', first_index)}"]
     names = ["host", "port"]
     args = vllm.common_args(r.model, inf, tp)
-    if hybrid:  # the orchestrator puts it to sleep while the trainer steps (slurmrl.runtime.hybrid)
+    if hybrid:  # the orchestrator puts it to sleep while the trainer steps (slurmrl.runtime.orchestrator.hybrid)
         args.append("--enable-sleep-mode")
     env = vllm_env(b, role_env)
     ready = shell.url("http", vllm.PORT)

@@ -19,7 +19,7 @@ def router_program(b) -> tuple[str, ...]:
     the key it sends to the servers (it does not forward the client's Authorization there)."""
     inf = b.r.inference
     if inf.mode == "pd" and inf.auth == "job_secret":
-        return (*b.py, "-m", "slurmrl.runtime.router_key")
+        return (*b.py, "-m", "slurmrl.runtime.gates.router_key")
     return shell.tool(b.py, "vllm-router")
 
 
@@ -103,9 +103,9 @@ def router(b) -> None:
 
 
 def gate_program(b, port: Sh) -> tuple:
-    """``python -m slurmrl.runtime.auth_gate --listen 0.0.0.0:PORT --upstream PORT --``: the job's
+    """``python -m slurmrl.runtime.gates.auth_gate --listen 0.0.0.0:PORT --upstream PORT --``: the job's
     port, where every request but /health and /metrics needs the secret, in front of the router."""
-    return (*b.py, "-m", "slurmrl.runtime.auth_gate", "--listen", Sh(sh=f"0.0.0.0:{port.sh}"),
+    return (*b.py, "-m", "slurmrl.runtime.gates.auth_gate", "--listen", Sh(sh=f"0.0.0.0:{port.sh}"),
             "--upstream", shell.var("router_upstream"), "--")
 
 

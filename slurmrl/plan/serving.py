@@ -1,7 +1,7 @@
 """Ready means serving: which component's readiness includes one real completion.
 
 After every component is placed, each front of the job gets ``--ready-completion MODEL`` on its
-supervisor (``slurmrl.runtime.ready_check``): vllm-router with ``--ready-workers N`` (the URLs it
+supervisor (``slurmrl.runtime.steps.ready_check``): vllm-router with ``--ready-workers N`` (the URLs it
 was given: each must be registered), Dynamo's frontend (its workers are counted by
 ``--ready-instances``), and every vLLM server that no router fronts (the judge's, or a job's one
 server). A server behind the router is ready on /health: the router's completion reaches it.

@@ -710,7 +710,7 @@ class Inference(Section):
     )
     max_lora_rank: Literal[VLLM_LORA_RANKS] | None = Field(
         None,
-        description="Enable LoRA adapters loaded at run time (`slurmrl.runtime.admin lora-load`) up to this rank: "
+        description="Enable LoRA adapters loaded at run time (`slurmrl.runtime.vllm.admin lora-load`) up to this rank: "
         f"one of {', '.join(map(str, VLLM_LORA_RANKS))} (what vLLM accepts).",
     )
     kv_connector: Literal["NixlConnector", "MooncakeConnector"] = Field(
@@ -871,7 +871,7 @@ def template_fields(template: str) -> list[str]:
 
 
 class JudgeKnobs(Section):
-    """The [judge] fields the orchestrator's scoring client reads (``slurmrl.runtime.judge_client``);
+    """The [judge] fields the orchestrator's scoring client reads (``slurmrl.runtime.orchestrator.judge_client``);
     ``slurmrl.settings.judge.JudgeSettings`` extends this with what the planner derives."""
 
     kind: Literal["generative", "reward_model"] = Field(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from slurmrl.runtime.steps import latest
+from slurmrl.runtime.step_files import latest
 from slurmrl.runtime.trainer.ready import mark_ready
 from slurmrl.settings.trainer import TrainerSettings, load
 
