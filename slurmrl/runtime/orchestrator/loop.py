@@ -216,7 +216,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.orchestrator", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="RUN_DIR/components/orchestrator.toml")
     ap.add_argument("--requests-url", dest="requests_url", nargs="+", required=True,
                     metavar="URL", help="where to ask for completions: the router, else every server")
