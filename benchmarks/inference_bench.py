@@ -5,7 +5,7 @@ real vLLM (CPU build) servers with the tiny test model and the real vllm-router 
 
 1. Throughput: N requests x T completion tokens (ignore_eos), C at a time, sent straight to one
    replica vs through the router to two replicas; completion tokens/s, requests/s, ratio.
-2. Weight reload: ``admin.reload_weights`` of one server from a checkpoint folder vs a plain
+2. Weight reload: ``client.reload_weights`` of one server from a checkpoint folder vs a plain
    copy of the same safetensors bytes (copyfile + fsync); medians, ratio.
 
 CPU-only numbers: they say how the pieces behave, not what a GPU node does.
@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from live_components import LiveComponent, free_port_base, post_json, serve_recipe  # noqa: E402
-
 
 
 def machine() -> str:
@@ -89,8 +88,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from slurmrl.app.build import render
-    from slurmrl.runtime import admin
-    from slurmrl.runtime.tiny_model import build as build_tiny
+    from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
+    from slurmrl.runtime.vllm import client
 
     print(f"machine: {machine()}")
     t0 = time.perf_counter()
@@ -145,16 +144,16 @@ def main() -> None:
         print(f"\nweight reload of one server ({size / 1e6:.2f} MB safetensors), median of {args.reloads}")
         reloads = []
         for i in range(args.reloads):
-            reloads.append(admin.reload_weights([urls[0]], str(models[(i + 1) % 2]))[urls[0]])
+            reloads.append(client.reload_weights([urls[0]], str(models[(i + 1) % 2]))[urls[0]])
         if args.reloads % 2:
-            admin.reload_weights([urls[0]], str(models[0]))
+            client.reload_weights([urls[0]], str(models[0]))
         copies = []
         src = next(models[1].glob("*.safetensors"))
         for _ in range(args.reloads):
             with tempfile.NamedTemporaryFile(dir=tmp, suffix=".safetensors") as dst:
                 copies.append(fsync_copy(src, Path(dst.name)))
         reload_s, copy_s = statistics.median(reloads), statistics.median(copies)
-        print(f"  admin.reload_weights (pause, collective_rpc reload, reset cache, resume): {reload_s * 1e3:8.1f} ms"
+        print(f"  client.reload_weights (pause, collective_rpc reload, reset cache, resume): {reload_s * 1e3:8.1f} ms"
               f"  (min {min(reloads) * 1e3:.1f}, max {max(reloads) * 1e3:.1f})")
         print(f"  copyfile + fsync of the same bytes:                                     {copy_s * 1e3:8.1f} ms"
               f"  (min {min(copies) * 1e3:.1f}, max {max(copies) * 1e3:.1f})")

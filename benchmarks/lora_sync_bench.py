@@ -107,13 +107,14 @@ def main() -> None:
 
     from slurmrl.plan.lora import server_rank
     from slurmrl.settings.trainer import Lora
-    from slurmrl.runtime import adapters, admin
+    from slurmrl.runtime.orchestrator import adapters
     from slurmrl.runtime.trainer import lora, state
+    from slurmrl.runtime.vllm import client
 
     work = Path(tempfile.mkdtemp(prefix="lora-sync-bench-"))
     model_dir = args.model
     if model_dir is None:
-        from slurmrl.runtime import smollm2
+        from slurmrl.runtime.fixtures import smollm2
 
         model_dir = smollm2.build(work / "smollm2")
     dtype = getattr(torch, args.dtype)
@@ -146,7 +147,7 @@ def main() -> None:
             path = state.publish_weights(work / "weights-full", i, full, full.config, None, model_dir, tok, dtype,
                                          keep=2, rank=0)
             t1 = time.perf_counter()
-            admin.reload_weights([url], str(path))
+            client.reload_weights([url], str(path))
             t2 = time.perf_counter()
             complete(url, "base")
             rows["full"]["bytes"].append(size(path))

@@ -63,7 +63,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=16)
     args = ap.parse_args()
-    from slurmrl.runtime.tiny_model import build
+    from slurmrl.runtime.fixtures.tiny_model import build
 
     env = cluster_env()
     with tempfile.TemporaryDirectory(dir=ROOT / "runs" if (ROOT / "runs").exists() else None) as d:

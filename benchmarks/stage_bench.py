@@ -1,6 +1,6 @@
 """What does node-local staging cost (model.stage = "node-local")? Prints figures; asserts nothing.
 
-Runs slurmrl.runtime.stage's copy on this machine, outside Slurm: a synthetic model folder of
+Runs slurmrl.runtime.steps.stage's copy on this machine, outside Slurm: a synthetic model folder of
 SHARDS safetensors-sized files (random bytes) is staged into a fresh folder (a miss: copy with
 SHA-256 while reading, read back and compare, rename) and then again (a hit: the manifest and
 sizes checked), against a plain ``shutil.copytree`` of the same folder. The page cache makes the
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from slurmrl.runtime.stage import stage
+from slurmrl.runtime.steps.stage import stage
 
 
 def main() -> None:

@@ -21,14 +21,14 @@ eval "$("$py" -m slurmrl.localcluster env)"
 if [[ ${1:-} == --smollm2 ]]; then
     shift
     model="$root/runs/models/smollm2"
-    [[ -f $model/model.safetensors ]] || "$py" -m slurmrl.runtime.smollm2 "$model"
+    [[ -f $model/model.safetensors ]] || "$py" -m slurmrl.runtime.fixtures.smollm2 "$model"
     kind=rl-smollm2
     sets=(--set 'orchestrator.environment="arithmetic"' --set 'orchestrator.environment_args={few_shot=2}'
           --set orchestrator.max_tokens=4 --set orchestrator.prompts_per_step=8
           --set trainer.lr=3e-5 --set trainer.max_steps=16 --set 'inference.env.VLLM_CPU_KVCACHE_SPACE="2"')
 else
     model="$root/runs/models/tiny"
-    [[ -f $model/model.safetensors ]] || "$py" -m slurmrl.runtime.tiny_model "$model"
+    [[ -f $model/model.safetensors ]] || "$py" -m slurmrl.runtime.fixtures.tiny_model "$model"
     kind=rl-debug
     sets=()
 fi

@@ -43,7 +43,7 @@ if [[ ! -x /usr/sbin/sshd ]] || ! command -v rsync >/dev/null; then
 fi
 DYNAMO=ai-dynamo==1.4.2
 # -P: the check must not find slurmrl in the current directory, only an installed one
-if ! .venv-dynamo/bin/python -P -c "import importlib.metadata as m; assert m.version('ai-dynamo') == '${DYNAMO#*==}'; import dynamo.mocker, slurmrl.runtime.supervise, psutil, tomlkit, jinja2" 2>/dev/null; then
+if ! .venv-dynamo/bin/python -P -c "import importlib.metadata as m; assert m.version('ai-dynamo') == '${DYNAMO#*==}'; import dynamo.mocker, slurmrl.runtime.steps.supervise, psutil, tomlkit, jinja2" 2>/dev/null; then
     [[ -x .venv-dynamo/bin/python ]] || python3 -m venv .venv-dynamo
     dpip=(.venv-dynamo/bin/python -m pip install --quiet --disable-pip-version-check)
     "${dpip[@]}" "${DYNAMO}" 'pydantic>=2.6,<3' 'psutil>=5.9' 'tomlkit>=0.12' 'jinja2>=3.1'

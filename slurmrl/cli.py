@@ -106,7 +106,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--stdout", action="store_true", help="print job.sbatch instead of writing the run dir")
         p.add_argument(
             "--preflight", action="store_true",
-            help="render the preflight variant (every component runs slurmrl.runtime.probe) into NAME-preflight",
+            help="render the preflight variant (every component runs slurmrl.runtime.steps.probe) into NAME-preflight",
         )
 
     if wanted("templates"):

@@ -1,6 +1,6 @@
 """Heartbeats: a long-running program of the job says it is still making progress.
 
-The task's supervisor (``slurmrl.runtime.supervise --heartbeat SECONDS``) gives its command a
+The task's supervisor (``slurmrl.runtime.steps.supervise --heartbeat SECONDS``) gives its command a
 file in ``$SLURMRL_HEARTBEAT_FILE`` and ends the command when the file is older than SECONDS:
 a hung trainer or orchestrator fails the job, naming itself, instead of burning the allocation.
 Programs call ``beat()`` from their main loops, including while they wait (a beat from a side

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from slurmrl import secret
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime.supervise import http_ok
+from slurmrl.runtime.steps.supervise import http_ok
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_SECRET = "test-secret-of-the-live-components"  # every LiveComponent's run dir gets this secret

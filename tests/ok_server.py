@@ -1,6 +1,6 @@
 """Test double for a vLLM server: answers 200 with its own port on every GET (``/health`` too)
 and every POST (a request a router passes on), shaped as a completion of one token, so the
-job's ready check (one completion through the front, slurmrl.runtime.ready_check) passes. Used where a test checks the script's mechanics
+job's ready check (one completion through the front, slurmrl.runtime.steps.ready_check) passes. Used where a test checks the script's mechanics
 (tasks, ports, readiness, routing), not the engine.
 
     python tests/ok_server.py PORT [HOST]     (HOST: the address to listen on, default all)

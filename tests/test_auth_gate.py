@@ -69,7 +69,7 @@ def gate(tmp_path):
     base = free_port_base()
     listen, upstream = base, base + 1
     env = {**os.environ, "SLURMRL_SECRET_FILE": str(tmp_path / "secret")}
-    p = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.auth_gate", "--listen", f"127.0.0.1:{listen}",
+    p = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.gates.auth_gate", "--listen", f"127.0.0.1:{listen}",
                           "--upstream", str(upstream), "--", sys.executable, "-c", DOUBLE, str(upstream)], env=env)
     deadline = time.monotonic() + 60
     while True:

@@ -24,7 +24,7 @@ from slurmrl import charts, cli
 from slurmrl.app import job_outputs, status
 from slurmrl.errors import UserError
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime import bench
+from slurmrl.runtime.bench import runner as bench
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_ENDPOINT = bench.check_endpoint  # the real one (a fixture patches it for the runs below)
@@ -107,7 +107,7 @@ def test_the_benchmark_runs_vllm_bench_serve_through_the_router_after_every_serv
     assert (c.group, c.first_node, c.nodes, c.tasks_per_node, c.gpus_per_node, c.cpus_per_task) == (0, 0, 1, 1, 0, 2)
     assert "--gpus-per-node=0" in c.srun and "--kill-on-bad-exit=1" in c.srun  # a failing benchmark fails the job
     e = job.run("benchmark")
-    assert e.supervisor == ["python3", "-m", "slurmrl.runtime.supervise", "benchmark", "--ready", "started"]
+    assert e.supervisor == ["python3", "-m", "slurmrl.runtime.steps.supervise", "benchmark", "--ready", "started"]
     cmd = e.command
     sep = cmd.index("--")
     own, vllm_args = bench.parse(cmd[3:])
@@ -171,7 +171,7 @@ def test_a_preflight_probes_the_benchmark_too(tmp_path):
     from slurmrl.recipe.load import validate
 
     p = plan(validate(inference(GRID)), RUN, preflight=True)
-    assert p.component("benchmark").task.command[-2:] == ("slurmrl.runtime.probe", "benchmark")
+    assert p.component("benchmark").task.command[-2:] == ("slurmrl.runtime.steps.probe", "benchmark")
 
 
 # ---- slurmrl.runtime.bench ---------------------------------------------------------------------
@@ -331,7 +331,7 @@ def test_then_serve_waits_after_its_results_until_the_job_stops_it(tmp_path):
 import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
 from test_benchmark import fake_result, per_point
-from slurmrl.runtime import bench
+from slurmrl.runtime.bench import runner as bench
 bench.check_endpoint = lambda *a, **k: None
 bench.vllm_runner = lambda: per_point(fake_result)
 sys.exit(bench.main(["--out", {str(tmp_path / "benchmark")!r}, "--concurrencies", "1", "--input-lens", "8",
@@ -378,7 +378,7 @@ def test_status_and_plot_show_the_results(tmp_path, capsys):
 def test_nothing_on_the_login_node_imports_vllm():
     """plan, render, submit, status and plot stay light; bench imports vLLM only when it runs a point."""
     code = ("import sys, slurmrl.cli, slurmrl.plan, slurmrl.render, slurmrl.app.build, slurmrl.app.submit, "
-            "slurmrl.app.status, slurmrl.app.plot, slurmrl.runtime.bench; print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))")
+            "slurmrl.app.status, slurmrl.app.plot, slurmrl.runtime.bench.runner; print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
-    code = "import sys, slurmrl.runtime.bench; print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'slurmrl.plan'))))"
+    code = "import sys, slurmrl.runtime.bench.runner; print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'slurmrl.plan'))))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"

@@ -1,7 +1,7 @@
 """The container part of preflight, without a cluster: what a step observes of its Pyxis + enroot
-container (slurmrl.runtime.container) against what the plan's --container-* flags imply
+container (slurmrl.runtime.steps.container) against what the plan's --container-* flags imply
 (slurmrl.app.preflight.check_container). Observations below are made up in the shape a real
-Pyxis step gives (see the module docstring of slurmrl.runtime.container for the sources)."""
+Pyxis step gives (see the module docstring of slurmrl.runtime.steps.container for the sources)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from slurmrl.runtime import container
 from slurmrl.app.preflight import Mount, check_container, container_plan
+from slurmrl.runtime.steps import container
 
 RUN = "/cluster/runs/rl"
 FLAGS = ("--container-image=nvcr.io#nvidia/pytorch:24.01-py3", f"--container-mounts={RUN}:{RUN},/data:/mnt/data:ro")
@@ -185,7 +185,7 @@ def test_observe_never_raises(monkeypatch):
     assert obs["mounts"] == {} and obs["errors"] and obs["rootfs"] is None
 
 
-OBSERVE = "import json; from slurmrl.runtime import container; print(json.dumps(container.observe()))"
+OBSERVE = "import json; from slurmrl.runtime.steps import container; print(json.dumps(container.observe()))"
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")

@@ -28,7 +28,7 @@ import pytest
 
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
-from slurmrl.runtime.tiny_model import build_no_weights
+from slurmrl.runtime.fixtures.tiny_model import build_no_weights
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent

@@ -318,7 +318,7 @@ def test_supervisor_is_ready_once_the_model_is_listed_with_every_worker(tmp_path
     (tmp_path / "fe.py").write_text(FRONTEND_DOUBLE)
     env = {**os.environ, "SLURMRL_RUN_DIR": str(tmp_path), "SLURMRL_ATTEMPT": "0", "SLURM_PROCID": "0",
            "SLURM_STEP_NUM_TASKS": "1", "DYN_NAMESPACE": "job1"}
-    p = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.supervise", "frontend", "--ready",
+    p = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.steps.supervise", "frontend", "--ready",
                           f"http://127.0.0.1:{free}", "--ready-model", "m", "--ready-instances", "2", "--",
                           sys.executable, str(tmp_path / "fe.py"), str(free)], env=env, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

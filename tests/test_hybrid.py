@@ -112,7 +112,7 @@ def job_secret(tmp_path, monkeypatch):
 
 
 def test_sleep_then_wake_reloads_into_woken_weights_before_the_kv_cache(job_secret):
-    from slurmrl.runtime import hybrid
+    from slurmrl.runtime.orchestrator import hybrid
 
     with SleepModeDouble(job_secret) as a, SleepModeDouble(job_secret) as b:
         hybrid.sleep([a.url, b.url])
@@ -130,10 +130,11 @@ def test_sleep_then_wake_reloads_into_woken_weights_before_the_kv_cache(job_secr
 
 
 def test_a_server_that_refuses_is_named(job_secret, monkeypatch):
-    from slurmrl.runtime import admin, hybrid
+    from slurmrl.runtime.orchestrator import hybrid
+    from slurmrl.runtime.vllm import client
 
     with SleepModeDouble("another job's secret") as other, SleepModeDouble(job_secret) as good:
-        with pytest.raises(admin.AdminError) as e:
+        with pytest.raises(client.VLLMError) as e:
             hybrid.sleep([good.url, other.url])
         assert other.url in str(e.value) and "401" in str(e.value) and good.url not in str(e.value)
 
@@ -145,7 +146,7 @@ def run_orchestrator(tmp_path, job_secret: str, steps: int, written: int = 0):
     Returns (run dir, the doubles, what the stand-in found wrong)."""
     from slurmrl.recipe.load import load_recipe
     from slurmrl.rundir.tomlw import dumps
-    from slurmrl.runtime.tiny_model import build_no_weights
+    from slurmrl.runtime.fixtures.tiny_model import build_no_weights
     from slurmrl.recipe.roles import orchestrator_settings
 
     model = build_no_weights(tmp_path / "tok")

@@ -27,7 +27,7 @@ from slurmrl import secret
 from slurmrl.ports import base_for_job
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
-from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 
 from live_components import TEST_SECRET, LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
-from slurmrl.runtime import admin
-from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.vllm import client
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = pytest.mark.vllm
 
@@ -150,7 +150,7 @@ def test_weight_reload_matches_the_new_checkpoint(servers, models):
     url = servers.urls[0]
     prompt_ids = AutoTokenizer.from_pretrained(models[0])("reload check")["input_ids"]
     t = time.perf_counter()
-    took = admin.reload_weights([url], str(models[1]))
+    took = client.reload_weights([url], str(models[1]))
     assert time.perf_counter() - t < 120 and url in took
     try:
         ids, served = _server_logprobs(url)
@@ -159,6 +159,6 @@ def test_weight_reload_matches_the_new_checkpoint(servers, models):
         old = transformers_logprobs(models[0], prompt_ids, ids)
         assert max(abs(a - b) for a, b in zip(served, old)) > 0.05, "server still answers with the old weights"
     finally:
-        admin.reload_weights([url], str(models[0]))
+        client.reload_weights([url], str(models[0]))
     ids, served = _server_logprobs(url)
     assert served == pytest.approx(transformers_logprobs(models[0], prompt_ids, ids), abs=2e-3)

@@ -1,4 +1,4 @@
-"""The judge client (slurmrl.runtime.judge_client) against a real HTTP server on loopback.
+"""The judge client (slurmrl.runtime.orchestrator.judge_client) against a real HTTP server on loopback.
 
 ``FakeJudge`` is a test double of vLLM's two scoring routes (``/v1/completions`` for a generative
 judge, ``/classify`` for a reward model): a real ThreadingHTTPServer whose replies the test scripts
@@ -19,7 +19,7 @@ import pytest
 from json_reply import send_json
 
 from slurmrl.envs.judge import Judge
-from slurmrl.runtime.judge_client import JudgeClient, JudgeError, attach, parse_score
+from slurmrl.runtime.orchestrator.judge_client import JudgeClient, JudgeError, attach, parse_score
 from slurmrl.settings.judge import JudgeSettings
 
 GEN = dict(kind="generative", template="Q: {prompt} A: {completion}", served_model_name="judge")

@@ -23,8 +23,8 @@ from test_rl_cluster import job_state, lines, wait_until
 
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
-from slurmrl.runtime.tiny_model import build as build_tiny
-from slurmrl.runtime.tiny_model import build_tokenizer, vocab
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
+from slurmrl.runtime.fixtures.tiny_model import build_tokenizer, vocab
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent

@@ -165,11 +165,11 @@ def test_vllm_parses_both_kinds_of_judge(tmp_path):
     assert gen["runner"] == "auto" and rm["runner"] == "pooling"
     for got in (gen, rm):
         assert (got["tp"], got["model"], got["eager"], got["max_len"]) == (2, "judge-model", True, 2048)
-        assert got["middleware"] == ["slurmrl.runtime.job_auth.RequireJobSecret"]
+        assert got["middleware"] == ["slurmrl.runtime.gates.job_auth.RequireJobSecret"]
 
 
 def test_preflight_reads_the_judge_environments_dataset(tmp_path, monkeypatch):
-    from slurmrl.runtime.probe import environment_problems
+    from slurmrl.runtime.steps.probe import environment_problems
 
     text = RL.replace('{ prompts_from = "arithmetic" }', '{ dataset = "prompts.jsonl" }')
     out = built(tmp_path, text)

@@ -73,8 +73,8 @@ def tree_of(run_dir: Path, component: str, task: int) -> dict[str, int]:
     command = psutil.Process(pid)
     guard = command.parent()
     supervisor = guard.parent()
-    assert "slurmrl.runtime.guard" in " ".join(guard.cmdline())
-    assert "slurmrl.runtime.supervise" in " ".join(supervisor.cmdline())
+    assert "slurmrl.runtime.steps.guard" in " ".join(guard.cmdline())
+    assert "slurmrl.runtime.steps.supervise" in " ".join(supervisor.cmdline())
     return {"supervisor": supervisor.pid, "guard": guard.pid, "command": command.pid}
 
 

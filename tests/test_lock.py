@@ -21,8 +21,8 @@ from slurmrl.app.build import build, render
 from slurmrl.rundir import lockfile as lock
 from slurmrl.rundir.links import read_links
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime import provenance
 from slurmrl.app import diff
+from slurmrl.runtime.steps import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 GALLERY = sorted((ROOT / "slurmrl" / "recipes").glob("*.toml"))

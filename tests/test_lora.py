@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from live_components import LiveComponent, free_port_base, post_json, serve_recipe
-from slurmrl.runtime import admin
-from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.vllm import client
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = pytest.mark.vllm
 
@@ -106,7 +106,7 @@ def test_lora_load_serve_unload(setup):
     base_ids, base_lp = _served(url, "tiny")
     assert base_lp == pytest.approx(_reference(model, None, base_ids), abs=2e-3)
 
-    took = admin.load_lora([url], "ad1", str(adapter))
+    took = client.load_lora([url], "ad1", str(adapter))
     assert url in took
     models = [m["id"] for m in json.loads(_get(f"{url}/v1/models"))["data"]]
     assert "ad1" in models and "tiny" in models
@@ -121,18 +121,18 @@ def test_lora_load_serve_unload(setup):
     assert lora_lp == pytest.approx(_reference(model, pairs, lora_ids), abs=2e-3)
     assert max(abs(a - b) for a, b in zip(lora_lp, _reference(model, None, lora_ids))) > 0.05
 
-    admin.unload_lora([url], "ad1")
+    client.unload_lora([url], "ad1")
     with pytest.raises(Exception) as err:
         _served(url, "ad1")
     assert getattr(err.value, "code", None) in (400, 404), err.value
-    with pytest.raises(admin.AdminError):
-        admin.unload_lora([url], "ad1")  # already gone
+    with pytest.raises(client.VLLMError):
+        client.unload_lora([url], "ad1")  # already gone
     assert _served(url, "tiny")[0] == base_ids
 
 
 def test_load_lora_reports_a_bad_path(setup, tmp_path):
-    with pytest.raises(admin.AdminError, match=setup["url"]):
-        admin.load_lora([setup["url"]], "missing", str(tmp_path / "no-such-adapter"))
+    with pytest.raises(client.VLLMError, match=setup["url"]):
+        client.load_lora([setup["url"]], "missing", str(tmp_path / "no-such-adapter"))
     _served(setup["url"], "tiny")  # the server survives
 
 

@@ -292,7 +292,8 @@ def test_vllm_hot_loads_the_published_adapter_through_the_router(straight, tiny,
     allowed); the orchestrator's swap loads step N's adapter under a new name and unloads the old one."""
     from live_components import LiveComponent, free_port_base, serve_recipe, transformers_logprobs
     from slurmrl.app.build import render
-    from slurmrl.runtime import adapters, admin
+    from slurmrl.runtime.orchestrator import adapters
+    from slurmrl.runtime.vllm import client
 
     recipe = tmp_path / "serve.toml"
     recipe.write_text(serve_recipe(tiny, name="lora-policy", servers=1, max_lora_rank=8)
@@ -326,7 +327,7 @@ def test_vllm_hot_loads_the_published_adapter_through_the_router(straight, tiny,
 
         # the real orchestrator, started as after a requeue (fresh servers, adapters already published):
         # it loads the newest adapter under its own name and its requests name it
-        admin.unload_lora([url], name)  # the servers of a new attempt start with the base model only
+        client.unload_lora([url], name)  # the servers of a new attempt start with the base model only
         orch_dir = run_orchestrator(tmp_path, tiny, straight, router_url, url)
         batch = json.loads((orch_dir / "rollouts" / "step-000001.json").read_text())
         assert batch["policy_step"] == STEPS

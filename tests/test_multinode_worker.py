@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 from live_components import post_json
-from test_inference_cluster import node_address
-
 from slurmrl import secret
 from slurmrl.ports import base_for_job
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
+from test_inference_cluster import node_address
+
 from slurmrl.rundir.ready import read_ready
-from slurmrl.runtime.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +65,7 @@ def test_pd_decode_worker_spans_two_nodes_and_serves(slurm_cluster, tmp_path):
     script = run_dir / "job.sbatch"
     text = script.read_text()
     decode = text[text.index("task_decode() {"):text.index("export -f task_decode")]
-    assert "slurmrl.runtime.vllm_cli serve" in decode  # vLLM's CLI: the only entry that honours --headless
+    assert "slurmrl.runtime.vllm.cli serve" in decode  # vLLM's CLI: the only entry that honours --headless
     for flag in ("--data-parallel-size 2", "--data-parallel-size-local 1", '--data-parallel-address "${leader}"'):
         assert flag in decode
     # the hand edit: no NIXL here, so no KV-transfer connector (one line per role)

@@ -488,7 +488,7 @@ def test_plan_takes_local_dataset_paths(dataset):
 
 def test_the_trainer_and_the_preflight_probe_look_for_the_dataset_file(tmp_path, monkeypatch):
     from slurmrl.rundir.paths import RunDir
-    from slurmrl.runtime import probe
+    from slurmrl.runtime.steps import probe
     from slurmrl.runtime.trainer import dataset
 
     run_dir = tmp_path / "run"

@@ -22,8 +22,8 @@ import pytest
 from slurmrl import envs
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready, write_ready
-from slurmrl.runtime.orchestrator import advantages, arguments
-from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
+from slurmrl.runtime.orchestrator.loop import advantages, arguments
 
 ROOT = Path(__file__).resolve().parent.parent
 

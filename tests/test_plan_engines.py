@@ -114,7 +114,7 @@ def test_a_placed_worker_fills_one_node_or_whole_nodes(tp, dp, gpn):
 def test_the_supervisor_renders_its_options_in_one_order_before_the_double_dash():
     py = ("python",)
     assert supervisor_argv(py, Supervisor("trainer")) == (
-        "python", "-m", "slurmrl.runtime.supervise", "trainer", "--")
+        "python", "-m", "slurmrl.runtime.steps.supervise", "trainer", "--")
     url = Sh(sh="http://${host}:${PORT_DYNAMO_FRONTEND}")
     argv = supervisor_argv(py, Supervisor("frontend", gpus="0:2", ready=url, heartbeat=60, cuda_runtime=True,
                                           ready_model="m", ready_instances=3, ready_workers=Sh(sh="${#w[@]}"),

@@ -269,7 +269,7 @@ def test_sft_one_node_torchrun_uses_every_gpu():
     assert len(p.groups) == 1 and p.groups[0].nodes == 1
     t = p.component("trainer")
     e = job.run("trainer")
-    assert e.supervisor[:4] == ["python3", "-m", "slurmrl.runtime.supervise", "trainer"]
+    assert e.supervisor[:4] == ["python3", "-m", "slurmrl.runtime.steps.supervise", "trainer"]
     assert e.command[0] == "torchrun"
     assert "--nnodes=1" in e.command
     assert "--nproc-per-node=8" in e.command
@@ -813,8 +813,8 @@ def test_gallery_every_task_expands(recipe):
         tasks = job.tasks(c.name)
         assert len(tasks) == c.nodes * c.tasks_per_node, c.name
         for i, e in tasks:
-            assert e.supervisor[1:4] == ["-m", "slurmrl.runtime.supervise", c.name] or (
-                e.supervisor[0] == "uv" and "slurmrl.runtime.supervise" in e.supervisor), (c.name, e.supervisor)
+            assert e.supervisor[1:4] == ["-m", "slurmrl.runtime.steps.supervise", c.name] or (
+                e.supervisor[0] == "uv" and "slurmrl.runtime.steps.supervise" in e.supervisor), (c.name, e.supervisor)
             assert e.command, c.name
             assert e.env["SLURM_NODEID"] == str(i.node) and e.env["SLURM_LOCALID"] == str(i.local)
         assert_tasks_match_instances(job, c.name)

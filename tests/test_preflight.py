@@ -109,7 +109,7 @@ def test_preflight_matches_plan(slurm_cluster, tmp_path, recipe):
             assert len(rep["gpus"]) == len(inst.gpus)
             base = int(rep["env"]["SLURMRL_PORT_BASE"])
             assert rep["ports"] == {purpose: base + plan.ports[name] for purpose, name in inst.ports.items()}
-            seen = rep["container"]  # slurmrl.runtime.container.observe() in the step
+            seen = rep["container"]  # slurmrl.runtime.steps.container.observe() in the step
             if with_container:  # the Pyxis test double: its marker, the run dir mounted, cwd / (no workdir)
                 assert seen["test_double"] and seen["mounts"].get(str(run_dir)) == "rw" and seen["cwd"] == "/", seen
             else:

@@ -404,7 +404,7 @@ def check_python_fields(venv: str, venv_abs: bool, module: str, exe: str, exe_di
         for e in (t, o):
             assert e.env["SLURMRL_TEST_ACTIVATED"] == f"{venv_path}/bin/activate"
             assert e.argv[0] == exe  # the interpreter exec'd (expand keeps its file name)
-        assert t.supervisor[1:4] == ["-m", "slurmrl.runtime.supervise", "trainer"]
+        assert t.supervisor[1:4] == ["-m", "slurmrl.runtime.steps.supervise", "trainer"]
         torchrun = str(PurePosixPath(exe_path).parent / "torchrun") if "/" in exe_path else "torchrun"
         assert t.command[0] == torchrun
         rdzv = ports.base_for_job(JOB_ID) + ports.offset("torch_rdzv")

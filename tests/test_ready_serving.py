@@ -22,7 +22,7 @@ from test_supervise import free_port, start, wait_for
 from slurmrl.plan import plan
 from slurmrl.recipe.load import load_recipe
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime import ready_check
+from slurmrl.runtime.steps import ready_check
 
 ROOT = Path(__file__).resolve().parent.parent
 OK = [sys.executable, str(ROOT / "tests" / "ok_server.py")]
@@ -165,6 +165,7 @@ def test_every_front_and_no_fronted_server_gets_the_completion(recipe):
 
 
 def test_the_ready_check_module_needs_no_engine():
-    src = (ROOT / "slurmrl" / "runtime" / "ready_check.py").read_text()
-    for name in ("torch", "vllm", "transformers", "requests", "httpx"):
-        assert f"import {name}" not in src
+    for path in ("steps/ready_check.py", "vllm/client.py"):
+        src = (ROOT / "slurmrl" / "runtime" / path).read_text()
+        for name in ("torch", "vllm", "transformers", "requests", "httpx"):
+            assert f"import {name}" not in src, path

@@ -29,7 +29,7 @@ import psutil
 import pytest
 
 from slurmrl import cli
-from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 SSHD = Path("/usr/sbin/sshd")

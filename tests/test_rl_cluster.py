@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent

@@ -84,7 +84,7 @@ def test_flop_params_leave_out_the_input_embedding(tmp_path):
     pytest.importorskip("transformers")
     from transformers import AutoModelForCausalLM
 
-    from slurmrl.runtime.tiny_model import build
+    from slurmrl.runtime.fixtures.tiny_model import build
 
     model = AutoModelForCausalLM.from_pretrained(build(tmp_path / "tiny"))
     total = sum(p.numel() for p in model.parameters())

@@ -1,7 +1,7 @@
 """vllm-router in P/D mode passes the job's secret on to the prefill and decode servers.
 
 vllm-router 0.1.17 does not forward the client's Authorization header in P/D mode; it sends
-``Bearer $OPENAI_API_KEY``. slurmrl.runtime.router_key runs it with RUN_DIR/secret there, never
+``Bearer $OPENAI_API_KEY``. slurmrl.runtime.gates.router_key runs it with RUN_DIR/secret there, never
 on a command line. The servers here are a test double that records the header it gets (the real
 vLLM servers' check is tested in test_inference_vllm.py and, through the router, on the local
 Slurm in test_multinode_worker.py).
@@ -68,7 +68,7 @@ def test_pd_router_sends_the_job_secret_to_both_pools(tmp_path):
         env = {**os.environ, "SLURMRL_SECRET_FILE": str(tmp_path / "secret")}
         env.pop("OPENAI_API_KEY", None)
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "slurmrl.runtime.router_key", "--host", "127.0.0.1", "--port", str(router),
+            [sys.executable, "-m", "slurmrl.runtime.gates.router_key", "--host", "127.0.0.1", "--port", str(router),
              "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics), "--vllm-pd-disaggregation",
              "--prefill", f"http://127.0.0.1:{prefill}", "--decode", f"http://127.0.0.1:{decode}",
              "--policy", "round_robin", "--kv-connector", "nixl"],

@@ -89,8 +89,8 @@ def router(out: Rendered) -> list[str]:
 
 def router_args(argv: list[str]) -> list[str]:
     """vllm-router's own arguments in the router task's command (behind the secret's gate, when
-    there is one: ``python -m slurmrl.runtime.auth_gate ... -- ROUTER ARGS``)."""
-    if "slurmrl.runtime.auth_gate" in argv[:3]:
+    there is one: ``python -m slurmrl.runtime.gates.auth_gate ... -- ROUTER ARGS``)."""
+    if "slurmrl.runtime.gates.auth_gate" in argv[:3]:
         argv = argv[argv.index("--") + 1:]
     if Path(argv[0]).name == "vllm-router":
         return argv[1:]

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from slurmrl.runtime import smollm2
+from slurmrl.runtime.fixtures import smollm2
 
 torch = pytest.importorskip("torch")
 

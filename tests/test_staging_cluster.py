@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime.stage import MANIFEST
-from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.steps.stage import MANIFEST
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,17 +26,17 @@ GRACE = 5
 
 FAKE_PYTHON = f"""#!/bin/bash
 # stand-in for python in job steps: every task function execs
-# `python -m slurmrl.runtime.supervise NAME ... -- COMMAND`; run the probe for NAME instead
-[[ $1 == -m && $2 == slurmrl.runtime.supervise ]] || {{ echo "unexpected: $*"; exit 9; }}
+# `python -m slurmrl.runtime.steps.supervise NAME ... -- COMMAND`; run the probe for NAME instead
+[[ $1 == -m && $2 == slurmrl.runtime.steps.supervise ]] || {{ echo "unexpected: $*"; exit 9; }}
 name=$3
 if [[ $name == "${{SLURMRL_TEST_FAIL:-}}" ]]; then echo "$name: failing on purpose"; exit 3; fi
 if [[ $name == "${{SLURMRL_TEST_STALL:-}}" ]]; then echo "$name: never ready"; exec sleep 600; fi
 if [[ $name == "${{SLURMRL_TEST_HOLD:-}}" ]]; then
-    {sys.executable} -m slurmrl.runtime.probe "$name" || exit $?
+    {sys.executable} -m slurmrl.runtime.steps.probe "$name" || exit $?
     echo "$name: holding"
     exec sleep 600
 fi
-exec {sys.executable} -m slurmrl.runtime.probe "$name"
+exec {sys.executable} -m slurmrl.runtime.steps.probe "$name"
 """
 
 

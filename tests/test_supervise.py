@@ -18,7 +18,7 @@ from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
 
 ROOT = Path(__file__).resolve().parent.parent
-SUPERVISE = [sys.executable, "-m", "slurmrl.runtime.supervise"]
+SUPERVISE = [sys.executable, "-m", "slurmrl.runtime.steps.supervise"]
 
 
 def free_port() -> int:
@@ -71,7 +71,7 @@ def test_sigkill_at_any_level_leaves_nothing(tmp_path, victim):
     sup = psutil.Process(p.pid)
     guard = sup.children()[0]
     command = guard.children()[0]
-    assert "slurmrl.runtime.guard" in " ".join(guard.cmdline()) and command.cmdline()[0] == "bash"
+    assert "slurmrl.runtime.steps.guard" in " ".join(guard.cmdline()) and command.cmdline()[0] == "bash"
     pid = {"supervisor": p.pid, "guard": guard.pid, "command": command.pid, "grandchild": grandchild}[victim]
     os.kill(pid, signal.SIGKILL)
     p.wait(timeout=60)

@@ -18,11 +18,11 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 from test_status_logs_cancel import wait_for
 
 from slurmrl.rundir import lockfile as lock
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime.tiny_model import build as build_tiny
 
 ROOT = Path(__file__).resolve().parent.parent
 SFT = ROOT / "recipes" / "sft-debug.toml"

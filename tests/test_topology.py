@@ -21,6 +21,7 @@ import pytest
 from slurmrl.errors import UserError
 from slurmrl.plan import plan
 from slurmrl.recipe.load import load_recipe
+from slurmrl.runtime.steps import fabric
 from slurmrl.slurm import topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,19 +93,19 @@ HELP_2411 = HELP_2205 + """      --segment=segment_size  assign the job's nodes 
 
 
 def node(text: str) -> dict:
-    gpus = topology.fabric(text)
+    gpus = fabric.fabric(text)
     return {"gpus": [g.__dict__ for g in gpus], "domains": sorted({g.domain or "none" for g in gpus})}
 
 
 def test_fabric_blocks_are_parsed_per_gpu():
-    gpus = topology.fabric(GB200.format(uuid=RACK_A))
+    gpus = fabric.fabric(GB200.format(uuid=RACK_A))
     assert [(g.gpu, g.state, g.status, g.clique, g.cluster_uuid) for g in gpus] == [
         ("00000008:01:00.0", "Completed", "Success", "32766", RACK_A),
         ("00000009:01:00.0", "Completed", "Success", "32766", RACK_A)]
     assert {g.domain for g in gpus} == {f"{RACK_A}/32766"}
-    assert [g.domain for g in topology.fabric(H100)] == [None]  # no NVLink fabric: no domain
-    assert [g.domain for g in topology.fabric(UNREGISTERED)] == [None]  # zero UUID, failed registration
-    assert topology.fabric("No devices were found\n") == []
+    assert [g.domain for g in fabric.fabric(H100)] == [None]  # no NVLink fabric: no domain
+    assert [g.domain for g in fabric.fabric(UNREGISTERED)] == [None]  # zero UUID, failed registration
+    assert fabric.fabric("No devices were found\n") == []
 
 
 def test_one_domain_per_group_is_checked():

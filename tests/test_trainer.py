@@ -173,7 +173,7 @@ def run_dir_for(tmp: Path, recipe: str, name: str, overrides: list[str], world_s
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from slurmrl.runtime.tiny_model import build
+    from slurmrl.runtime.fixtures.tiny_model import build
 
     return build(tmp_path_factory.mktemp("model") / "tiny", seed=0)
 

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime.tiny_model import build as build_tiny
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def trainer_levels(cluster, job_id: str) -> dict[str, psutil.Process]:
     found = {}
     for line in cluster.job_processes(job_id):
         pid, cmd = line.split(" ", 1)
-        if "slurmrl.runtime.supervise" in cmd or "slurmrl.runtime.guard" in cmd:
+        if "slurmrl.runtime.steps.supervise" in cmd or "slurmrl.runtime.steps.guard" in cmd:
             continue
         if "bin/torchrun" in cmd:
             found["torchrun"] = psutil.Process(int(pid))

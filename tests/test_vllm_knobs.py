@@ -75,7 +75,7 @@ def test_vllm_parses_a_multi_node_worker_leader_and_follower():
     argvs = []
     for node in (0, 1):
         cmd = command("inference-pd-wide-ep", KNOBS, "decode", node)
-        argvs.append(cmd[cmd.index("serve") + 1:])  # python -m slurmrl.runtime.vllm_cli serve ARGS: vLLM's serve
+        argvs.append(cmd[cmd.index("serve") + 1:])  # python -m slurmrl.runtime.vllm.cli serve ARGS: vLLM's serve
     # P/D on shared nodes with KV offload: NIXL and the offload connector under vLLM's MultiConnector
     shared = command("inference-pd", ["inference.share_nodes=true", "inference.prefill={replicas=2, tp=2}",
                                       "inference.decode={replicas=1, tp=4}", 'inference.kv_offload.kind="cpu"',

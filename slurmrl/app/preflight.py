@@ -127,7 +127,7 @@ def container_plan(flags: tuple[str, ...]) -> ContainerPlan:
 
 
 def check_container(flags: tuple[str, ...], obs: dict | None) -> tuple[str, list[str]]:
-    """The probe's container observation (slurmrl.runtime.container.observe) against the plan's
+    """The probe's container observation (slurmrl.runtime.steps.container.observe) against the plan's
     Pyxis flags -> (the report's "container" cell, problems). Only what a real Pyxis + enroot step
     shows is required: enroot's /.lock, a mount at each planned destination, the workdir as cwd,
     a read-only or writable / when the plan says which, uid 0 with --container-remap-root and the

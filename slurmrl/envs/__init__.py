@@ -7,7 +7,7 @@ An environment has two methods:
 
 and may have two more: ``rewards(tasks, completions) -> list[float]``, which the orchestrator then
 calls once per step instead of ``reward`` per sample (to batch the scoring), and ``use_judge(judge)``,
-which gets the job's judge (``slurmrl.runtime.judge_client.JudgeClient``) when the recipe has a [judge].
+which gets the job's judge (``slurmrl.runtime.orchestrator.judge_client.JudgeClient``) when the recipe has a [judge].
 
 Built in: ``reverse_text`` (similarity to the reversed string), ``arithmetic`` (exact match),
 ``judge`` (prompts from a dataset, rewards from the job's judge).

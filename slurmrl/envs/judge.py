@@ -33,7 +33,7 @@ class Judge:
         self.dataset, self.judge, self._rows = dataset, None, None
 
     def use_judge(self, judge) -> None:
-        """The orchestrator's ``slurmrl.runtime.judge_client.JudgeClient`` for the job's judge."""
+        """The orchestrator's ``slurmrl.runtime.orchestrator.judge_client.JudgeClient`` for the job's judge."""
         self.judge = judge
 
     def preflight(self) -> None:

@@ -148,7 +148,7 @@ class StageStep(Frozen):
 class Plan(Frozen):
     name: str
     kind: str
-    preflight: bool = False  # every component runs slurmrl.runtime.probe
+    preflight: bool = False  # every component runs slurmrl.runtime.steps.probe
     job_name: str
     groups: tuple[HetGroup, ...]
     components: tuple[Component, ...]

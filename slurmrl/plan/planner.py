@@ -275,7 +275,7 @@ def container_flags(r: Recipe, run_dir: str) -> tuple[str, ...]:
 def plan(recipe: Recipe, run_dir: str, preflight: bool = False) -> Plan:
     """Place every component of ``recipe``; ``run_dir`` is the absolute run folder the job will use.
 
-    With ``preflight`` every component runs ``slurmrl.runtime.probe`` in the same layout.
+    With ``preflight`` every component runs ``slurmrl.runtime.steps.probe`` in the same layout.
     """
     rules.check(recipe)
     engines.check(recipe)  # each engine family's rules (vLLM's include a LoRA policy's, slurmrl.plan.lora)

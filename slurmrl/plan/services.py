@@ -29,7 +29,7 @@ def router_program(ctx: Context) -> tuple[str, ...]:
     the key it sends to the servers (it does not forward the client's Authorization there)."""
     inf = ctx.r.inference
     if inf.mode == "pd" and inf.auth == "job_secret":
-        return (*ctx.py, "-m", "slurmrl.runtime.router_key")
+        return (*ctx.py, "-m", "slurmrl.runtime.gates.router_key")
     return shell.tool(ctx.py, "vllm-router")
 
 
@@ -114,9 +114,9 @@ def router(ctx: Context, enabled: bool) -> None:
 
 
 def gate_program(ctx: Context, port: Sh) -> tuple[Arg, ...]:
-    """``python -m slurmrl.runtime.auth_gate --listen 0.0.0.0:PORT --upstream PORT --``: the job's
+    """``python -m slurmrl.runtime.gates.auth_gate --listen 0.0.0.0:PORT --upstream PORT --``: the job's
     port, where every request but /health and /metrics needs the secret, in front of the router."""
-    return (*ctx.py, "-m", "slurmrl.runtime.auth_gate", "--listen", Sh(sh=f"0.0.0.0:{port.sh}"),
+    return (*ctx.py, "-m", "slurmrl.runtime.gates.auth_gate", "--listen", Sh(sh=f"0.0.0.0:{port.sh}"),
             "--upstream", shell.var("router_upstream"), "--")
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from slurmrl.plan.model import Arg, Health, Instance, Task
 
-SUPERVISE = "slurmrl.runtime.supervise"  # the step wrapper every task's command runs under
-PROBE = "slurmrl.runtime.probe"  # what every task runs in a preflight
+SUPERVISE = "slurmrl.runtime.steps.supervise"  # the step wrapper every task's command runs under
+PROBE = "slurmrl.runtime.steps.probe"  # what every task runs in a preflight
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Slot:
 
 @dataclass(frozen=True)
 class Supervisor:
-    """``python -m slurmrl.runtime.supervise NAME [options] --``: readiness, ready file, signals.
+    """``python -m slurmrl.runtime.steps.supervise NAME [options] --``: readiness, ready file, signals.
 
     ``ready``: the URL it checks (or ``started``); ``ready_completion``: the served model it asks
     for one completion once the URL answers (ready means serving); ``ready_model`` and

@@ -7,7 +7,7 @@ for that import instead of doing its own), and every step's ``--container-image`
 
 ``model.stage = "node-local"``: before the servers start, one task per node of each het group
 that runs a server reading ``model.path`` copies it to ``STAGE_DIR/<node name>/<key>``
-(``slurmrl.runtime.stage``: a lock, sha256 checked, a hit when the copy matches), and those
+(``slurmrl.runtime.steps.stage``: a lock, sha256 checked, a hit when the copy matches), and those
 servers' ``--model`` is that copy. The served model name stays ``model.path``'s.
 """
 
@@ -118,6 +118,6 @@ def steps(r: Recipe, specs: list[Spec], groups: list, python: tuple[str, ...], p
         srun.append(Sh(sh=f"--output=${{LOG_DIR}}/stage-model.g{group}.%t.log"))
         prepare = ("mkdir", "-p", r.model.stage_dir) if r.container is not None else ()  # a mount's source must exist
         out.append(StageStep(group=group, srun=tuple(srun), prepare=prepare,
-                             command=(*python, "-m", "slurmrl.runtime.stage", r.model.path,
+                             command=(*python, "-m", "slurmrl.runtime.steps.stage", r.model.path,
                                       r.model.stage_dir.rstrip("/"), copy_key(r))))
     return tuple(out)

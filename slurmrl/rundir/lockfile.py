@@ -15,7 +15,7 @@ reads (``slurmrl.recipe.load`` sets it aside):
   components/*.toml), as submitted (``edited``: they differ from a fresh render of recipe.toml);
   ``[lock.inputs]``: the same for files outside it the job reads (``trainer.dataset``, Dynamo
   engine configs);
-- ``[[lock.runtime]]``: appended by the job itself (``slurmrl.runtime.provenance``, from each
+- ``[[lock.runtime]]``: appended by the job itself (``slurmrl.runtime.steps.provenance``, from each
   component's first task): the interpreter's Python, vLLM, torch and transformers versions, host,
   attempt, job id, and the container's environment markers.
 

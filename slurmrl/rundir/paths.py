@@ -18,7 +18,7 @@ steps (``RunDir.from_env()``) and the login-node commands all go through it.
       logs/attempt-N/<comp>.<task>.log
       logs/attempt-N/FAILED          why the job failed (one line)
       logs/attempt-N/phases          start-up milestones: "<unix time> <what>" per line
-      logs/attempt-N/<comp>.waiting  why a front is not serving yet (slurmrl.runtime.ready_check)
+      logs/attempt-N/<comp>.waiting  why a front is not serving yet (slurmrl.runtime.steps.ready_check)
       logs/attempt-N/PREEMPTED       the warning signal came (and what the script did about it)
       logs/attempt-N/STOPPED         Slurm ended the attempt with SIGTERM (cancel, time limit)
       logs/job-<jobid>/              an earlier job's logs, set aside by submit

@@ -1,5 +1,5 @@
 """The judge client's settings: the ``judge`` table of ``RUN_DIR/components/orchestrator.toml``, read by
-``slurmrl.runtime.judge_client``. Where the judge serves is not here: the job script passes its URLs
+``slurmrl.runtime.orchestrator.judge_client``. Where the judge serves is not here: the job script passes its URLs
 to the orchestrator (``--judge-urls``), from the judge's ready files."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def template_fields(template: str) -> list[str]:
 
 
 class JudgeKnobs(Section):
-    """The [judge] fields the orchestrator's scoring client reads (``slurmrl.runtime.judge_client``);
+    """The [judge] fields the orchestrator's scoring client reads (``slurmrl.runtime.orchestrator.judge_client``);
     ``slurmrl.settings.judge.JudgeSettings`` extends this with what the planner derives."""
 
     kind: Literal["generative", "reward_model"] = Field(

@@ -58,7 +58,7 @@ class OrchestratorSettings(OrchestratorKnobs):
     )
     hybrid: bool = Field(
         False, description="placement.colocate = 'hybrid': put the servers to sleep before each batch is handed "
-        "to the trainer, wake them and reload the new weights before the next (slurmrl.runtime.hybrid).",
+        "to the trainer, wake them and reload the new weights before the next (slurmrl.runtime.orchestrator.hybrid).",
     )
 
     @property

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime.steps import latest
+from slurmrl.runtime.step_files import latest
 from slurmrl.runtime.trainer.ready import mark_ready
 from slurmrl.settings.trainer import TrainerSettings, load
 

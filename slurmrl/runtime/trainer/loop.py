@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from slurmrl import heartbeat
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime import steps
+from slurmrl.runtime import step_files as steps
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.trainer import dataset, losses, rl_metrics, rollouts, state
 from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env

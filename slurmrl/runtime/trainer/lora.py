@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from slurmrl.runtime.steps import step_name
+from slurmrl.runtime.step_files import step_name
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"

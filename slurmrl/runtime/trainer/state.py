@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from slurmrl.runtime.steps import STEP_DIR, complete_steps, latest, step_name
+from slurmrl.runtime.step_files import STEP_DIR, complete_steps, latest, step_name
 
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",

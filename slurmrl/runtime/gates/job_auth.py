@@ -1,6 +1,6 @@
 """ASGI middleware for vLLM's OpenAI server: only holders of the job's secret get in.
 
-    vllm ... --middleware slurmrl.runtime.job_auth.RequireJobSecret
+    vllm ... --middleware slurmrl.runtime.gates.job_auth.RequireJobSecret
 
 vLLM's own ``--api-key`` guards only paths under /v1, /v2, /inference and /cohere: its
 development endpoints (``/pause``, ``/resume``, ``/collective_rpc``, ``/reset_prefix_cache``,

@@ -1,4 +1,4 @@
-"""``python -m slurmrl.runtime.vllm_cli ARGS`` is ``vllm ARGS``: vLLM's own command line
+"""``python -m slurmrl.runtime.vllm.cli ARGS`` is ``vllm ARGS``: vLLM's own command line
 (``vllm.entrypoints.cli.main``), run in-process, whatever the name of the installed vLLM
 distribution.
 

@@ -16,22 +16,20 @@ turn. A request that fails for a reason that may pass (connection refused or res
 HTTP 429 or 5xx, a reply cut short) is tried again on the next server after 1, 2, 4, ... s (at most
 30 s), ``retries`` times; then ``JudgeError`` names the judge and the last failure, and the
 orchestrator exits with it. Any other HTTP error (a 4xx: a text longer than the judge's context, a
-wrong model name) fails at once. Standard library only.
+wrong model name) fails at once. The requests (and the job's secret) go through
+``slurmrl.runtime.vllm.client``.
 """
 
 from __future__ import annotations
 
-import http.client
 import itertools
-import json
 import re
+import string
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-from slurmrl.settings.judge import template_fields
+from slurmrl.runtime.vllm.client import Answer, Server
 from slurmrl.settings.judge import JudgeSettings
 
 NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
@@ -51,6 +49,15 @@ def parse_score(text: str, max_score: float) -> float | None:
     return min(max(float(m.group()), 0.0), max_score) / max_score
 
 
+def placeholders(template: str) -> list[str]:
+    """The field names ``template`` fills, in order (the recipe checked that it has only plain names)."""
+    names = []
+    for _, name, _, _ in string.Formatter().parse(template):
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
 class JudgeClient:
     def __init__(self, urls: list[str], settings: JudgeSettings, headers: dict[str, str] | None = None,
                  backoff_s: float = 1.0):
@@ -58,7 +65,7 @@ class JudgeClient:
             raise JudgeError("no judge URL (the job script passes --judge-urls from the judge's ready files)")
         self.urls = [u.rstrip("/") for u in urls]
         self.s, self.headers, self.backoff_s = settings, dict(headers or {}), backoff_s
-        self.fields = template_fields(settings.template)
+        self.fields = placeholders(settings.template)
         self._turn = itertools.count()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=PER_SERVER * len(self.urls), thread_name_prefix="judge")
@@ -139,29 +146,28 @@ class JudgeClient:
         return rewards
 
     def _post(self, path: str, body: dict) -> tuple[str, dict]:
-        data = json.dumps(body).encode()
         first, tries = next(self._turn), self.s.retries + 1
         last = ""
         for attempt in range(tries):
             url = self.urls[(first + attempt) % len(self.urls)]
-            req = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json",
-                                                                        **self.headers})
             t = time.perf_counter()
-            try:
-                with urllib.request.urlopen(req, timeout=self.s.timeout) as r:
-                    reply = json.loads(r.read())
-                with self._lock:
-                    self._latency.append(time.perf_counter() - t)
-                return url, reply
-            except urllib.error.HTTPError as e:
-                detail = " ".join(e.read()[:300].decode(errors="replace").split())
-                if e.code != 429 and e.code < 500:
-                    raise JudgeError(f"judge {url} refused {path}: HTTP {e.code}: {detail}") from None
-                last = f"{url}: HTTP {e.code}: {detail}"
-            except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as e:
-                reason = getattr(e, "reason", e)
+            answer = Server(url).ask("POST", path, body, timeout=self.s.timeout, headers=self.headers)
+            if answer.ok:
+                try:
+                    reply = answer.json()
+                    with self._lock:
+                        self._latency.append(time.perf_counter() - t)
+                    return url, reply
+                except ValueError as e:  # a reply cut short
+                    answer = Answer(answer.url, 0, error=e)
+            if answer.status and not answer.transient:
+                raise JudgeError(f"judge {url} refused {path}: HTTP {answer.status}: {' '.join(answer.said().split())}")
+            if answer.status:
+                last = f"{url}: HTTP {answer.status}: {' '.join(answer.said().split())}"
+            else:
+                reason = answer.reason
                 last = f"{url}: {type(reason).__name__}: {reason}" if str(reason) else f"{url}: {type(reason).__name__}"
-                if isinstance(reason, TimeoutError) or isinstance(e, TimeoutError):
+                if isinstance(reason, TimeoutError) or isinstance(answer.error, TimeoutError):
                     last += f" (no answer within judge.timeout = {self.s.timeout} s)"
             if attempt + 1 < tries:
                 with self._lock:
@@ -170,7 +176,8 @@ class JudgeClient:
         raise JudgeError(f"judge did not answer {path} after {tries} tries ({', '.join(self.urls)}); last: {last}")
 
 
-def attach(env, urls: list[str], settings: JudgeSettings | None, headers: dict[str, str]) -> JudgeClient | None:
+def attach(env, urls: list[str], settings: JudgeSettings | None,
+           headers: dict[str, str] | None = None) -> JudgeClient | None:
     """The job's judge handed to the environment (``use_judge``); None when the job has none."""
     if settings is None and not urls:
         return None

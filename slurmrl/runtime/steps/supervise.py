@@ -1,6 +1,6 @@
 """A thin supervisor around the command a task function in job.sbatch runs.
 
-    python -m slurmrl.runtime.supervise NAME [--gpus FIRST:COUNT] [--ready URL [--ready-model NAME
+    python -m slurmrl.runtime.steps.supervise NAME [--gpus FIRST:COUNT] [--ready URL [--ready-model NAME
                                               [--ready-instances N]]] -- COMMAND...
 
 It prints the exact argv it runs, keeps only this task's GPU slice visible, starts COMMAND,
@@ -10,12 +10,12 @@ with ``--ready-model NAME``: GET /v1/models lists NAME, and with ``--ready-insta
 server's /health lists N ``generate`` endpoints of the namespace ``$DYN_NAMESPACE``: Dynamo's
 frontend, whose /health answers 200 before any worker is there); with ``--ready-completion MODEL``
 (and ``--ready-workers N``: vllm-router lists N workers) only once one completion through URL
-returns a token (``slurmrl.runtime.ready_check``: ready means serving),
+returns a token (``slurmrl.runtime.steps.ready_check``: ready means serving),
 and exits with COMMAND's exit code (128+N when a signal N ended it). When COMMAND ends, or the
 supervisor is told to stop, every process COMMAND left behind is ended too (TERM, then KILL):
 the supervisor is the subreaper of its tree, so orphans (vLLM's EngineCore, torchrun's workers,
 multiprocessing trackers) come back to it instead of living on with a GPU. COMMAND runs under
-``slurmrl.runtime.guard``, which ends the tree if the supervisor itself is killed.
+``slurmrl.runtime.steps.guard``, which ends the tree if the supervisor itself is killed.
 
 The standard library and psutil only: this starts before any engine.
 """
@@ -23,7 +23,6 @@ The standard library and psutil only: this starts before any engine.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import signal
@@ -32,8 +31,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -41,8 +38,9 @@ import psutil
 from slurmrl import heartbeat
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
-from slurmrl.runtime import provenance, tree
-from slurmrl.runtime import ready_check as ready_check_module
+from slurmrl.runtime.steps import provenance, tree
+from slurmrl.runtime.steps import ready_check as ready_check_module
+from slurmrl.runtime.vllm import client
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 
@@ -53,11 +51,7 @@ def log(name: str, msg: str) -> None:
 
 # ---- readiness ---------------------------------------------------------------------------
 def http_ok(url: str, timeout: float = 2.0) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status == 200
-    except (OSError, ValueError, urllib.error.HTTPError):
-        return False
+    return client.ask("GET", url, timeout=timeout).status == 200
 
 
 def tcp_ok(host: str, port: int, timeout: float = 2.0) -> bool:
@@ -69,10 +63,10 @@ def tcp_ok(host: str, port: int, timeout: float = 2.0) -> bool:
 
 
 def get_json(url: str, timeout: float = 2.0):
+    answer = client.ask("GET", url, timeout=timeout)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return json.loads(r.read()) if r.status == 200 else None
-    except (OSError, ValueError, urllib.error.HTTPError):
+        return answer.json() if answer.status == 200 else None
+    except ValueError:
         return None
 
 
@@ -139,7 +133,7 @@ def add_cuda_runtime(env: dict) -> None:
 # ---- main ----------------------------------------------------------------------------------
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="python -m slurmrl.runtime.supervise", usage="%(prog)s NAME [--gpus FIRST:COUNT] [--ready URL] -- COMMAND...",
+        prog="python -m slurmrl.runtime.steps.supervise", usage="%(prog)s NAME [--gpus FIRST:COUNT] [--ready URL] -- COMMAND...",
         description=__doc__.split("\n\n")[0],
     )
     ap.add_argument("name", help="the component (names the ready file and the log lines)")
@@ -191,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         log(args.name, f"could not add the versions to the run dir's lock.toml: {e}")
     log(args.name, f"exec: {shlex.join(args.command)}")
-    child = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.guard", "--", *args.command], env=env)
+    child = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.steps.guard", "--", *args.command], env=env)
 
     def forward(signum, _frame):
         if child.poll() is None:

@@ -8,9 +8,9 @@ and renamed, so a reader never sees half a file):
 
 Asynchronous with bounded staleness: the batch for step s is generated with the newest weights
 the servers have loaded, v, and never when ``s - 1 - v > max_off_policy_steps``; then it waits
-for the trainer. When newer weights appear, every inference server reloads them (admin client)
+for the trainer. When newer weights appear, every inference server reloads them (``slurmrl.runtime.vllm.client``)
 before the next batch; a LoRA policy's weights are an adapter, which every server hot-loads under
-a new name (the previous one unloaded) and the requests name (``slurmrl.runtime.adapters``).
+a new name (the previous one unloaded) and the requests name (``slurmrl.runtime.orchestrator.adapters``).
 ``max_off_policy_steps = 0`` is synchronous RL.
 
 Resumes after a requeue: batches already written are kept, the servers (restarted with the base
@@ -26,26 +26,25 @@ in turn). ``--admin-urls``: every server, each reloads new weights. The job scri
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import signal
 import statistics
 import sys
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from slurmrl import envs, heartbeat, secret
+from slurmrl import envs, heartbeat
 from slurmrl.errors import UserError
 from slurmrl.rundir.metrics import last_row
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
-from slurmrl.runtime import adapters, admin, hybrid, steps
-from slurmrl.runtime.judge_client import JudgeError
-from slurmrl.runtime.judge_client import attach as attach_judge
+from slurmrl.runtime import step_files
 from slurmrl.runtime.metrics import Metrics
+from slurmrl.runtime.orchestrator import adapters, hybrid
+from slurmrl.runtime.orchestrator.judge_client import JudgeError, attach as attach_judge
+from slurmrl.runtime.vllm.client import Server, VLLMError, reload_weights
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
 
 STOP = threading.Event()
@@ -57,13 +56,13 @@ def log(msg: str) -> None:
 
 def latest_weights(run_dir: Path) -> tuple[int, Path | None]:
     """Newest trainer step whose weights are complete (READY marker)."""
-    return steps.latest(RunDir(run_dir).weights, "READY")
+    return step_files.latest(RunDir(run_dir).weights, "READY")
 
 
 def written_batches(run_dir: Path) -> int:
     """How many consecutive batches (from step 1) are already on disk."""
     n = 0
-    while steps.rollout_path(run_dir, n + 1).exists():
+    while step_files.rollout_path(run_dir, n + 1).exists():
         n += 1
     return n
 
@@ -72,7 +71,7 @@ class Sampler:
     """Completions with token ids and inference logprobs, over the OpenAI-compatible API."""
 
     def __init__(self, urls: list[str], tokenizer, s: OrchestratorSettings):
-        self.urls, self.tok, self.s = urls, tokenizer, s
+        self.servers, self.tok, self.s = [Server(u, timeout=600.0) for u in urls], tokenizer, s
         self.adapter: str | None = None  # a LoRA policy: the adapter the servers serve the current policy as
         self.pool = ThreadPoolExecutor(max_workers=max(4, s.prompts_per_step))
 
@@ -84,14 +83,11 @@ class Sampler:
             "logprobs": 0, "return_tokens_as_token_ids": True,
             "seed": self.s.seed * 1_000_003 + step * 1_009 + index,  # reproducible sampling
         }
-        url = self.urls[index % len(self.urls)]
-        req = urllib.request.Request(
-            f"{url}/v1/completions", data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json", "X-Session-ID": f"step{step}-prompt{index}",
-                     **secret.headers()},
-        )
-        with urllib.request.urlopen(req, timeout=600) as r:
-            out = json.loads(r.read())
+        server = self.servers[index % len(self.servers)]
+        try:
+            out = server.completions(body, headers={"X-Session-ID": f"step{step}-prompt{index}"})
+        except VLLMError as e:
+            raise VLLMError(f"sampling failed: {e}", e.answer) from None
         samples = []
         for choice in out["choices"]:
             lp = choice["logprobs"]
@@ -125,7 +121,7 @@ def trainer_metrics(run_dir: Path) -> dict:
 
 def wait_for(predicate, what: str) -> float:
     """Block until predicate() (or a stop request: exit 143); returns seconds waited."""
-    waited = steps.wait_until(predicate, STOP, log, what)
+    waited = step_files.wait_until(predicate, STOP, log, what)
     if waited is None:
         raise SystemExit(143)
     return waited
@@ -136,7 +132,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
 
     run_dir = s.root
     env = envs.load(s.environment, s.environment_args)
-    judge = attach_judge(env, list(judge_urls), s.judge, secret.headers())  # the job's [judge], if it has one
+    judge = attach_judge(env, list(judge_urls), s.judge)  # the job's [judge], if it has one
     tok = AutoTokenizer.from_pretrained(s.model, trust_remote_code=s.trust_remote_code)
     sampler = Sampler(urls, tok, s)
     metrics = Metrics(run_dir, "orchestrator", s.model_dump(mode="json"), log)
@@ -162,12 +158,15 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
         newest, path = latest_weights(run_dir)
         if newest > loaded:
             t = time.perf_counter()
-            if adapters.is_adapter(path):  # a LoRA policy: hot-load the adapter under a new name, unload the old
-                sampler.adapter = adapters.swap(admin_urls, path, newest, sampler.adapter)
-            elif s.hybrid:  # the servers sleep while the trainer steps: wake the weights, load, wake the KV cache
-                hybrid.wake_and_reload(admin_urls, str(path))
-            else:
-                admin.reload_weights(admin_urls, str(path))
+            try:
+                if adapters.is_adapter(path):  # a LoRA policy: hot-load the adapter under a new name, unload the old
+                    sampler.adapter = adapters.swap(admin_urls, path, newest, sampler.adapter)
+                elif s.hybrid:  # the servers sleep while the trainer steps: wake the weights, load, wake the KV cache
+                    hybrid.wake_and_reload(admin_urls, str(path))
+                else:
+                    reload_weights(admin_urls, str(path))
+            except VLLMError as e:
+                raise VLLMError(f"weight update failed: {e}", e.answer) from None
             log(f"servers now on weights of step {newest}{f' (adapter {sampler.adapter})' if sampler.adapter else ''} "
                 f"({time.perf_counter() - t:.2f}s)")
             loaded = newest
@@ -195,7 +194,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
             rewards += rs
         # hybrid: the GPUs go to the trainer before it sees the batch
         sleep_s = max(hybrid.sleep(admin_urls).values()) if s.hybrid else None
-        steps.write_json_atomic(steps.rollout_path(run_dir, step),
+        step_files.write_json_atomic(step_files.rollout_path(run_dir, step),
                                 {"step": step, "policy_step": loaded, "samples": samples})
         tokens = sum(len(x["completion_ids"]) for x in samples)
         metrics.log({
@@ -219,7 +218,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.orchestrator", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="RUN_DIR/components/orchestrator.toml")
     ap.add_argument("--requests-url", dest="requests_url", nargs="+", required=True,
                     metavar="URL", help="where to ask for completions: the router, else every server")
@@ -246,8 +245,12 @@ def main() -> int:
             code = e.code or 0
         else:
             print(e.code, file=sys.stderr, flush=True)  # e.g. an environment that does not load: say which and why
-    except admin.AdminError as e:
-        print(f"slurmrl: orchestrator: weight update failed: {e}", file=sys.stderr, flush=True)
+    except VLLMError as e:
+        if STOP.is_set():  # a planned stop: the servers it was talking to may be stopping too
+            log(f"stopped while talking to a server ({e}); exit 143")
+            code = 143
+        else:
+            print(f"slurmrl: orchestrator: {e}", file=sys.stderr, flush=True)
     except JudgeError as e:
         if STOP.is_set():  # a planned stop: the judge may be stopping too
             log(f"stopped while scoring ({e}); exit 143")

@@ -25,12 +25,11 @@ import os
 import signal
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from slurmrl import secret
+from slurmrl import charts, secret
 from slurmrl.rundir.paths import RunDir
+from slurmrl.runtime.vllm import client
 
 # vLLM's per-request lists: left out of the point files (thousands of entries each)
 PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
@@ -111,26 +110,25 @@ def phase(what: str) -> None:
 
 
 def check_endpoint(base: str, model: str | None, headers: dict, wait_s: float = CHECK_S) -> None:
-    """GET BASE/v1/models: it must answer, accept the secret, and serve ``model``."""
+    """GET BASE/v1/models: it must answer, accept the secret (``headers``: the job's, if any), and serve ``model``."""
     url = f"{base.rstrip('/')}/v1/models"
     deadline = time.monotonic() + wait_s
     while True:
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
-                body = json.loads(r.read() or b"{}")
-            break
-        except urllib.error.HTTPError as e:
-            if e.code in (401, 403):
-                raise Failed(f"GET {url}: HTTP {e.code}: the endpoint refused "
-                             f"{'the job secret' if headers else 'a request without a secret'}") from None
-            if e.code == 404:  # a front without /v1/models: the first point's requests will tell
-                log(f"GET {url}: HTTP 404; going on")
-                return
-            if e.code < 500 or time.monotonic() > deadline:
-                raise Failed(f"GET {url}: HTTP {e.code}") from None
-        except (OSError, ValueError) as e:
-            if time.monotonic() > deadline:
-                raise Failed(f"GET {url}: {e}") from None
+        answer = client.ask("GET", url, timeout=10, headers=headers)
+        if answer.status in (401, 403):
+            raise Failed(f"GET {url}: HTTP {answer.status}: the endpoint refused "
+                         f"{'the job secret' if headers else 'a request without a secret'}")
+        if answer.status == 404:  # a front without /v1/models: the first point's requests will tell
+            log(f"GET {url}: HTTP 404; going on")
+            return
+        if answer.ok:
+            try:
+                body = answer.json() or {}
+                break
+            except ValueError as e:
+                answer = client.Answer(url, 0, error=e)
+        if 0 < answer.status < 500 or time.monotonic() > deadline:
+            raise Failed(f"GET {url}: HTTP {answer.status}" if answer.status else f"GET {url}: {answer.error}")
         time.sleep(2)
     served = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)] if isinstance(body, dict) else []
     if model and served and model not in served:
@@ -230,8 +228,6 @@ def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
 
 
 def finish(out: Path, summary: dict, status: str, error: str | None) -> int:
-    from slurmrl import charts
-
     summary.update(status=status, error=error, finished=int(time.time()))
     write_json(out / RunDir.BENCHMARK_SUMMARY, summary)
     if summary["points"]:

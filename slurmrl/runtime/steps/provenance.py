@@ -1,6 +1,6 @@
 """What the job's interpreter runs with, appended to RUN_DIR/lock.toml as ``[[lock.runtime]]``.
 
-Called by the supervisor (``slurmrl.runtime.supervise``) in the first task of every component,
+Called by the supervisor (``slurmrl.runtime.steps.supervise``) in the first task of every component,
 inside the job's step (its container, its Python): the versions come from the installed packages'
 metadata (``importlib.metadata``), so nothing heavy is imported. One append per component and
 attempt, under an exclusive ``flock``; the lock stays valid TOML (an array of tables at its end).

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurmrl.runtime import admin
+from slurmrl.runtime.vllm import client
 
 CONFIG = "adapter_config.json"
 
@@ -29,9 +29,9 @@ def adapter_name(step: int) -> str:
 def swap(urls: list[str], path: Path, step: int, current: str | None) -> str:
     """Load the adapter at ``path`` on every server as ``adapter_name(step)``, then unload ``current``
     (the previous adapter's name; None when the servers serve the base model). Returns the new name.
-    Raises admin.AdminError naming the server that failed."""
+    Raises client.VLLMError naming the server that failed."""
     name = adapter_name(step)
-    admin.load_lora(urls, name, str(path))
+    client.load_lora(urls, name, str(path))
     if current is not None and current != name:
-        admin.unload_lora(urls, current)
+        client.unload_lora(urls, current)
     return name

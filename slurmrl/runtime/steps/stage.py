@@ -1,6 +1,6 @@
 """Copy the model's weights to this node once (``model.stage = "node-local"``).
 
-    python -m slurmrl.runtime.stage SRC STAGE_DIR KEY
+    python -m slurmrl.runtime.steps.stage SRC STAGE_DIR KEY
 
 Run by one task per node before the servers start. Copies the directory SRC to
 STAGE_DIR/<this node's name>/KEY (``$SLURMD_NODENAME``, else the hostname), under an exclusive
@@ -105,7 +105,7 @@ def stage(src: Path, dest: Path) -> tuple[bool, int, int, float]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 3 or argv[0].startswith("-"):
-        print("usage: python -m slurmrl.runtime.stage SRC STAGE_DIR KEY", file=sys.stderr)
+        print("usage: python -m slurmrl.runtime.steps.stage SRC STAGE_DIR KEY", file=sys.stderr)
         return 2
     src, stage_dir, key = Path(argv[0]), Path(argv[1]), argv[2]
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()

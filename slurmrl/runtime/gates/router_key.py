@@ -1,4 +1,4 @@
-"""``python -m slurmrl.runtime.router_key ARGS`` runs ``vllm-router ARGS`` in this process with the
+"""``python -m slurmrl.runtime.gates.router_key ARGS`` runs ``vllm-router ARGS`` in this process with the
 job's secret as the key it sends to the servers.
 
 In P/D mode vllm-router (0.1.17) does not pass the client's ``Authorization`` header on to the

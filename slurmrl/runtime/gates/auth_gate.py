@@ -1,4 +1,4 @@
-"""``python -m slurmrl.runtime.auth_gate --listen HOST:PORT --upstream PORT -- COMMAND...``
+"""``python -m slurmrl.runtime.gates.auth_gate --listen HOST:PORT --upstream PORT -- COMMAND...``
 
 Runs COMMAND (vllm-router, listening on 127.0.0.1:UPSTREAM) and serves HOST:PORT in front of it:
 every request but ``/health`` and ``/metrics`` needs ``Authorization: Bearer`` with the job's
@@ -100,7 +100,7 @@ async def serve(host: str, port: int, upstream: int, command: list[str], digest:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.auth_gate", description=__doc__.split("\n\n")[1])
+    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.gates.auth_gate", description=__doc__.split("\n\n")[1])
     ap.add_argument("--listen", required=True, metavar="HOST:PORT", help="where clients reach the router")
     ap.add_argument("--upstream", required=True, type=int, metavar="PORT", help="the router's port on 127.0.0.1")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- the router's command line")

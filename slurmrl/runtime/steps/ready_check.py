@@ -2,7 +2,7 @@
 ready once its own check passes (/health), the expected number of workers is registered behind
 it, and one real completion through it returns at least one token.
 
-The task's supervisor (``slurmrl.runtime.supervise --ready URL --ready-completion MODEL
+The task's supervisor (``slurmrl.runtime.steps.supervise --ready URL --ready-completion MODEL
 [--ready-workers N]``) polls :class:`Serving`. Each milestone is logged and written to the
 attempt's phases (``<name> workers registered``, ``<name> serving``), with the seconds it took.
 While it is not serving, the reason (the front's answer and, when the completion fails through a
@@ -18,12 +18,10 @@ import json
 import os
 import socket
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from slurmrl import secret
 from slurmrl.rundir.paths import RunDir
+from slurmrl.runtime.vllm import client
 
 PROMPT = "Hello"
 MAX_TOKENS = 1  # one token says the engine serves; more only costs start-up time
@@ -33,23 +31,10 @@ BLAME_EVERY_S = 30.0
 
 def _request(url: str, body: dict | None = None, timeout: float = 5.0) -> tuple[int, str]:
     """(HTTP status, body text) of GET (``body`` None) or POST JSON; status 0 when nothing answered."""
-    headers = {"Content-Type": "application/json"}
-    key = secret.read()
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, headers=headers, method="GET" if body is None else "POST")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode(errors="replace")
-    except urllib.error.HTTPError as e:
-        try:
-            text = e.read().decode(errors="replace")
-        except OSError:
-            text = ""
-        return e.code, text
-    except (OSError, ValueError) as e:
-        return 0, str(getattr(e, "reason", e))
+    answer = client.ask("GET" if body is None else "POST", url, body, timeout)
+    if answer.status == 0:
+        return 0, str(answer.reason)
+    return answer.status, answer.text
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -98,14 +83,7 @@ def completion(base: str, model: str, timeout: float = TIMEOUT_S) -> tuple[int, 
 
 def router_workers(base: str) -> list[str] | None:
     """The worker URLs vllm-router lists (GET /list_workers: ``{"urls": [...]}``), None when it does not answer."""
-    status, text = _request(f"{base}/list_workers")
-    if status != 200:
-        return None
-    try:
-        urls = json.loads(text).get("urls")
-    except (ValueError, AttributeError):
-        return None
-    return [u for u in urls if isinstance(u, str)] if isinstance(urls, list) else None
+    return client.Server(base).list_workers()
 
 
 class Serving:

@@ -1,6 +1,6 @@
 """The inner half of a task's supervision: run COMMAND, die with the supervisor, end COMMAND's tree.
 
-    python -m slurmrl.runtime.guard -- COMMAND...      (started by slurmrl.runtime.supervise)
+    python -m slurmrl.runtime.steps.guard -- COMMAND...      (started by slurmrl.runtime.steps.supervise)
 
 Two processes watch each command, so that no single ``kill -9`` leaves an orphan holding a GPU:
 - the supervisor (outer) is the subreaper of everything below it and ends what is left when
@@ -18,14 +18,14 @@ import signal
 import subprocess
 import sys
 
-from slurmrl.runtime import tree
+from slurmrl.runtime.steps import tree
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] != ["--"] or len(argv) < 2:
-        print("usage: python -m slurmrl.runtime.guard -- COMMAND...", file=sys.stderr)
+        print("usage: python -m slurmrl.runtime.steps.guard -- COMMAND...", file=sys.stderr)
         return 2
     command = argv[1:]
     parent = os.getppid()

@@ -6,7 +6,7 @@ can reach every other component's host:port, and writes ``preflight/<component>.
 in the run dir. Main components exit once every probe has reported; the others serve until the
 script stops them. Exit code 3 when this probe found a problem.
 
-    python -m slurmrl.runtime.probe NAME      (inside the job: finds its task in RUN_DIR/plan.json)
+    python -m slurmrl.runtime.steps.probe NAME      (inside the job: finds its task in RUN_DIR/plan.json)
 """
 
 from __future__ import annotations
@@ -18,16 +18,18 @@ import socket
 import sys
 import threading
 import time
+import tomllib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from slurmrl import envs
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
-from slurmrl.runtime import component as rt
-from slurmrl.runtime import container
-from slurmrl.runtime.steps import write_json_atomic
-from slurmrl.runtime.supervise import narrow_gpus, tcp_ok
-from slurmrl.slurm import topology
+from slurmrl.runtime.step_files import write_json_atomic
+from slurmrl.runtime.steps import component as rt
+from slurmrl.runtime.steps import container, fabric
+from slurmrl.runtime.steps.supervise import narrow_gpus, tcp_ok
+from slurmrl.runtime.trainer import dataset
 
 DEADLINE_S = float(os.environ.get("SLURMRL_PROBE_TIMEOUT", "300"))
 REPORTED_ENV = ("SLURM_JOB_ID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_GPUS",
@@ -98,10 +100,6 @@ def allocation() -> dict[str, str]:
 def environment_problems(run_dir) -> list[str]:
     """Load the orchestrator's environment here, with the job's Python and PYTHONPATH on a node,
     before any server starts: a wrong class path or argument is found by the preflight."""
-    import tomllib
-
-    from slurmrl import envs
-
     try:
         with open(RunDir(run_dir).component_config("orchestrator"), "rb") as f:
             settings = tomllib.load(f)
@@ -121,10 +119,6 @@ def environment_problems(run_dir) -> list[str]:
 def dataset_problems(run_dir) -> list[str]:
     """SFT: the trainer's dataset, looked up here as the trainer will (same node, container and start
     directory): plan can only tell a hub id from a path, not whether the file is there."""
-    import tomllib
-
-    from slurmrl.runtime.trainer import dataset
-
     try:
         with open(RunDir(run_dir).component_config("trainer"), "rb") as f:
             settings = tomllib.load(f)
@@ -150,7 +144,7 @@ def mark_ready(comp: rt.Component, ports: dict[str, int]) -> None:
 
 def main() -> int:
     if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
-        raise SystemExit("usage: python -m slurmrl.runtime.probe COMPONENT (inside the job script)")
+        raise SystemExit("usage: python -m slurmrl.runtime.steps.probe COMPONENT (inside the job script)")
     comp = rt.load(sys.argv[1])
     deadline = time.monotonic() + DEADLINE_S
     seen_before = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -183,7 +177,7 @@ def main() -> int:
         "allocation": allocation(),
         "errors": errors,
         # slurm.nvlink_domain: this node's NVLink fabric (nvidia-smi -q), where the plan asks for one domain
-        "fabric": topology.node_fabric() if comp.config["group"] in plan.get("nvlink_domain", ()) else None,
+        "fabric": fabric.node_fabric() if comp.config["group"] in plan.get("nvlink_domain", ()) else None,
     }
     out_dir = RunDir(comp.run_dir).preflight_dir()
     write_json_atomic(out_dir / f"{comp.name}.{comp.rank}.json", report, indent=1)

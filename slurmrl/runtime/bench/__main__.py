@@ -1,0 +1,5 @@
+import sys
+
+from slurmrl.runtime.bench.runner import main
+
+sys.exit(main())
