@@ -65,6 +65,7 @@ def _flash_varlen(q, k, v, cu: torch.Tensor, max_len: int, scaling) -> torch.Ten
     return out.unsqueeze(0)  # [1, T, H, D]
 
 
+@torch.compiler.disable  # a compiled decoder layer breaks its graph here: no recompiles per document layout
 def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers' attention-interface signature: query [B, Hq, T, D], key/value [B, Hk, T, D] ->
     ([B, T, Hq, D], None). ``attention_mask`` is None (``install``'s mask function)."""
