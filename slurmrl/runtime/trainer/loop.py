@@ -105,11 +105,17 @@ def untie(model) -> None:
 def load_model(path: str, d: Dist, gradient_checkpointing: bool | str, trainable: bool = True,
                trust_remote_code: bool = False, prepare=None, compile_layers: bool = False,
                micro_tokens: int = 0, log=print):
-    """The model on this rank's device, ready to train (or frozen): untied head, LoRA, the fast
-    path's head and attention, activation recompute by policy, compiled layers, FSDP2."""
+    """The model at ``path`` on this rank's device, ready to train (or frozen): see ``ready_model``."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    return ready_model(model, d, gradient_checkpointing, trainable, prepare, compile_layers, micro_tokens, log)
+
+
+def ready_model(model, d: Dist, gradient_checkpointing: bool | str, trainable: bool = True, prepare=None,
+                compile_layers: bool = False, micro_tokens: int = 0, log=print):
+    """A float32 model made ready as the trainer runs it: untied head, LoRA, the fast path's head
+    and attention, activation recompute by policy, compiled layers (CUDA), FSDP2. -> (model, FastPath)"""
     untie(model)
     if prepare is not None:  # a LoRA policy wraps its layers (and loads its adapter) before sharding
         prepare(model)
