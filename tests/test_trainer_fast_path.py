@@ -270,8 +270,16 @@ def test_the_recipe_field_forces_or_leaves_recompute_to_the_policy():
 def test_fsdp2_on_one_rank_keeps_float32_masters_and_computes_in_bfloat16():
     import torch.distributed as dist
 
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    if dist.is_initialized():  # a group left by another test
+        dist.destroy_process_group()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        fsdp2_bf16_step_on_one_rank()
+    finally:  # a group left behind would be inherited by the trainer tests' forked trainers
+        dist.destroy_process_group()
+
+
+def fsdp2_bf16_step_on_one_rank():
     model = tiny_qwen3().float()
     chunked_head.install(model)
     assert doc_attention.install(model)
@@ -332,3 +340,32 @@ def test_gpu_varlen_attention_equals_per_document_attention():
     out, _ = doc_attention.attend(None, q, k, v, None, scaling=128**-0.5, cu_seq_lens_q=cu, max_length_q=500)
     ref = doc_attention._per_document(q, k, v, cu.tolist(), 128**-0.5, True).transpose(1, 2)
     torch.testing.assert_close(out, ref, rtol=0, atol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_present(), reason="needs a CUDA GPU")
+def test_gpu_the_trainers_model_trains_in_bfloat16_under_fsdp2_with_fused_adamw_and_compiled_layers():
+    import torch.distributed as dist
+
+    from slurmrl.runtime.trainer.loop import Dist, ready_model
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    d = Dist("bfloat16")
+    assert d.cuda and d.bf16
+    model, fast = ready_model(tiny_qwen3().float(), d, "auto", compile_layers=True, micro_tokens=64, log=print)
+    assert fast.chunked_head and fast.doc_attention
+    opt = numerics.optimizer([p for p in model.parameters() if p.requires_grad], 1e-3, 0.0, cuda=True)
+    assert opt.defaults["fused"] is True
+    rows = rollouts.split([sample(list(range(1, 20)), list(range(20, 60)), 1.0), sample([3, 4], [5, 6, 7], -1.0)],
+                          0, 1, 2, 64)
+    losses_seen = []
+    for _ in range(3):
+        logp, ent = token_forward.logprobs(model, rows[0], d.device, fast)
+        (-logp.mean()).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses_seen.append(-logp.mean().item())
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert losses_seen[-1] < losses_seen[0] and torch.isfinite(ent).all()
+    dist.destroy_process_group()

@@ -187,7 +187,8 @@ class Trainer:
         source = str(ckpt / "model") if ckpt and not self.lora else self.model_id
         self.log(f"{self.kind} on {self.world} rank(s), device {self.d.device}, "
                  f"{'bfloat16 mixed precision' if self.d.bf16 else 'float32'}, "
-                 f"{'FSDP2' if self.world > 1 else 'no sharding'}; model {source}"
+                 f"{'FSDP2' if numerics.sharded_always(self.d.cuda, self.d.bf16, self.world) else 'no sharding'}; "
+                 f"model {source}"
                  + (f" (resuming after step {self.start})" if ckpt else ""))
         t = time.perf_counter()
         self.tok = AutoTokenizer.from_pretrained(self.model_id, trust_remote_code=s.trust_remote_code)
