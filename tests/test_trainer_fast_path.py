@@ -110,6 +110,18 @@ def test_a_model_with_the_chunked_head_has_the_gradients_of_the_plain_one():
     assert fast(input_ids=ids, position_ids=pos).logits.shape == (1, 40, 97)  # unarmed: a linear layer
 
 
+def test_a_micro_batch_without_targets_still_gives_every_parameter_a_gradient():
+    """A rank short of samples trains on a masked copy; FSDP2 needs its backward to reach every
+    parameter (zeros) as on the other ranks."""
+    model = tiny_qwen3()
+    fast = token_forward.FastPath.prepare(model)
+    (row,) = rollouts.split([sample([1, 2, 3], [4, 5], 1.0)], rank=1, world=2, micro=1, seq_len=8)
+    logp, ent = token_forward.logprobs(model, row, torch.device("cpu"), fast)
+    assert logp.shape == ent.shape == (0,)
+    logp.sum().backward()
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+
+
 def test_soft_capped_heads_are_not_chunked():
     model = tiny_qwen3()
     model.config.final_logit_softcapping = 30.0

@@ -100,8 +100,9 @@ def token_logprobs_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: 
                            vocab_chunk: int = VOCAB_CHUNK, token_chunk: int = TOKEN_CHUNK):
     """(log p(targets), entropy) per row of ``hidden`` [N, H] under logits ``hidden @ weight.T``,
     both float32 [N]; the logits are never built whole. ``logp`` carries the gradient."""
-    if hidden.shape[0] == 0:
-        z = hidden.new_zeros((0,), dtype=torch.float32) + 0.0 * weight.sum()  # keeps the graph (FSDP2 hooks)
+    if hidden.shape[0] == 0:  # no targets (a rank's masked micro-batch): zero gradients, but every
+        # parameter still gets one, so FSDP2's gradient reduction runs on this rank as on the others
+        z = hidden.new_zeros((0,), dtype=_acc(weight)) + (hidden.sum() + weight.sum()) * 0.0
         return z, z.detach()
     return _ChunkedLogprob.apply(hidden, weight, targets, vocab_chunk, token_chunk)
 
