@@ -41,12 +41,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 PRESETS = {  # Qwen3-shaped: GQA, explicit head_dim
-    "tiny": dict(hidden=64, layers=2, heads=4, kv=2, head_dim=16, inter=192, vocab=2048, seq=256, batch=8, micro=4),
-    "100m": dict(hidden=768, layers=12, heads=12, kv=4, head_dim=64, inter=2048, vocab=32000, seq=512, batch=2,
-                 micro=1),
+    "tiny": {"hidden": 64, "layers": 2, "heads": 4, "kv": 2, "head_dim": 16, "inter": 192, "vocab": 2048,
+             "seq": 256, "batch": 8, "micro": 4},
+    "100m": {"hidden": 768, "layers": 12, "heads": 12, "kv": 4, "head_dim": 64, "inter": 2048, "vocab": 32000,
+             "seq": 512, "batch": 2, "micro": 1},
     # the true Qwen3-0.6B shape (its config.json; embeddings untied as the trainer publishes them)
-    "qwen3-0.6b": dict(hidden=1024, layers=28, heads=16, kv=8, head_dim=128, inter=3072, vocab=151936, seq=16384,
-                       batch=4, micro=1, rope_theta=1_000_000.0, max_pos=40960),
+    "qwen3-0.6b": {"hidden": 1024, "layers": 28, "heads": 16, "kv": 8, "head_dim": 128, "inter": 3072,
+                   "vocab": 151936, "seq": 16384, "batch": 4, "micro": 1, "rope_theta": 1_000_000.0,
+                   "max_pos": 40960},
 }
 
 
@@ -95,7 +97,13 @@ def sft_packs(p: dict, docs: int, rank: int):
 def fast_step(args, p, d, model, fast, optim, data):
     import torch
 
-    from slurmrl.runtime.trainer import losses, packing, rl_metrics, rollouts, token_forward
+    from slurmrl.runtime.trainer import (
+        losses,
+        packing,
+        rl_metrics,
+        rollouts,
+        token_forward,
+    )
     from slurmrl.runtime.trainer.loop import grad_norm_and_clip
 
     if args.mode == "rl":
@@ -302,7 +310,8 @@ def main() -> None:
     results = []
     for v in variants:
         cmd = [sys.executable, str(Path(__file__).resolve()), *passed, "--device", args.device, "--variant", v]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              check=False)
         if proc.returncode:
             print(f"{v}: failed (exit {proc.returncode})\n{proc.stderr[-3000:]}", file=sys.stderr)
             continue

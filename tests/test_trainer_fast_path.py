@@ -17,8 +17,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from slurmrl.runtime.trainer import (  # noqa: E402
-    chunked_head, doc_attention, losses, numerics, packing, rl_metrics, rollouts, token_forward,
+from slurmrl.runtime.trainer import (
+    chunked_head,
+    doc_attention,
+    losses,
+    numerics,
+    packing,
+    rl_metrics,
+    rollouts,
+    token_forward,
 )
 
 
@@ -332,7 +339,7 @@ def test_gpu_chunked_head_in_bfloat16_matches_full_logits():
     hidden = torch.randn(3000, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     weight = (0.05 * torch.randn(20000, 256, device="cuda")).to(torch.bfloat16).requires_grad_()
     targets = torch.randint(0, 20000, (3000,), device="cuda")
-    logp, ent = chunked_head.token_logprobs_entropy(hidden, weight, targets, 4096, 1024)
+    logp, _ent = chunked_head.token_logprobs_entropy(hidden, weight, targets, 4096, 1024)
     ref = losses.token_logprobs(hidden @ weight.t(), targets)
     torch.testing.assert_close(logp, ref, rtol=0, atol=2e-2)
     gh, gw = torch.autograd.grad(logp.sum(), (hidden, weight))

@@ -19,6 +19,7 @@ Neither builds a mask: ``install`` registers a mask function that returns None, 
 from __future__ import annotations
 
 import inspect
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +35,7 @@ except ImportError:  # torch < 2.10
 
 def _per_document(q, k, v, bounds: list[int], scaling, gqa: bool) -> torch.Tensor:
     outs = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         if b > a:
             outs.append(F.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=True,
                                                        scale=scaling, enable_gqa=gqa))
