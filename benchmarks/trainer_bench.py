@@ -204,7 +204,7 @@ def run_variant(args) -> dict:
     from slurmrl.runtime.trainer.token_forward import FastPath
 
     d = Dist("bfloat16" if args.device == "cuda" else "float32")
-    p = {**PRESETS[args.preset], **({"seq": args.seq} if args.seq else {})}
+    p = {**PRESETS[args.preset], **{k: v for k in ("seq", "vocab", "batch", "micro") if (v := getattr(args, k))}}
     model = build(p)
     if args.variant == "reference":
         untie(model)
@@ -255,7 +255,7 @@ def run_variant(args) -> dict:
             publish_s = time.perf_counter() - t
     total = sum(q.numel() for q in model.parameters())
     non_emb = total - model.get_input_embeddings().weight.numel()
-    return {"variant": args.variant, "preset": args.preset, "mode": args.mode, "seq": p["seq"], "docs": args.docs,
+    return {"variant": args.variant, "preset": args.preset, "vocab": p["vocab"], "mode": args.mode, "seq": p["seq"], "docs": args.docs,
             "tokens": tokens, "step_s": step_s, "publish_s": publish_s, "peak_gib": peak, "step_peak_gib": peak_step,
             "params": total, "non_embedding": non_emb, "layers": p["layers"], "hidden": p["hidden"],
             "device": torch.cuda.get_device_name(d.device) if d.cuda else f"CPU, {torch.get_num_threads()} threads",
@@ -265,7 +265,7 @@ def run_variant(args) -> dict:
 def line(r: dict, peak_tflops: float | None) -> str:
     tok_s = r["tokens"] / r["step_s"]
     with_pub = r["tokens"] / (r["step_s"] + r["publish_s"])
-    out = (f"{r['variant']:>10}  {r['preset']} {r['mode']} seq {r['seq']}"
+    out = (f"{r['variant']:>10}  {r['preset']} {r['mode']} seq {r['seq']} vocab {r['vocab']}"
            + (f" ({r['docs']} docs/row)" if r["mode"] == "sft" else "")
            + f"  step {r['step_s'] * 1000:9.1f} ms  {tok_s:9.0f} tok/s"
            + (f"  {with_pub:9.0f} tok/s with publish ({r['publish_s']:.2f} s)" if r["publish_s"] else "")
@@ -284,6 +284,9 @@ def main() -> None:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
     ap.add_argument("--mode", choices=("rl", "sft"), default="rl")
     ap.add_argument("--seq", type=int, help="tokens per sample (default: the preset's)")
+    ap.add_argument("--vocab", type=int, help="vocabulary size (default: the preset's)")
+    ap.add_argument("--batch", type=int, help="samples (RL) or rows (SFT) per step (default: the preset's)")
+    ap.add_argument("--micro", type=int, help="samples or rows per micro-batch (default: the preset's)")
     ap.add_argument("--docs", type=int, default=4, help="SFT: examples packed per row (1 = unpacked)")
     ap.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda where there is one")
     ap.add_argument("--steps", type=int, default=3, help="timed steps (median reported)")
