@@ -1,27 +1,37 @@
-"""How fast is a trainer step? Prints figures; asserts nothing.
+"""How fast is a trainer step, beside the plain transformers step it replaced? Prints figures; asserts nothing.
 
-Times the trainer's own pieces (model set-up as the trainer does it: untied head, gradient
-checkpointing, FSDP2 when more than one rank; the SFT token-mean loss or the RL PPO-clip loss;
-grad clip; AdamW step) on random tokens, then one weight publish (gather + safetensors + READY).
-Prints step time, tokens/s, and on CUDA peak memory and MFU.
+Each variant runs in its own process (so its peak memory is its own) on random tokens of a
+model built from a transformers config (no download), and prints one line:
 
-    .venv/bin/python benchmarks/trainer_bench.py                    # CPU: tiny model and a ~30M one
-    .venv/bin/python benchmarks/trainer_bench.py --hidden 1024 --layers 24 --seq 4096 --micro 1   # ~0.5B, GPU
-    torchrun --nproc-per-node=8 benchmarks/trainer_bench.py --hidden 1024 --layers 24 --seq 4096   # FSDP2
+- ``fast``: the trainer's own path (``slurmrl.runtime.trainer``: ``ready_model`` as the trainer
+  calls it, packed rows, chunked LM head + log-softmax, per-document attention; on CUDA bf16
+  weights under FSDP2 with float32 masters, fused AdamW, compiled layers, recompute by policy);
+- ``unchunked`` (``--unchunked``): the same with full-vocabulary logits at the target positions;
+- ``reference`` (``--reference``): the plain transformers step the trainer used to run: float32
+  weights under bf16 autocast (CUDA), full recompute, ``model(...).logits`` over every position
+  and a second pass for the entropy, RL samples right-padded, SFT rows packed with restarting
+  position ids (transformers then builds a dense block-diagonal mask), default AdamW.
 
-MFU = achieved model FLOPs / peak bf16 dense FLOPs, with 6 x params (non-embedding, LM head
-included) + 12 x layers x hidden x seq FLOPs per token (the PaLM convention: attention counted
-in full, although causal attention does half). Peak: H100/H200 989, A100 312 TFLOP/s, or
-``--peak-tflops``.
+    .venv/bin/python benchmarks/trainer_bench.py --preset tiny --reference --unchunked       # CPU
+    .venv/bin/python benchmarks/trainer_bench.py --preset 100m --steps 2 --reference         # CPU, ~124M
+    python benchmarks/trainer_bench.py --device cuda --preset qwen3-0.6b --mode rl --reference   # 1 GPU
 
-On a shared CPU machine set ``OMP_NUM_THREADS`` to the cores you really have: on a busy two-core
-VM, two OpenMP threads made the tiny step 6-10x slower than one (spin-waiting).
+Printed per variant: step time (median), tokens/s, tokens/s counting the weight publish (RL: the
+trainer publishes after every step; timed once per variant), peak memory (CUDA: allocator peak;
+CPU: the process's peak resident set, and its rise over what was resident before the first step),
+and MFU under two formulas:
+``6N`` = 6 x non-embedding parameters (LM head included) per token, as the trainer's metric;
+``6N+12LHS`` = that + 12 x layers x hidden x seq (PaLM: attention counted in full), the formula
+prime-rl's published MFU uses. Peak: H100/H200 989 TFLOP/s bf16 dense, or ``--peak-tflops``.
+On a shared CPU set ``OMP_NUM_THREADS`` to the cores you really have.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,178 +40,300 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PRESETS = {  # name: (hidden, layers, vocab, seq, micro)
-    "tiny": (128, 2, 108, 256, 4),
-    "30m": (512, 6, 8192, 256, 4),
+PRESETS = {  # Qwen3-shaped: GQA, explicit head_dim
+    "tiny": {"hidden": 64, "layers": 2, "heads": 4, "kv": 2, "head_dim": 16, "inter": 192, "vocab": 2048,
+             "seq": 256, "batch": 8, "micro": 4},
+    "100m": {"hidden": 768, "layers": 12, "heads": 12, "kv": 4, "head_dim": 64, "inter": 2048, "vocab": 32000,
+             "seq": 512, "batch": 2, "micro": 1},
+    # the true Qwen3-0.6B shape (its config.json; embeddings untied as the trainer publishes them)
+    "qwen3-0.6b": {"hidden": 1024, "layers": 28, "heads": 16, "kv": 8, "head_dim": 128, "inter": 3072,
+                   "vocab": 151936, "seq": 16384, "batch": 4, "micro": 1, "rope_theta": 1_000_000.0,
+                   "max_pos": 40960},
 }
-PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "GH200": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
 
 
-def build_model(hidden: int, layers: int, vocab: int, seq: int, intermediate: int | None, d, gc: bool):
+def build(p: dict):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from slurmrl.runtime.trainer.loop import shard, untie
-
-    cfg = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate or 4 * hidden, num_hidden_layers=layers,
-        num_attention_heads=max(1, hidden // 64), num_key_value_heads=max(1, hidden // 64), head_dim=64,
-        max_position_embeddings=max(seq, 512), tie_word_embeddings=False,
-    )
+    cfg = Qwen3Config(vocab_size=p["vocab"], hidden_size=p["hidden"], intermediate_size=p["inter"],
+                      num_hidden_layers=p["layers"], num_attention_heads=p["heads"], num_key_value_heads=p["kv"],
+                      head_dim=p["head_dim"], max_position_embeddings=max(p.get("max_pos", 0), p["seq"]),
+                      rope_theta=p.get("rope_theta", 10000.0), tie_word_embeddings=False, attn_implementation="sdpa")
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(torch.float32)
-    untie(model)
+    model = Qwen3ForCausalLM(cfg).to(torch.float32)
     model.config.use_cache = False
-    if gc:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.train()
-    model.to(d.device)
-    if d.world > 1:
-        shard(model, d)
     return model
 
 
-def count_params(model) -> tuple[int, int]:
-    total = sum(p.numel() for p in model.parameters())
-    emb = model.get_input_embeddings().weight.numel()
-    return total, total - emb
+def rl_samples(p: dict, rank: int) -> list[dict]:
+    """``batch`` samples of ``seq`` tokens, a quarter prompt, with inference logprobs and advantages."""
+    import random
+
+    rng = random.Random(rank)
+    out = []
+    for i in range(p["batch"]):
+        prompt = p["seq"] // 4
+        out.append({"prompt_ids": [rng.randrange(p["vocab"]) for _ in range(prompt)],
+                    "completion_ids": [rng.randrange(p["vocab"]) for _ in range(p["seq"] - prompt)],
+                    "logprobs": [-rng.random() * 5 for _ in range(p["seq"] - prompt)],
+                    "advantage": (-1.0) ** i, "reward": float(i % 2)})
+    return out
 
 
-def peak_flops(args, torch) -> float | None:
-    if args.peak_tflops:
-        return args.peak_tflops * 1e12
-    if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name()
-    for key, value in PEAK_BF16.items():
-        if key in name:
-            return value
-    return None
+def sft_packs(p: dict, docs: int, rank: int):
+    """``batch`` rows of ``seq`` tokens, each ``docs`` examples end to end (trainer's data.pack)."""
+    import numpy as np
+
+    from slurmrl.runtime.trainer.data import Example, pack
+
+    rng = np.random.default_rng(rank)
+    n = p["seq"] // docs
+    exs = [Example(rng.integers(0, p["vocab"], n).tolist(), [0] * (n // 4) + [1] * (n - n // 4))
+           for _ in range(p["batch"] * docs)]
+    return pack(exs, np.arange(len(exs)), p["seq"], 0)
 
 
-def bench(args, hidden: int, layers: int, vocab: int, seq: int, micro: int, label: str, d) -> None:
+def fast_step(args, p, d, model, fast, optim, data):
     import torch
 
-    from slurmrl.runtime.trainer import losses, state
+    from slurmrl.runtime.trainer import (
+        losses,
+        packing,
+        rl_metrics,
+        rollouts,
+        token_forward,
+    )
     from slurmrl.runtime.trainer.loop import grad_norm_and_clip
 
-    model = build_model(hidden, layers, vocab, seq, args.intermediate, d, args.gc)
-    total, non_emb = count_params(model)
-    optim = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if d.bf16 and d.world == 1
-                else torch.autocast(d.device.type, enabled=False))
-    g = torch.Generator().manual_seed(d.rank)
-    n_tokens = micro * seq * args.accum
+    if args.mode == "rl":
+        rows = rollouts.split(data, 0, 1, p["micro"], p["seq"])
+    else:
+        rows = [packing.pack_sft(data[k: k + p["micro"]]) for k in range(0, len(data), p["micro"])]
+    n_tgt = sum(int(r.targets.sum()) for r in rows)
+    stats = rl_metrics.RLStats(d.device)
+    for row in rows:
+        logp, ent = token_forward.logprobs(model, row, d.device, fast)
+        if args.mode == "rl":
+            old, adv = row.at_targets("old_logp", d.device), row.at_targets("advantage", d.device)
+            terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool), 0.2)
+            (terms["loss"] / n_tgt).backward()
+            stats.add_tokens(terms, ent, logp, old, None)
+        else:
+            (-logp.sum() / n_tgt).backward()
+        del logp, ent
+    if args.mode == "rl":
+        stats.finish(n_tgt)
+    grad_norm_and_clip(model, 1.0)
+    optim.step()
+    optim.zero_grad(set_to_none=True)
 
-    def step() -> None:
-        for _ in range(args.accum):
-            ids = torch.randint(0, vocab, (micro, seq), generator=g).to(d.device)
-            pos = torch.arange(seq, device=d.device).expand(micro, -1)
+
+def reference_step(args, p, d, model, optim, data):
+    """The trainer's step before the fast path (autocast, full logits, padding or a dense mask)."""
+    import numpy as np
+    import torch
+
+    from slurmrl.runtime.trainer import losses
+    from slurmrl.runtime.trainer.loop import grad_norm_and_clip
+
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if d.bf16 else torch.autocast("cpu", enabled=False)
+    micro = p["micro"]
+    if args.mode == "rl":
+        n_tgt = sum(len(s["completion_ids"]) for s in data)
+        for k in range(0, len(data), micro):
+            chunk = data[k: k + micro]
+            width = max(len(s["prompt_ids"]) + len(s["completion_ids"]) for s in chunk)
+            ids = torch.zeros((len(chunk), width), dtype=torch.long)
+            tgt = torch.zeros((len(chunk), width), dtype=torch.bool)
+            old = torch.zeros((len(chunk), width))
+            for i, s in enumerate(chunk):
+                row = s["prompt_ids"] + s["completion_ids"]
+                ids[i, : len(row)] = torch.tensor(row)
+                tgt[i, len(s["prompt_ids"]): len(row)] = True
+                old[i, len(s["prompt_ids"]): len(row)] = torch.tensor(s["logprobs"])
+            ids, tgt, old = ids.to(d.device), tgt.to(d.device), old.to(d.device)
+            pos = torch.arange(width, device=d.device).expand(len(chunk), -1)
+            with autocast:
+                logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits[:, :-1]
+            sel = tgt[:, 1:]
+            logp = losses.token_logprobs(logits[sel], ids[:, 1:][sel])
+            adv = torch.tensor([[s["advantage"]] for s in chunk], device=d.device).expand(-1, sel.shape[1])[sel]
+            terms = losses.ppo_clip_terms(logp, old[:, 1:][sel], adv, torch.ones_like(logp, dtype=torch.bool), 0.2)
+            (terms["loss"] / n_tgt).backward()
+            losses.entropy_sum(logits, sel)
+            del logits, logp
+    else:
+        n_tgt = max(1, int(sum(int(pk.targets.sum()) for pk in data)))
+        for k in range(0, len(data), micro):
+            chunk = data[k: k + micro]
+            ids = torch.from_numpy(np.stack([pk.ids for pk in chunk])).to(d.device)
+            pos = torch.from_numpy(np.stack([pk.positions for pk in chunk])).to(d.device)
+            tgt = torch.from_numpy(np.stack([pk.targets for pk in chunk])).to(d.device)
             with autocast:
                 logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits
-            if args.mode == "sft":
-                tgt = torch.ones_like(ids, dtype=torch.bool)
-                loss = losses.sft_loss_sum(logits, ids, tgt) / (micro * (seq - 1) * args.accum)
-            else:  # RL: the second half of each row is the completion
-                sel = torch.zeros((micro, seq - 1), dtype=torch.bool, device=d.device)
-                sel[:, seq // 2 :] = True
-                lg = logits[:, :-1]
-                logp = losses.token_logprobs(lg[sel], ids[:, 1:][sel])
-                old = (logp.detach() + 0.01 * torch.randn_like(logp))
-                adv = torch.randn(logp.shape, device=d.device)
-                terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool), 0.2)
-                losses.entropy_sum(lg, sel)
-                loss = terms["loss"] / (sel.sum() * args.accum)
-            loss.backward()
-            del logits, loss
-        grad_norm_and_clip(model, 1.0)
-        optim.step()
-        optim.zero_grad(set_to_none=True)
+            (losses.sft_loss_sum(logits, ids, tgt) / n_tgt).backward()
+            del logits
+    grad_norm_and_clip(model, 1.0)
+    optim.step()
+    optim.zero_grad(set_to_none=True)
 
-    def sync() -> None:
+
+def peak_memory_gib(d, rss_before: int) -> tuple[float, float]:
+    """(peak, peak above what was resident before the steps) in GiB: the CUDA allocator's peak
+    during the timed steps (both the same), or the process's peak resident set on a CPU."""
+    import torch
+
+    from slurmrl.runtime.trainer.rl_metrics import peak_rss_bytes
+
+    if d.cuda:
+        peak = torch.cuda.max_memory_allocated(d.device) / 2**30
+        return peak, peak
+    peak = peak_rss_bytes()
+    return peak / 2**30, max(0, peak - rss_before) / 2**30
+
+
+def run_variant(args) -> dict:
+    """One variant in this process; returns its figures."""
+    if args.device == "cpu":
+        os.environ["SLURMRL_TRAINER_DEVICE"] = "cpu"
+    import torch
+
+    from slurmrl.runtime.trainer import state
+    from slurmrl.runtime.trainer.loop import Dist, ready_model, untie
+    from slurmrl.runtime.trainer.token_forward import FastPath
+
+    d = Dist("bfloat16" if args.device == "cuda" else "float32")
+    p = {**PRESETS[args.preset], **{k: v for k in ("seq", "vocab", "batch", "micro") if (v := getattr(args, k))}}
+    model = build(p)
+    if args.variant == "reference":
+        untie(model)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        model.to(d.device)
+        optim = torch.optim.AdamW(model.parameters(), lr=1e-6)
+        fast = None
+    else:
+        gc = {"auto": "auto", "on": True, "off": False}[args.recompute]
+        model, fast = ready_model(model, d, gc, compile_layers=args.compile, micro_tokens=p["micro"] * p["seq"],
+                                  log=lambda m: print(f"# {m}", file=sys.stderr, flush=True))
+        if args.variant == "unchunked":
+            fast = FastPath(chunked_head=False, doc_attention=fast.doc_attention, why_not_head="--unchunked")
+        from slurmrl.runtime.trainer import numerics
+
+        optim = numerics.optimizer(model.parameters(), 1e-6, 0.0, d.cuda)
+    data = rl_samples(p, d.rank) if args.mode == "rl" else sft_packs(p, args.docs, d.rank)
+    tokens = p["batch"] * p["seq"]
+
+    def step():
+        if fast is None:
+            reference_step(args, p, d, model, optim, data)
+        else:
+            fast_step(args, p, d, model, fast, optim, data)
         if d.cuda:
             torch.cuda.synchronize()
 
+    from slurmrl.runtime.trainer.rl_metrics import rss_bytes
+
+    rss_before = rss_bytes()
     for _ in range(args.warmup):
         step()
-    sync()
     if d.cuda:
-        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_peak_memory_stats(d.device)
     times = []
     for _ in range(args.steps):
         t = time.perf_counter()
         step()
-        sync()
         times.append(time.perf_counter() - t)
-    times.sort()
-    med = times[len(times) // 2]
-    tok_s = n_tokens * d.world / med
-    line = (f"{label:>6}  {total / 1e6:8.1f}M params ({non_emb / 1e6:.1f}M non-embedding)  seq {seq}  "
-            f"micro {micro} x accum {args.accum} x ranks {d.world}  {args.mode}  "
-            f"step {med * 1000:9.1f} ms (min {times[0] * 1000:.1f})  {tok_s:10.0f} tok/s")
-    if d.cuda:
-        line += f"  peak mem {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
-        peak = peak_flops(args, torch)
-        flops_per_token = 6 * non_emb + 12 * layers * hidden * seq
-        if peak:
-            line += f"  MFU {100 * flops_per_token * tok_s / (peak * d.world):.1f}%"
-    if d.rank == 0:
-        print(line, flush=True)
-    if args.publish:
+    step_s = sorted(times)[len(times) // 2]
+    peak, peak_step = peak_memory_gib(d, rss_before)
+    publish_s = 0.0
+    if args.mode == "rl" and args.publish:
         with tempfile.TemporaryDirectory() as tmp:
             t = time.perf_counter()
-            state.publish_weights(Path(tmp), 1, model, model.config, None, None, None,
-                                  torch.bfloat16 if args.dtype == "bfloat16" else torch.float32, 1, d.rank)
-            dt = time.perf_counter() - t
-            size = sum(f.stat().st_size for f in Path(tmp).rglob("*.safetensors")) if d.rank == 0 else 0
-        if d.rank == 0:
-            print(f"{'':>6}  weight publish (gather + safetensors + READY): {dt:.2f}s, {size / 2**20:.0f} MiB",
-                  flush=True)
-    del model, optim
-    if d.cuda:
-        torch.cuda.empty_cache()
+            state.publish_weights(Path(tmp), 1, model, model.config, None, None, None, torch.bfloat16, 1, d.rank)
+            publish_s = time.perf_counter() - t
+    total = sum(q.numel() for q in model.parameters())
+    non_emb = total - model.get_input_embeddings().weight.numel()
+    return {"variant": args.variant, "preset": args.preset, "vocab": p["vocab"], "mode": args.mode, "seq": p["seq"], "docs": args.docs,
+            "tokens": tokens, "step_s": step_s, "publish_s": publish_s, "peak_gib": peak, "step_peak_gib": peak_step,
+            "params": total, "non_embedding": non_emb, "layers": p["layers"], "hidden": p["hidden"],
+            "device": torch.cuda.get_device_name(d.device) if d.cuda else f"CPU, {torch.get_num_threads()} threads",
+            "torch": torch.__version__}
+
+
+def line(r: dict, peak_tflops: float | None) -> str:
+    tok_s = r["tokens"] / r["step_s"]
+    with_pub = r["tokens"] / (r["step_s"] + r["publish_s"])
+    out = (f"{r['variant']:>10}  {r['preset']} {r['mode']} seq {r['seq']} vocab {r['vocab']}"
+           + (f" ({r['docs']} docs/row)" if r["mode"] == "sft" else "")
+           + f"  step {r['step_s'] * 1000:9.1f} ms  {tok_s:9.0f} tok/s"
+           + (f"  {with_pub:9.0f} tok/s with publish ({r['publish_s']:.2f} s)" if r["publish_s"] else "")
+           + f"  peak {r['peak_gib']:.2f} GiB" + ("" if r["peak_gib"] == r["step_peak_gib"] else
+                                                 f" ({r['step_peak_gib']:.2f} GiB above the loaded model)"))
+    if peak_tflops:
+        f6n = 6 * r["non_embedding"]
+        palm = f6n + 12 * r["layers"] * r["hidden"] * r["seq"]
+        out += (f"  MFU 6N {100 * f6n * tok_s / (peak_tflops * 1e12):.1f}%"
+                f"  MFU 6N+12LHS {100 * palm * tok_s / (peak_tflops * 1e12):.1f}%")
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", choices=sorted(PRESETS), action="append",
-                    help="default: tiny and 30m (without --hidden)")
-    ap.add_argument("--hidden", type=int)
-    ap.add_argument("--layers", type=int, default=24)
-    ap.add_argument("--intermediate", type=int, help="MLP width (default 4 x hidden)")
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--seq", type=int, default=4096)
-    ap.add_argument("--micro", type=int, default=1, help="sequences per forward/backward per rank")
-    ap.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
-    ap.add_argument("--steps", type=int, default=None, help="timed steps (default 3 on CPU, 10 on CUDA)")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    ap.add_argument("--mode", choices=("rl", "sft"), default="rl")
+    ap.add_argument("--seq", type=int, help="tokens per sample (default: the preset's)")
+    ap.add_argument("--vocab", type=int, help="vocabulary size (default: the preset's)")
+    ap.add_argument("--batch", type=int, help="samples (RL) or rows (SFT) per step (default: the preset's)")
+    ap.add_argument("--micro", type=int, help="samples or rows per micro-batch (default: the preset's)")
+    ap.add_argument("--docs", type=int, default=4, help="SFT: examples packed per row (1 = unpacked)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda where there is one")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps (median reported)")
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--mode", choices=("sft", "rl"), default="sft")
-    ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
-    ap.add_argument("--gc", action="store_true", help="gradient checkpointing")
+    ap.add_argument("--reference", action="store_true", help="also run the plain transformers step")
+    ap.add_argument("--unchunked", action="store_true", help="also run the fast path with full logits")
+    ap.add_argument("--recompute", choices=("auto", "on", "off"), default="auto",
+                    help="the fast path's activation recompute (the reference always recomputes)")
+    ap.add_argument("--no-compile", dest="compile", action="store_false", help="CUDA: leave the layers eager")
     ap.add_argument("--no-publish", dest="publish", action="store_false", help="skip the weight publish timing")
-    ap.add_argument("--peak-tflops", type=float, help="peak dense bf16 TFLOP/s per GPU for MFU")
+    ap.add_argument("--peak-tflops", type=float, help="peak dense TFLOP/s of the device, for MFU")
+    ap.add_argument("--variant", choices=("fast", "unchunked", "reference"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.device is None:
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # no CUDA context before the children
+        import torch
 
-    import torch
-
-    from slurmrl.runtime.trainer.loop import Dist
-
-    d = Dist(args.dtype)
-    if args.steps is None:
-        args.steps = 10 if d.cuda else 3
-    if d.rank == 0:
-        dev = torch.cuda.get_device_name() if d.cuda else f"CPU, {torch.get_num_threads()} threads"
-        print(f"trainer step benchmark on {dev}; {'bf16 mixed precision' if d.bf16 else 'float32'}; "
-              f"{d.world} rank(s){' (FSDP2)' if d.world > 1 else ''}; torch {torch.__version__}", flush=True)
-    runs = []
-    if args.hidden:
-        runs.append(("custom", args.hidden, args.layers, args.vocab, args.seq, args.micro))
-    else:
-        for name in args.preset or ["tiny", "30m"]:
-            runs.append((name, *PRESETS[name]))
-    for label, hidden, layers, vocab, seq, micro in runs:
-        bench(args, hidden, layers, vocab, seq, micro, label, d)
-    torch.distributed.destroy_process_group()
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.variant:  # a child: one JSON line
+        print(json.dumps(run_variant(args)), flush=True)
+        return
+    variants = ["fast"] + (["unchunked"] if args.unchunked else []) + (["reference"] if args.reference else [])
+    passed = [a for a in sys.argv[1:]]
+    results = []
+    for v in variants:
+        cmd = [sys.executable, str(Path(__file__).resolve()), *passed, "--device", args.device, "--variant", v]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                              check=False)
+        if proc.returncode:
+            print(f"{v}: failed (exit {proc.returncode})\n{proc.stderr[-3000:]}", file=sys.stderr)
+            continue
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        results.append(r)
+        notes = [x for x in proc.stderr.splitlines() if x.startswith("# ")]
+        if not results[:-1]:
+            print(f"trainer step on {r['device']}, torch {r['torch']}; {r['params'] / 1e6:.1f}M parameters "
+                  f"({r['non_embedding'] / 1e6:.1f}M non-embedding); {r['tokens']} tokens per step", flush=True)
+        for n in notes:
+            print(f"{'':>10}  {n[2:]}")
+        print(line(r, args.peak_tflops or (989.0 if "H100" in r["device"] or "H200" in r["device"] else None)),
+              flush=True)
+    ref = next((r for r in results if r["variant"] == "reference"), None)
+    if ref:
+        for r in results:
+            if r is not ref:
+                print(f"{r['variant']:>10} / reference: {ref['step_s'] / r['step_s']:.2f}x tokens/s, "
+                      f"{r['step_peak_gib'] / max(ref['step_peak_gib'], 1e-9):.2f}x the step's peak memory")
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ def build_trainer(r, run_dir: Path, world_size: int = 1):
 def test_runtime_sees_the_recipe_defaults(tmp_path):
     r = recipe(RL, tmp_path)
     s = trainer_settings.load(write(tmp_path, "trainer", build_trainer(r, tmp_path)))
-    assert s.micro_batch_size == 4 and s.gradient_checkpointing is True
+    assert s.micro_batch_size == 4 and s.gradient_checkpointing == "auto"
     assert s.weight_decay == 0.0 and s.max_grad_norm == 1.0
     for name, field in TrainerKnobs.model_fields.items():  # every knob the runtime reads: the recipe's default
         assert getattr(s, name) == field.get_default(call_default_factory=True), name

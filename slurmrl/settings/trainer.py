@@ -66,7 +66,14 @@ class TrainerKnobs(Section):
     max_steps: int = Field(100, ge=1, le=MAX_STEPS, description=f"Optimizer steps to run (1-{MAX_STEPS}).")
     checkpoint_every: int = Field(10, ge=1, le=MAX_STEPS, description=f"Steps between checkpoints (1-{MAX_STEPS}).")
     keep_checkpoints: int = Field(3, ge=1, le=1000, description="Checkpoints to keep (1-1000).")
-    gradient_checkpointing: bool = Field(True, description="Recompute activations in backward.")
+    gradient_checkpointing: bool | Literal["auto"] = Field(
+        "auto",
+        description='Recompute activations in backward: true or false to force it, "auto" to recompute only where '
+        "the step's estimated activations would not fit in the device's memory.",
+    )
+    compile: bool = Field(
+        True, description="On CUDA, torch.compile each decoder layer (false: run eager; the CPU never compiles).",
+    )
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Training dtype (fp32 where no bf16).")
     clip_eps: float = Field(
         0.2, gt=0, le=1, description="RL: importance-ratio clip range, ratios outside 1 +- clip_eps (above 0, at most 1)."

@@ -7,9 +7,9 @@ character spans and the tokenizer's offset mapping, so BPE merges at a boundary 
 
 Packing: examples in the epoch's order (a permutation seeded by ``seed`` and the epoch) are
 laid end to end into sequences of ``seq_len``; an example that does not fit starts the next
-sequence (one longer than ``seq_len`` is cut). Position ids restart at 0 for every example, which
-both keeps RoPE positions right and makes transformers build a block-diagonal causal mask (no
-attention across examples). A token is a loss target only when it is marked and its predecessor
+sequence (one longer than ``seq_len`` is cut). Position ids restart at 0 for every example: RoPE
+positions stay right, and they mark where each example starts, which is what keeps attention
+within an example (``packing.pack_sft`` -> ``doc_attention``, no mask built). A token is a loss target only when it is marked and its predecessor
 belongs to the same example. The position in the data is (epoch, index of the next pack).
 """
 

@@ -1,9 +1,10 @@
 """The trainer process: set up torch.distributed, load (or resume) the model, run SFT or RL steps.
 
 One process per GPU (torchrun); rank r uses ``cuda:LOCAL_RANK`` with NCCL, or the CPU with gloo
-where there is no GPU. More than one rank: FSDP2 (``fully_shard`` per decoder layer, then the
-root); bfloat16 mixed precision where the device has it (float32 master weights), float32
-elsewhere. Steps count from 1. TERM/INT sets a flag; at the next step boundary (or while
+where there is no GPU. FSDP2 (``fully_shard`` per decoder layer, then the root) at more than one
+rank, and on one GPU in bfloat16 (float32 master weights and optimizer state, bfloat16 compute:
+``numerics``); float32 elsewhere. Every micro-batch is one packed row (``packing``) through the
+fast path (``token_forward``: chunked LM head, per-document attention). Steps count from 1. TERM/INT sets a flag; at the next step boundary (or while
 waiting for a rollout file) every rank agrees to stop, a checkpoint is written, exit code 143.
 """
 
@@ -18,7 +19,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -26,11 +26,12 @@ from slurmrl import heartbeat
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import step_files as steps
 from slurmrl.runtime.metrics import Metrics
-from slurmrl.runtime.trainer import dataset, losses, rl_metrics, rollouts, state
+from slurmrl.runtime.trainer import dataset, losses, numerics, packing, rl_metrics, rollouts, state
 from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env
 from slurmrl.runtime.trainer.lora import AdaptersOff
 from slurmrl.runtime.trainer.lora import Policy as LoRAPolicy
 from slurmrl.runtime.trainer.ready import mark_ready
+from slurmrl.runtime.trainer.token_forward import FastPath, logprobs
 from slurmrl.settings.trainer import TrainerSettings
 
 STOP = threading.Event()
@@ -52,10 +53,22 @@ def resolve(path: str, run_dir: Path) -> tuple[str, Path | None]:
     return path, None
 
 
+def hide_gpus() -> None:
+    """No CUDA device for this process: availability checks answer from NVML and see none
+    (torch's NVML-based check initializes no CUDA context, so it is safe after a fork)."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+
+
 class Dist:
     def __init__(self, dtype: str):
-        # SLURMRL_TRAINER_DEVICE=cpu keeps a run (the tests, a debug run on a GPU node) off the GPUs
-        self.cuda = os.environ.get("SLURMRL_TRAINER_DEVICE", "") != "cpu" and torch.cuda.is_available()
+        # SLURMRL_TRAINER_DEVICE=cpu keeps a run (the tests, a debug run on a GPU node) off the GPUs,
+        # and away from CUDA altogether: a process forked from one that touched CUDA (the tests'
+        # warm fork) must never initialize it again, and torch's optimizer asks is_available().
+        off = os.environ.get("SLURMRL_TRAINER_DEVICE", "") == "cpu"
+        if off:
+            hide_gpus()
+        self.cuda = not off and torch.cuda.is_available()
         self.rank = int(os.environ.get("RANK", 0))
         self.world = int(os.environ.get("WORLD_SIZE", 1))
         self.local = int(os.environ.get("LOCAL_RANK", 0))
@@ -91,40 +104,44 @@ def untie(model) -> None:
         model.config.get_text_config().tie_word_embeddings = False
 
 
-def shard(model, d: Dist) -> None:
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-    mesh = init_device_mesh(d.device.type, (d.world,))
-    mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if d.bf16
-          else MixedPrecisionPolicy())
-    names = set(getattr(model, "_no_split_modules", None) or ())
-    layers = [m for m in model.modules() if type(m).__name__ in names]
-    for layer in layers:
-        fully_shard(layer, mesh=mesh, mp_policy=mp)
-    fully_shard(model, mesh=mesh, mp_policy=mp)
-
-
-def load_model(path: str, d: Dist, gradient_checkpointing: bool, trainable: bool = True,
-               trust_remote_code: bool = False, prepare=None):
+def load_model(path: str, d: Dist, gradient_checkpointing: bool | str, trainable: bool = True,
+               trust_remote_code: bool = False, prepare=None, compile_layers: bool = False,
+               micro_tokens: int = 0, log=print):
+    """The model at ``path`` on this rank's device, ready to train (or frozen): see ``ready_model``."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    return ready_model(model, d, gradient_checkpointing, trainable, prepare, compile_layers, micro_tokens, log)
+
+
+def ready_model(model, d: Dist, gradient_checkpointing: bool | str, trainable: bool = True, prepare=None,
+                compile_layers: bool = False, micro_tokens: int = 0, log=print):
+    """A float32 model made ready as the trainer runs it: untied head, LoRA, the fast path's head
+    and attention, activation recompute by policy, compiled layers (CUDA), FSDP2. -> (model, FastPath)"""
     untie(model)
     if prepare is not None:  # a LoRA policy wraps its layers (and loads its adapter) before sharding
         prepare(model)
     model.config.use_cache = False
-    if trainable and gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    fast = FastPath.prepare(model)
+    if not trainable and d.bf16:  # a frozen reference needs no float32 master weights
+        model.to(torch.bfloat16)
+    model.to(d.device)
     if trainable:
+        recompute = gradient_checkpointing
+        if recompute == "auto":
+            recompute, why = numerics.needs_recompute(model, d.device, d.world, micro_tokens, 2 if d.bf16 else 4)
+            log(why)
+        if recompute:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
     else:
         model.eval()
         model.requires_grad_(False)
-    model.to(d.device)
-    if d.world > 1:
-        shard(model, d)
-    return model
+    if compile_layers and d.cuda:
+        log(f"torch.compile on {numerics.compile_layers(model)} decoder layers")
+    if numerics.sharded_always(d.cuda, d.bf16, d.world) and (trainable or d.world > 1):
+        numerics.shard(model, d.device.type, d.world, d.bf16 and trainable)
+    return model, fast
 
 
 def grad_norm_and_clip(model, max_norm: float) -> float:
@@ -155,14 +172,9 @@ class Trainer:
         if all_ranks or self.rank == 0:
             print(f"slurmrl: trainer.{self.rank}: {msg}", flush=True)
 
-    def autocast(self):
-        if self.d.bf16 and self.world == 1:  # FSDP2 casts through its MixedPrecisionPolicy instead
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return torch.autocast(self.d.device.type, enabled=False)
-
-    def forward(self, model, ids, pos):
-        with self.autocast():
-            return model(input_ids=ids, position_ids=pos, use_cache=False).logits
+    def logprobs(self, model, row: packing.PackedRow) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logp, entropy) at the row's target tokens (no autocast: FSDP2 casts, see numerics)."""
+        return logprobs(model, row, self.d.device, self.fast)
 
     # ---- setup -----------------------------------------------------------------------
     def setup(self) -> None:
@@ -177,13 +189,17 @@ class Trainer:
         source = str(ckpt / "model") if ckpt and not self.lora else self.model_id
         self.log(f"{self.kind} on {self.world} rank(s), device {self.d.device}, "
                  f"{'bfloat16 mixed precision' if self.d.bf16 else 'float32'}, "
-                 f"{'FSDP2' if self.world > 1 else 'no sharding'}; model {source}"
+                 f"{'FSDP2' if numerics.sharded_always(self.d.cuda, self.d.bf16, self.world) else 'no sharding'}; "
+                 f"model {source}"
                  + (f" (resuming after step {self.start})" if ckpt else ""))
         t = time.perf_counter()
         self.tok = AutoTokenizer.from_pretrained(self.model_id, trust_remote_code=s.trust_remote_code)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else (self.tok.eos_token_id or 0)
-        self.model = load_model(source, self.d, s.gradient_checkpointing, trust_remote_code=s.trust_remote_code,
-                                prepare=self.lora.prepare(ckpt) if self.lora else None)
+        self.model, self.fast = load_model(
+            source, self.d, s.gradient_checkpointing, trust_remote_code=s.trust_remote_code,
+            prepare=self.lora.prepare(ckpt) if self.lora else None, compile_layers=s.compile,
+            micro_tokens=self.micro * self.seq_len, log=self.log)
+        self.log(self.fast.describe())
         if self.lora:
             self.log(self.lora.describe(self.model))
         self.config = self.model.config
@@ -197,12 +213,10 @@ class Trainer:
             if self.lora:  # the reference is the base: the same model with its adapters off, no second copy
                 self.ref = AdaptersOff(self.model)
             else:
-                self.ref = load_model(self.model_id, self.d, False, trainable=False,
-                                      trust_remote_code=s.trust_remote_code)
-        self.optim = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad], lr=s.lr, betas=(0.9, 0.999),
-            weight_decay=s.weight_decay,
-        )
+                self.ref, _ = load_model(self.model_id, self.d, False, trainable=False,
+                                         trust_remote_code=s.trust_remote_code, compile_layers=s.compile)
+        self.optim = numerics.optimizer([p for p in self.model.parameters() if p.requires_grad], s.lr,
+                                        s.weight_decay, self.d.cuda)
         self.data = None
         if self.kind == "sft":
             from slurmrl.runtime.trainer.data import SFTData, load_jsonl
@@ -255,12 +269,8 @@ class Trainer:
         mine = packs[self.rank * per_rank : (self.rank + 1) * per_rank]
         loss_sum = torch.zeros((), device=self.d.device)
         for k in range(0, per_rank, self.micro):
-            chunk = mine[k : k + self.micro]
-            ids = torch.from_numpy(np.stack([p.ids for p in chunk])).to(self.d.device)
-            pos = torch.from_numpy(np.stack([p.positions for p in chunk])).to(self.d.device)
-            tgt = torch.from_numpy(np.stack([p.targets for p in chunk])).to(self.d.device)
-            logits = self.forward(self.model, ids, pos)
-            loss = losses.sft_loss_sum(logits, ids, tgt)
+            logp, _ = self.logprobs(self.model, packing.pack_sft(mine[k : k + self.micro]))
+            loss = -logp.sum()
             (loss * self.world / n_tgt).backward()
             loss_sum += loss.detach()
         (total,) = self.d.sum([loss_sum])
@@ -273,25 +283,19 @@ class Trainer:
         n_tgt = max(1, rollouts.target_tokens(samples, self.seq_len))
         tokens = sum(min(len(x["prompt_ids"]) + len(x["completion_ids"]), self.seq_len) for x in samples)
         stats = rl_metrics.RLStats(self.d.device)
-        for mb in rollouts.split(samples, self.rank, self.world, self.micro, self.seq_len, self.pad_id):
-            ids, pos = mb.input_ids.to(self.d.device), mb.position_ids.to(self.d.device)
-            sel = mb.targets[:, 1:].to(self.d.device)
-            logits = self.forward(self.model, ids, pos)[:, :-1]
-            nxt = ids[:, 1:]
-            logp = losses.token_logprobs(logits[sel], nxt[sel])
-            old = mb.old_logp[:, 1:].to(self.d.device)[sel]
-            adv = mb.advantages.to(self.d.device).expand(-1, sel.shape[1])[sel]
+        for row in rollouts.split(samples, self.rank, self.world, self.micro, self.seq_len):
+            logp, entropy = self.logprobs(self.model, row)
+            old = row.at_targets("old_logp", self.d.device)
+            adv = row.at_targets("advantage", self.d.device)
             ref_logp = None
             if self.ref is not None:
                 with torch.no_grad():
-                    ref_logits = self.forward(self.ref, ids, pos)[:, :-1]
-                    ref_logp = losses.token_logprobs(ref_logits[sel], nxt[sel])
-                    del ref_logits
+                    ref_logp, _ = self.logprobs(self.ref, row)
             terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool),
                                           self.s.clip_eps, ref_logp, self.kl_coef)
             (terms["loss"] * self.world / n_tgt).backward()
-            stats.add(terms, logits, sel, logp, old, ref_logp)  # KL, entropy, clip: no second forward pass
-            del logits, logp
+            stats.add_tokens(terms, entropy, logp, old, ref_logp)  # KL, entropy, clip: no second forward pass
+            del logp, entropy
         rewards = [float(x.get("reward", 0.0)) for x in samples]
         return {
             **stats.finish(n_tgt), "tokens": tokens, "target_tokens": n_tgt, "samples": len(samples),

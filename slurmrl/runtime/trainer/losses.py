@@ -18,13 +18,17 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
+def token_entropy(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The entropy of softmax(logits) at each masked position, float32 [N]."""
+    sel = logits[mask].float()
+    logp = torch.log_softmax(sel, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+@torch.no_grad()
 def entropy_sum(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Sum over masked positions of the entropy of softmax(logits)."""
-    sel = logits[mask].float()
-    if sel.numel() == 0:
-        return logits.new_zeros((), dtype=torch.float32)
-    logp = torch.log_softmax(sel, dim=-1)
-    return -(logp.exp() * logp).sum()
+    return token_entropy(logits, mask).sum()
 
 
 def shifted(logits: torch.Tensor, input_ids: torch.Tensor):

@@ -61,6 +61,13 @@ class RLStats:
             ref_logp: torch.Tensor | None) -> None:
         """One micro-batch: ``terms`` from ``losses.ppo_clip_terms``, ``logits`` [B, T, V] before the
         targets ``sel`` [B, T], ``logp``/``old``/``ref_logp`` at the selected tokens."""
+        self.add_tokens(terms, losses.token_entropy(logits, sel), logp, old, ref_logp)
+
+    @torch.no_grad()
+    def add_tokens(self, terms: dict, entropy: torch.Tensor, logp: torch.Tensor, old: torch.Tensor,
+                   ref_logp: torch.Tensor | None) -> None:
+        """One micro-batch as the trainer's fast path has it: ``entropy``, ``logp``, ``old`` and
+        ``ref_logp`` per target token (the chunked head computes the entropy with the logprob)."""
         logp = logp.detach()
         d_inf = torch.where(torch.isnan(old), logp, old) - logp  # missing inference logprob: no divergence
         kl_inf = k3(d_inf)
@@ -71,7 +78,7 @@ class RLStats:
             kl = k3(ref_logp - logp)
             self.sums["kl"] += kl.sum().double()
             self._max("kl", kl)
-        self.sums["entropy"] += losses.entropy_sum(logits, sel).double()
+        self.sums["entropy"] += entropy.detach().sum().double()
         for k in ("loss", "clip", "ratio"):
             self.sums[k] += terms[k].detach().double()
 
