@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 from task_expand import expand
+from worker_ports import worker_order
 
 from slurmrl import cli, ports
 from slurmrl.render import Rendered, build
@@ -404,7 +405,7 @@ LOOPBACK = {0: ["127.0.0.1"]}  # the one node of group 0 is this machine
 
 
 def free_base(offsets: list[int]) -> int:
-    for base in range(40000, 50000, ports.STRIDE):
+    for base in worker_order(range(40000, 50000, ports.STRIDE)):
         socks = []
         try:
             for off in offsets:
