@@ -9,7 +9,7 @@
 #   bash scripts/test.sh --fast   the edit-test loop: no cluster, no vLLM, nothing marked slow
 #                                 (under 3 minutes on two cores)
 #
-# -n 0 (or -p no:xdist) runs everything in one process, as pytest alone does.
+# -n 0 runs everything in one process, as pytest alone does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 select=()
