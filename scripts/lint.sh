@@ -4,7 +4,7 @@
 # non-zero when either finds something; both always run. Extra arguments go to ruff (say --fix,
 # --statistics). Not yet run by scripts/test.sh.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 py=.venv/bin/python
 [[ -x $py ]] || py=python3
 rc=0
