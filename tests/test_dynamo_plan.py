@@ -437,7 +437,7 @@ def test_rendered_trtllm_mocker_and_frontend_lines_parse(tmp_path):
 
 
 @pytest.mark.vllm
-def test_rendered_vllm_lines_parse(tmp_path):
+def test_rendered_vllm_lines_parse(tmp_path, vllm_python):
     out = render(tmp_path, base(mode="pd", dynamo={"engine": "vllm"}, prefill={"replicas": 1, "tp": 2},
                                 decode={"replicas": 1, "tp": 2}),
                  ["model.max_model_len=4096", "model.dtype=\"bfloat16\"", "inference.enforce_eager=true",
@@ -454,10 +454,7 @@ def test_rendered_vllm_lines_parse(tmp_path):
         assert r["ok"], r
         assert "--disaggregation-mode" not in r["left"] and "--request-plane" not in r["left"]  # Dynamo's own
         rest.append(r["left"])
-    ok = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", vllm_check, json.dumps(rest)],
-                        capture_output=True, text=True, timeout=600)
+    ok = vllm_python.run(vllm_check, json.dumps(rest))
     assert ok.returncode == 0, ok.stderr[-3000:]
-    bad = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", vllm_check,
-                          json.dumps([rest[0] + ["--no-such-flag-anywhere"]])], capture_output=True, text=True,
-                         timeout=600)
+    bad = vllm_python.run(vllm_check, json.dumps([rest[0] + ["--no-such-flag-anywhere"]]))
     assert bad.returncode != 0

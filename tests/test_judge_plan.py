@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -149,7 +147,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.vllm
-def test_vllm_parses_both_kinds_of_judge(tmp_path):
+def test_vllm_parses_both_kinds_of_judge(tmp_path, vllm_python):
     argvs = []
     for kind in ("generative", "reward_model"):
         sets = [f'judge.kind="{kind}"', "judge.tp=2", "judge.enforce_eager=true", "judge.model.max_model_len=2048"]
@@ -158,8 +156,7 @@ def test_vllm_parses_both_kinds_of_judge(tmp_path):
         out = built(tmp_path, sets=sets)
         cmd = expand(out.script, out.plan, "judge").command
         argvs.append(cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:])
-    p = subprocess.run([sys.executable, "-c", VLLM_PARSE], input=json.dumps(argvs), capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = vllm_python.run(VLLM_PARSE, input=json.dumps(argvs))
     assert p.returncode == 0, p.stderr[-3000:]
     gen, rm = json.loads(p.stdout.strip().splitlines()[-1])
     assert gen["runner"] == "auto" and rm["runner"] == "pooling"

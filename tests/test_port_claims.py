@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from script_edits import serve_with_ok_server
+from worker_ports import worker_order
+
 from slurmrl import ports
 from slurmrl.app.build import build
 from slurmrl.rundir.paths import RunDir
@@ -37,7 +39,7 @@ def claim(tmp: Path, job: int, base: int, running: str = "", offsets=(0, 1, 16))
 
 
 def free_block() -> int:
-    for base in range(40000, 50000, 80):
+    for base in worker_order(range(40000, 50000, 80)):
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", base))

@@ -73,6 +73,7 @@ def test_every_golden_passes_bash_n():
         assert script.read_text().startswith("#!/bin/bash\n")
 
 
+@pytest.mark.slow  # ~14 s: shellcheck over every golden script
 def test_every_golden_is_shellcheck_clean():
     sc = shellcheck_bin()
     if sc is None:

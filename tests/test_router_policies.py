@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 from task_expand import expand
+from worker_ports import worker_order
 
 from slurmrl import cli, ports
 from slurmrl.app.build import Rendered, build
@@ -404,7 +405,7 @@ LOOPBACK = {0: ["127.0.0.1"]}  # the one node of group 0 is this machine
 
 
 def free_base(offsets: list[int]) -> int:
-    for base in range(40000, 50000, ports.STRIDE):
+    for base in worker_order(range(40000, 50000, ports.STRIDE)):
         socks = []
         try:
             for off in offsets:
@@ -537,13 +538,12 @@ print(json.dumps({"enable": k.enable_kv_cache_events, "publisher": k.publisher, 
 
 
 @pytest.mark.vllm
-def test_vllm_parses_the_kv_event_flags():
+def test_vllm_parses_the_kv_event_flags(vllm_python):
     out = job("inference-replicas", *ONE_NODE, KV, "inference.router.kv_event_block_size=32")
     inst = out.plan.component("inference").instances[1]
     cmd = server(out, "inference", inst.node, inst.local)
     argv = cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:]
-    p = subprocess.run([sys.executable, "-c", VLLM_PARSE, *argv], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = vllm_python.run(VLLM_PARSE, *argv)
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
     port = ports.base_for_job(7) + ports.offset(inst.ports["kv_events"])

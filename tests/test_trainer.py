@@ -251,6 +251,7 @@ def test_sft_loss_falls_and_resumes_after_term(sft_single):
     assert len(metrics(run_dir)) == SFT_STEPS
 
 
+@pytest.mark.slow  # ~13 s: torchrun with two ranks
 def test_sft_two_ranks_fsdp2_matches_one_rank(tmp_path, tiny, sft_data, sft_single):
     """torchrun, two ranks, gloo, FSDP2: runs, loss falls, and the losses are those of one rank
     (same data order, token-mean loss over the global batch), also across its TERM + resume."""

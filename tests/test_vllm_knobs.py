@@ -5,9 +5,6 @@ them: a flag vLLM does not have fails here, not on a GPU cluster."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -63,15 +60,14 @@ print(json.dumps(out))
 """
 
 
-def vllm_reads(argvs: list[list[str]]) -> list[dict]:
-    p = subprocess.run([sys.executable, "-c", VLLM_PARSE], input=json.dumps(argvs), capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+def vllm_reads(vllm_python, argvs: list[list[str]]) -> list[dict]:
+    p = vllm_python.run(VLLM_PARSE, input=json.dumps(argvs))
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.vllm
-def test_vllm_parses_a_multi_node_worker_leader_and_follower():
+def test_vllm_parses_a_multi_node_worker_leader_and_follower(vllm_python):
     argvs = []
     for node in (0, 1):
         cmd = command("inference-pd-wide-ep", KNOBS, "decode", node)
@@ -82,7 +78,7 @@ def test_vllm_parses_a_multi_node_worker_leader_and_follower():
                                       "inference.kv_offload.cpu_gb=30"], "decode")
     assert json.loads(shared[shared.index("--kv-transfer-config") + 1])["kv_connector"] == "MultiConnector"
     argvs.append(shared[shared.index("vllm.entrypoints.openai.api_server") + 1:])
-    got = dict(enumerate(vllm_reads(argvs)))
+    got = dict(enumerate(vllm_reads(vllm_python, argvs)))
     assert got[2]["kv"]
     lead, follow = got[0], got[1]
     assert lead["headless"] is False and follow["headless"] is True
