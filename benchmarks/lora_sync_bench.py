@@ -106,10 +106,10 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from slurmrl.plan.lora import server_rank
-    from slurmrl.settings.trainer import Lora
     from slurmrl.runtime.orchestrator import adapters
     from slurmrl.runtime.trainer import lora, state
     from slurmrl.runtime.vllm import client
+    from slurmrl.settings.trainer import Lora
 
     work = Path(tempfile.mkdtemp(prefix="lora-sync-bench-"))
     model_dir = args.model
@@ -186,8 +186,8 @@ def main() -> None:
     a = med["full"]["write"] + med["full"]["load"]
     b = med["lora"]["write"] + med["lora"]["load"]
     print(f"{'sync total (s)':34}{a:>16.3f}{b:>16.3f}{a / b:>9.1f}x")
-    print(f"(servers load: full = pause + reload_weights + reset_prefix_cache + resume; LoRA = load_lora_adapter "
-          f"under a new name + unload_lora_adapter of the previous one)" + (f"\nwork dir: {work}" if args.keep else ""))
+    print("(servers load: full = pause + reload_weights + reset_prefix_cache + resume; LoRA = load_lora_adapter "
+          "under a new name + unload_lora_adapter of the previous one)" + (f"\nwork dir: {work}" if args.keep else ""))
 
 
 if __name__ == "__main__":

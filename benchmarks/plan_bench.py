@@ -82,9 +82,9 @@ def report(title: str, times: dict[str, list[float]]) -> None:
 
 def in_process(path: Path) -> tuple[dict[str, float], float]:
     """Seconds per step, and megabytes of run-dir text."""
+    from slurmrl.app.build import build
     from slurmrl.plan import plan
     from slurmrl.recipe.load import load_recipe
-    from slurmrl.app.build import build
     from slurmrl.render.summary import summary
 
     t0 = time.perf_counter()

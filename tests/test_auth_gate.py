@@ -18,7 +18,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from live_components import free_port_base
 
 DOUBLE = textwrap.dedent("""

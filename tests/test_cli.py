@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl import cli
-from slurmrl import ports
-from slurmrl.recipe.load import load_recipe
+from slurmrl import cli, ports
 from slurmrl.app.build import build, render
+from slurmrl.recipe.load import load_recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"

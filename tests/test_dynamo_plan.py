@@ -25,8 +25,8 @@ import pytest
 from task_expand import JOB_ID, expand
 
 from slurmrl import ports
-from slurmrl.errors import UserError
 from slurmrl.app.build import Rendered, build
+from slurmrl.errors import UserError
 from slurmrl.rundir import tomlw
 
 ROOT = Path(__file__).resolve().parent.parent

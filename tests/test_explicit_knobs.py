@@ -17,12 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmrl import cli
+from slurmrl.app.build import build, planned
 from slurmrl.errors import UserError
 from slurmrl.plan import plan
 from slurmrl.recipe.load import load_recipe, validate
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.user_set import unresolve, user_set
-from slurmrl.app.build import build, planned
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.toml"))

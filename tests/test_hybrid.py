@@ -144,9 +144,9 @@ def run_orchestrator(tmp_path, job_secret: str, steps: int, written: int = 0):
     on a batch, then publishes weights. ``written``: batches an earlier attempt left (a resume).
     Returns (run dir, the doubles, what the stand-in found wrong)."""
     from slurmrl.recipe.load import load_recipe
+    from slurmrl.recipe.roles import orchestrator_settings
     from slurmrl.rundir.tomlw import dumps
     from slurmrl.runtime.fixtures.tiny_model import build_no_weights
-    from slurmrl.recipe.roles import orchestrator_settings
 
     model = build_no_weights(tmp_path / "tok")
     recipe = load_recipe(RECIPE, [f'model.path="{model}"', f"trainer.max_steps={steps}",

@@ -9,10 +9,10 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from live_components import TEST_SECRET, LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
-from slurmrl.runtime.vllm import client
+
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
+from slurmrl.runtime.vllm import client
 
 pytestmark = pytest.mark.vllm
 

@@ -194,7 +194,7 @@ def test_judge_environment_scores_a_dataset_through_the_client(judge, tmp_path):
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"prompt": "2+2=", "reference": "4"}\n\n{"prompt": "3+3=", "reference": "6"}\n')
     env = Judge(dataset=str(data))
-    client = attach(env, [judge.url], settings(template="{prompt}{completion} ({reference})"), {})
+    attach(env, [judge.url], settings(template="{prompt}{completion} ({reference})"), {})
     tasks = env.prompts(random.Random(0), 4)
     assert {t["prompt"] for t in tasks} <= {"2+2=", "3+3="}
     got = env.rewards(tasks, ["4"] * 4)

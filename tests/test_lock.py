@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from slurmrl.app import diff
 from slurmrl.app.again import again
-from slurmrl.errors import UserError
 from slurmrl.app.build import build, render
+from slurmrl.errors import UserError
 from slurmrl.rundir import lockfile as lock
 from slurmrl.rundir.links import read_links
 from slurmrl.rundir.paths import RunDir
-from slurmrl.app import diff
 from slurmrl.runtime.steps import provenance
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
-
 from live_components import LiveComponent, free_port_base, post_json, serve_recipe
-from slurmrl.runtime.vllm import client
+
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
+from slurmrl.runtime.vllm import client
 
 pytestmark = pytest.mark.vllm
 

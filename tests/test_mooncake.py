@@ -12,8 +12,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from live_components import LiveComponent, free_port_base
+
 from slurmrl.runtime.steps.supervise import tcp_ok
 
 pytestmark = pytest.mark.vllm  # needs the runtime extras (mooncake-transfer-engine)

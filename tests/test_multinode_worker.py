@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 from live_components import post_json
-from slurmrl import secret
-from slurmrl.ports import base_for_job
-from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 from test_inference_cluster import node_address
 
+from slurmrl import secret
+from slurmrl.ports import base_for_job
 from slurmrl.rundir.ready import read_ready
+from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent

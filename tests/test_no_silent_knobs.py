@@ -33,10 +33,10 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from slurmrl import envs
+from slurmrl.app.build import planned
 from slurmrl.errors import UserError
 from slurmrl.plan import plan, rules
 from slurmrl.recipe.load import apply_overrides, check_numbers, read_toml
-from slurmrl.app.build import planned
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.render.script import render_script
 from slurmrl.rundir import tomlw

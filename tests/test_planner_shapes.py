@@ -27,10 +27,10 @@ from pydantic import ValidationError
 from task_expand import JOB_ID, PROGRAMS, RECORDER, Expanded, expand, task_functions
 
 from slurmrl import ports
+from slurmrl.app.build import Rendered, build
 from slurmrl.plan import plan
 from slurmrl.plan.model import Component, Instance, Plan
 from slurmrl.recipe.load import read_toml, validate
-from slurmrl.app.build import Rendered, build
 from slurmrl.rundir import tomlw
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -488,7 +488,7 @@ def test_replicas_router_disabled_explicitly():
 
 def test_replicas_router_lists_every_server():
     job = B(make("inference", inference={"nodes": 3, "tp": 2}))
-    p, inf = job.plan, job.plan.component("inference")
+    inf = job.plan.component("inference")
     workers = values_after(job.run("router").command, "--worker-urls")
     assert len(workers) == 12 and len(set(workers)) == 12
     # each server's own address: its node's host and the --port it was started with

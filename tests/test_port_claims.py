@@ -56,7 +56,7 @@ def test_first_claim_wins_and_a_running_owner_keeps_it(tmp_path):
     assert (tmp_path / "n9" / str(base)).read_text().strip() == "5"
     assert claim(tmp_path, 5, base).returncode == 0  # the same job again (another group on the node)
     r = claim(tmp_path, 6, base, running="5")
-    assert r.returncode == 1 and f"held by running job 5" in r.stdout
+    assert r.returncode == 1 and "held by running job 5" in r.stdout
     assert (tmp_path / "n9" / str(base)).read_text().strip() == "5"
 
 

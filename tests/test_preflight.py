@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl.plan import Plan
-from slurmrl.app.build import build
 from slurmrl.app import preflight
+from slurmrl.app.build import build
+from slurmrl.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 PY_OVERRIDE = f'python.executable="{sys.executable}"'

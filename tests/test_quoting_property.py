@@ -31,9 +31,9 @@ from hypothesis import strategies as st
 from task_expand import JOB_ID, RECORDER, Expanded, expand, inline_functions
 
 from slurmrl import ports
+from slurmrl.app.build import build
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Sh
-from slurmrl.app.build import build
 from slurmrl.render.quoting import shq
 
 # No shrinking: every example runs bash, and shrinking a failure would take minutes. Known hard

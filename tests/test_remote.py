@@ -167,7 +167,7 @@ def test_clusters_file_and_dead_host_errors(laptop, capsys):
     port = free_port()
     clusters.write_text(f'[c]\nhost = "127.0.0.1"\nport = {port}\nworkdir = "/w"\n')
     err = one_line_error(capsys, status)
-    assert err.startswith(f"cluster c (127.0.0.1): cannot connect:") and "Connection refused" in err, err
+    assert err.startswith("cluster c (127.0.0.1): cannot connect:") and "Connection refused" in err, err
 
 
 def processes_with(text: str) -> list[str]:
@@ -229,7 +229,6 @@ def test_submit_status_logs_attach_cancel_over_ssh(slurm_cluster, tmp_path):
     home.mkdir()
     run = runtime_dir()  # XDG_RUNTIME_DIR: the ssh control sockets
     cfg = tmp_path / "ssh_config"
-    dead_port = free_port()
     (tmp_path / "clusters.toml").write_text(f"""\
 [loop]
 host = "127.0.0.1"

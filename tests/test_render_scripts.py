@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl.errors import UserError
 from slurmrl.app.build import build, render
+from slurmrl.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.toml"))
@@ -42,7 +42,7 @@ def test_the_helper_golden_matches_a_fresh_render_and_every_run_dir_gets_it(tmp_
     for recipe in RECIPES[:3]:
         out = build(recipe, run_dir=tmp_path / recipe.stem)
         assert out.files["slurmrl-functions.sh"] == helper  # the same for every job
-        assert f'source -- "${{RUN_DIR}}/slurmrl-functions.sh" 1\n' in out.script
+        assert 'source -- "${RUN_DIR}/slurmrl-functions.sh" 1\n' in out.script
 
 
 def test_rl_debug_script_is_short():

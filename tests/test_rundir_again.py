@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from slurmrl.app.again import again
-from slurmrl.errors import UserError
 from slurmrl.app.build import build, render
+from slurmrl.errors import UserError
 from slurmrl.rundir.paths import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ import math
 import pytest
 
 from slurmrl import cli
+from slurmrl.app.job_outputs import latest_metrics
 from slurmrl.app.plot import training_line
 from slurmrl.app.status import benchmark_lines, latest_training, training_lines
-from slurmrl.app.job_outputs import latest_metrics
 
 NAN, INF = float("nan"), float("inf")
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl.app.build import render
 from slurmrl.app import preflight
+from slurmrl.app.build import render
 from slurmrl.slurm.watch import Watch
 
 ROOT = Path(__file__).resolve().parent.parent

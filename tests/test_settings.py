@@ -16,16 +16,16 @@ import pytest
 
 from slurmrl.errors import UserError
 from slurmrl.plan import rules
-from slurmrl.recipe.load import load_recipe, validate
 from slurmrl.recipe import roles
+from slurmrl.recipe.load import load_recipe, validate
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import global_batch
 from slurmrl.recipe.trainer import SFT_BATCH_SIZE, Trainer
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.tomlw import dumps
-from slurmrl.settings.trainer import TrainerKnobs
 from slurmrl.settings import orchestrator as orch_settings
 from slurmrl.settings import trainer as trainer_settings
+from slurmrl.settings.trainer import TrainerKnobs
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted((ROOT / "recipes").glob("*.toml"))

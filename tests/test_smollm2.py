@@ -51,9 +51,9 @@ def test_missing_package_is_one_line(monkeypatch):
 
 @pytest.mark.vllm
 def test_vllm_serves_it_with_transformers_logprobs(model_dir, tmp_path):
+    from live_components import LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
     from transformers import AutoTokenizer
 
-    from live_components import LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
     from slurmrl.app.build import render
 
     recipe = tmp_path / "smollm2.toml"

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime.steps.stage import MANIFEST
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
+from slurmrl.runtime.steps.stage import MANIFEST
 
 pytestmark = [pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parent.parent

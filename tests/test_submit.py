@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import time
 import sys
+import time
 import uuid
 from pathlib import Path
 

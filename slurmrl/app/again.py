@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurmrl.errors import UserError
-from slurmrl.plan.stored import is_preflight, load_plan
 from slurmrl.app import diff
 from slurmrl.app.build import build
+from slurmrl.errors import UserError
+from slurmrl.plan.stored import is_preflight, load_plan
 from slurmrl.rundir import jobs, lockfile
 from slurmrl.rundir.links import Links, add_link, links_text, read_links
 from slurmrl.rundir.paths import RunDir

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl.app import sweep_grid
+from slurmrl.app.keep_edits import refuse_lost_edits
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan, plan
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.render.summary import salloc_line, summary
 from slurmrl.rundir import lockfile as lock
 from slurmrl.rundir import tomlw
 from slurmrl.rundir.paths import RunDir
-from slurmrl.app.keep_edits import refuse_lost_edits
 from slurmrl.rundir.write import write_run_dir
-from slurmrl.render.summary import salloc_line, summary
 
 STARTERS = Path(__file__).resolve().parent.parent / "recipes"  # `slurmrl init SHAPE` (cli.py lists them in --help)
 

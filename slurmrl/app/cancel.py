@@ -7,8 +7,8 @@ import sys
 from slurmrl.app import sweep_report
 from slurmrl.app.cluster import on_cluster
 from slurmrl.app.sweep_dir import is_sweep_dir
-from slurmrl.slurm import tools
 from slurmrl.rundir import jobs
+from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Watch
 
 

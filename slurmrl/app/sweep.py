@@ -22,15 +22,22 @@ import json
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from slurmrl.app import sweep_grid
 from slurmrl.app.build import build_recipe, lock_text
 from slurmrl.app.diff import is_edited
 from slurmrl.app.submit import check_not_running, group_names, set_aside
-from slurmrl.app.sweep_dir import (check_not_submitted, default_sweep_dir, is_sweep_dir, point_dirs, read_index,
-                                   write_index, write_sweep_dir)
+from slurmrl.app.sweep_dir import (
+    check_not_submitted,
+    default_sweep_dir,
+    is_sweep_dir,
+    point_dirs,
+    read_index,
+    write_index,
+    write_sweep_dir,
+)
 from slurmrl.errors import UserError
 from slurmrl.recipe.sweep import MAX_SWEEP_POINTS
 from slurmrl.render.quoting import shq
@@ -105,7 +112,7 @@ def render_points(recipe_path: str | Path, grid_items: list[str], overrides: Seq
         "overrides": list(overrides),
         "grid": {k: json.loads(json.dumps(vs, default=str)) for k, vs in grid.items()},
         "max_running": max_running,
-        "rendered_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "rendered_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "points": entries,
         "submissions": [],
     }
@@ -245,7 +252,7 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
         RunDir(d).logs.mkdir(mode=0o700, exist_ok=True)  # sbatch opens logs/batch-*.out before the script runs
         lockfile.refresh(d, edited[d.name])
         set_aside(d)
-    record = {"submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "max_running": max_running}
+    record = {"submitted_at": datetime.now(UTC).isoformat(timespec="seconds"), "max_running": max_running}
     ids: list[str] = []
     script = RunDir(sweep_dir).sweep_script
     try:

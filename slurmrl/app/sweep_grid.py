@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from slurmrl.rundir import lockfile as lock
 from slurmrl.errors import UserError
 from slurmrl.recipe.load import apply_overrides, parse_override, read_toml, validate
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.sweep import MAX_SWEEP_POINTS
+from slurmrl.rundir import lockfile as lock
 from slurmrl.rundir import tomlw
 
 NOT_SWEPT = {"name": "each point's run dir is named after it", "output_dir": "the sweep dir holds the points",

@@ -13,9 +13,9 @@ from slurmrl import charts
 from slurmrl.app.job_outputs import failed_reason, latest_metrics, read_rewards
 from slurmrl.app.sweep_dir import latest_job_ids
 from slurmrl.errors import UserError
+from slurmrl.render.summary import table
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.sweep_index import read_index
-from slurmrl.render.summary import table
 from slurmrl.slurm import tools
 from slurmrl.slurm.watch import snapshots
 

@@ -18,9 +18,9 @@ What vllm-router 0.1.17 reads (its ``--help`` and what it logs at start):
 from __future__ import annotations
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.user_set import user_set
 from slurmrl.recipe.inference import Inference
 from slurmrl.recipe.router import Router
+from slurmrl.recipe.user_set import user_set
 
 PD_EVENT_BLOCK_SIZE = 16  # vllm-router 0.1.17: "--pd-kv-events ... Block size is 16"
 

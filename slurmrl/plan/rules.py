@@ -5,13 +5,13 @@ from __future__ import annotations
 import inspect
 import re
 
+from slurmrl import envs
+from slurmrl.envs import BUILTIN
 from slurmrl.errors import UserError
+from slurmrl.plan import router_rules
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import Recipe, global_batch
 from slurmrl.recipe.user_set import user_set
-from slurmrl import envs
-from slurmrl.plan import router_rules
-from slurmrl.envs import BUILTIN
 
 SECTIONS = {
     "sft": {"trainer": True, "orchestrator": False, "inference": False, "benchmark": False},

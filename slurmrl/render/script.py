@@ -10,9 +10,9 @@ import jinja2
 
 from slurmrl import ports
 from slurmrl.errors import UserError
-from slurmrl.rundir.paths import RunDir
 from slurmrl.plan.model import Plan
 from slurmrl.render.quoting import sbatch_value, shjoin, shlines, shq
+from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.text import is_one_line
 
 PACKAGE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"

@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from slurmrl.errors import UserError
@@ -71,7 +71,7 @@ def history(run_dir: Path) -> list[JobRecord]:
 
 
 def record(run_dir: Path, job_id: str, script_sha256: str, edited: bool, cluster: str | None = None) -> JobRecord:
-    entry = JobRecord(check_job_id(job_id, "sbatch"), datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    entry = JobRecord(check_job_id(job_id, "sbatch"), datetime.now(UTC).isoformat(timespec="seconds"),
                       script_sha256, edited, cluster or None)
     jobs = history(run_dir) + [entry]
     write_text(RunDir(run_dir).jobs, json.dumps([j.to_json() for j in jobs], indent=1) + "\n", umask=None)

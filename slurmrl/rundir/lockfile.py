@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import tomllib
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -254,7 +254,7 @@ def compose(recipe_toml: str, files: dict[str, str], run_dir: Path, *, source: s
         "run_dir": str(run_dir),
         "recipe_file": source,
         "preflight": preflight,
-        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "slurmrl": slurmrl_state(),
     }
     if recipe_path is not None:

@@ -15,7 +15,7 @@ from slurmrl.rundir.paths import RunDir
 
 
 class Metrics:
-    opened: list["Metrics"] = []  # for close_all() on a runtime's exit path
+    opened: list[Metrics] = []  # for close_all() on a runtime's exit path
 
     def __init__(self, run_dir: Path, role: str, config: dict, log, enabled: bool = True, wandb_prefix: str = ""):
         self.path = RunDir(run_dir).metrics(role)

@@ -83,7 +83,7 @@ async def serve(host: str, port: int, upstream: int, command: list[str], digest:
         while child.poll() is None and not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), 0.5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
     finally:
         await runner.cleanup()

@@ -43,7 +43,8 @@ from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime import step_files
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.orchestrator import adapters, hybrid
-from slurmrl.runtime.orchestrator.judge_client import JudgeError, attach as attach_judge
+from slurmrl.runtime.orchestrator.judge_client import JudgeError
+from slurmrl.runtime.orchestrator.judge_client import attach as attach_judge
 from slurmrl.runtime.vllm.client import Server, VLLMError, reload_weights
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
 

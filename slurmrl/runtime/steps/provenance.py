@@ -16,7 +16,7 @@ import os
 import platform
 import socket
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 
 from slurmrl.rundir.paths import RunDir
@@ -43,7 +43,7 @@ def entry(component: str, env=None) -> dict:
         "attempt": int(RunDir.attempt_from_env(env)) if RunDir.attempt_from_env(env).isdigit() else 0,
         "job_id": env.get("SLURM_JOB_ID", ""),
         "host": socket.gethostname(),
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "executable": sys.executable,
     }

