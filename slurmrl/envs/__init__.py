@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import importlib
 
-from slurmrl.envs.arithmetic import Arithmetic
-from slurmrl.envs.judge import Judge
-from slurmrl.envs.reverse_text import ReverseText
+from slurmrl.envs.judge import PROMPT_SOURCES, Judge
+from slurmrl.envs.text import answer_line  # noqa: F401  (envs.answer_line: custom environments use it)
 
-BUILTIN = {"reverse_text": ReverseText, "arithmetic": Arithmetic, "judge": Judge}
+BUILTIN = {**PROMPT_SOURCES, "judge": Judge}
 
 
 def unknown(name: str) -> str | None:
@@ -51,11 +50,6 @@ def load(name: str, args: dict | None = None):
         return cls(**(args or {}))
     except Exception as e:  # noqa: BLE001
         raise SystemExit(f"slurmrl: environment {name!r} with arguments {args or {}}: {type(e).__name__}: {e}") from None
-
-
-def answer_line(completion: str) -> str:
-    """What a completion answers: its text up to the first line break."""
-    return completion.split("\n", 1)[0].strip()
 
 
 def rewards(env, tasks: list[dict], completions: list[str]) -> list[float]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 
+from slurmrl.envs.text import answer_line
+
 
 class Arithmetic:
     def __init__(self, max_operand: int = 9, few_shot: int = 0):
@@ -26,6 +28,4 @@ class Arithmetic:
         return out
 
     def reward(self, task: dict, completion: str) -> float:
-        from slurmrl.envs import answer_line
-
         return 1.0 if answer_line(completion) == task["target"] else 0.0

@@ -18,18 +18,21 @@ import json
 import random
 from pathlib import Path
 
+from slurmrl.envs.arithmetic import Arithmetic
+from slurmrl.envs.reverse_text import ReverseText
+
+PROMPT_SOURCES = {"reverse_text": ReverseText, "arithmetic": Arithmetic}  # what prompts_from may name
+
 
 class Judge:
     def __init__(self, prompts_from: str = "", dataset: str = ""):
-        from slurmrl.envs import BUILTIN
-
         if bool(prompts_from) == bool(dataset):
             raise ValueError("the judge environment takes its prompts from one place: dataset (a JSONL file) or "
                              "prompts_from (a built-in environment)")
-        if prompts_from and (prompts_from not in BUILTIN or prompts_from == "judge"):
+        if prompts_from and prompts_from not in PROMPT_SOURCES:
             raise ValueError(f"prompts_from {prompts_from!r} is not a built-in environment "
-                             f"({', '.join(n for n in BUILTIN if n != 'judge')})")
-        self.source = BUILTIN[prompts_from]() if prompts_from else None
+                             f"({', '.join(PROMPT_SOURCES)})")
+        self.source = PROMPT_SOURCES[prompts_from]() if prompts_from else None
         self.dataset, self.judge, self._rows = dataset, None, None
 
     def use_judge(self, judge) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import difflib
 import random
 
+from slurmrl.envs.text import answer_line
+
 
 class ReverseText:
     def __init__(self, alphabet: str = "abc", min_len: int = 2, max_len: int = 3):
@@ -22,6 +24,4 @@ class ReverseText:
         return out
 
     def reward(self, task: dict, completion: str) -> float:
-        from slurmrl.envs import answer_line
-
         return difflib.SequenceMatcher(None, answer_line(completion), task["target"]).ratio()
