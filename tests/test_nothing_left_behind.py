@@ -275,3 +275,16 @@ def test_submit_of_a_recipe_that_sbatch_refuses_leaves_no_new_run_dir(tmp_path):
     assert "Batch job submission failed" in one_line_error(r)
     assert sorted(before) == sorted(p for p in listing(run_dir) if (run_dir / p).is_file())
     assert not (run_dir / "jobs.json").exists()
+
+
+def test_submit_of_a_recipe_keeps_the_hand_edits_of_its_rendered_run_dir(tmp_path):
+    """`submit RECIPE` renders over RUN_DIR as `render` does: a hand edit is never dropped silently."""
+    run_dir = rendered_run_dir(tmp_path)
+    script = run_dir / "job.sbatch"
+    script.write_text(script.read_text() + "# my edit\n")
+    r, calls = run("submit", str(SFT), cwd=tmp_path)
+    assert "job.sbatch" in one_line_error(r) and submitted(calls) == []
+    assert script.read_text().endswith("# my edit\n")
+    r, calls = run("submit", str(SFT), "--force", cwd=tmp_path)  # --force renders over it and submits
+    assert r.returncode == 0, r.stderr
+    assert len(submitted(calls)) == 1 and not script.read_text().endswith("# my edit\n")

@@ -11,6 +11,7 @@ from slurmrl.app.again import again, next_run_dir
 from slurmrl.app.build import build, resolve_run_dir
 from slurmrl.app.cluster import on_cluster
 from slurmrl.app.diff import is_edited
+from slurmrl.app.keep_edits import refuse_lost_edits
 from slurmrl.app.preflight import wait_and_check
 from slurmrl.errors import UserError
 from slurmrl.plan.stored import is_preflight, load_plan
@@ -91,6 +92,8 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         if RunDir(run_dir).jobs.exists():
             check_not_running(run_dir)
         fresh = not run_dir.exists()
+        if not force:
+            refuse_lost_edits(run_dir, out.files, build)  # a rendered run dir's hand edits are not dropped
         write_run_dir(run_dir, out.files, force=force)  # refuses over a submitted run dir without --force
         edited = False
     else:
