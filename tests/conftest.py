@@ -7,6 +7,9 @@ Marks, set here at collection so that no file can forget them:
 - under pytest-xdist the heavy tests run in two groups, each on one worker (tests/xdist_groups.py).
 """
 
+import os
+import sys
+
 import pytest
 from vllm_python import VllmPython
 
@@ -39,3 +42,18 @@ def vllm_python(tmp_path_factory):
     proc = VllmPython(tmp_path_factory.mktemp("vllm_python") / "stderr.log")
     yield proc
     proc.close()
+
+
+@pytest.fixture
+def doubles(tmp_path, monkeypatch):
+    """TEST DOUBLES of Slurm's client commands, first on PATH: each appends its argv (JSON) to
+    calls.log and prints nothing (no Slurm runs)."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for tool in ("scancel", "squeue", "sacct", "scontrol", "srun", "sbatch"):
+        p = bin_dir / tool
+        p.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                     f"open({str(log)!r}, 'a').write(json.dumps(sys.argv) + '\\n')\n")
+        p.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return log

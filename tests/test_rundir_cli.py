@@ -8,9 +8,7 @@ record their argv and print nothing."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -46,19 +44,6 @@ VERBS = [["status"], ["status", "--json"], ["logs"], ["diff"], ["plot"], ["submi
 def rendered(tmp_path_factory):
     out = tmp_path_factory.mktemp("rendered")
     return render(ROOT / "recipes" / "rl-debug.toml", [f"output_dir={out}"]).run_dir
-
-
-@pytest.fixture
-def doubles(tmp_path, monkeypatch):
-    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
-    bin_dir.mkdir()
-    for tool in ("scancel", "squeue", "sacct", "scontrol", "srun", "sbatch"):
-        p = bin_dir / tool
-        p.write_text(f"#!{sys.executable}\nimport json, sys\n"
-                     f"open({str(log)!r}, 'a').write(json.dumps(sys.argv) + '\\n')\n")
-        p.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return log
 
 
 @pytest.mark.parametrize(("rel", "data"), CASES, ids=[f"{r}-{i}" for i, (r, _) in enumerate(CASES)])

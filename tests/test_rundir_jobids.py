@@ -78,21 +78,6 @@ def test_the_transport_passes_what_slurmrl_runs(argv):
     check_argv(argv)
 
 
-@pytest.fixture
-def doubles(tmp_path, monkeypatch):
-    """Test doubles of Slurm's client commands, first on PATH: each appends its argv (JSON) to calls.log
-    and prints nothing."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
-    bin_dir.mkdir()
-    for tool in ("scancel", "squeue", "sacct", "scontrol", "srun", "sbatch"):
-        p = bin_dir / tool
-        p.write_text(f"#!{sys.executable}\nimport json, sys\n"
-                     f"open({str(log)!r}, 'a').write(json.dumps(sys.argv) + '\\n')\n")
-        p.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return log
-
-
 def calls(log: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 

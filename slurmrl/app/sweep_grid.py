@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.load import apply_overrides, parse_override, read_toml, validate
+from slurmrl.recipe.load import apply_overrides, parse_override, read_toml, set_path, validate
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.sweep import MAX_SWEEP_POINTS
 from slurmrl.rundir import lockfile as lock
@@ -117,14 +117,7 @@ def where(i: int, combo: dict[str, Any]) -> str:
 
 
 def set_value(data: dict, key: str, value: Any) -> None:
-    path = key.split(".")
-    node = data
-    for n, part in enumerate(path[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise UserError(".".join(path[: n + 1]), f"is a value, not a table; cannot sweep {key}")
-        node = child
-    node[path[-1]] = copy.deepcopy(value)
+    set_path(data, key.split("."), copy.deepcopy(value), f"sweep {key}")
 
 
 def typed_value(recipe: Recipe, key: str) -> str | None:

@@ -43,16 +43,22 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return path, value
 
 
+def set_path(data: dict, path: list[str], value, what: str) -> None:
+    """data[a][b]... = value for path [a, b, ...], making tables on the way; ``what`` names the change
+    in the error when a step of the path is a value, not a table."""
+    node = data
+    for i, part in enumerate(path[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise UserError(".".join(path[: i + 1]), f"is a value, not a table; cannot {what}")
+        node = child
+    node[path[-1]] = value
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
     for text in overrides:
         path, value = parse_override(text)
-        node = data
-        for i, part in enumerate(path[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise UserError(".".join(path[: i + 1]), f"is a value, not a table; cannot set {text!r}")
-            node = child
-        node[path[-1]] = value
+        set_path(data, path, value, f"set {text!r}")
     return data
 
 
