@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run the test suite on a fresh machine: installs what it needs (scripts/install.sh), then runs
-# pytest. The Slurm tests start (and stop) their own local cluster, which installs the Debian
+# Run the test suite on a fresh machine: installs what it needs (scripts/install.sh), runs
+# scripts/lint.sh (ruff and mypy; a finding fails the run before any test), then runs pytest.
+# The Slurm tests start (and stop) their own local cluster, which installs the Debian
 # packages it needs. Extra arguments go to pytest.
 #
 #   bash scripts/test.sh          everything (CI): two pytest-xdist workers; the tests that need the
@@ -22,4 +23,5 @@ for arg in "$@"; do
     fi
 done
 bash scripts/install.sh
+bash scripts/lint.sh
 exec .venv/bin/python -m pytest -n 2 --dist loadgroup "${select[@]}" "${args[@]}"

@@ -28,9 +28,9 @@ def terminal_chart(points: list[tuple[int, float]], width: int = 60, height: int
         row = height - 1 - round((y - lo) / span * (height - 1))
         grid[row][c] = "*"
     lines = []
-    for i, row in enumerate(grid):
+    for i, cells in enumerate(grid):
         label = f"{hi - i * span / (height - 1):7.3f} |" if i in (0, height // 2, height - 1) else "        |"
-        lines.append(label + "".join(row))
+        lines.append(label + "".join(cells))
     lines.append("        +" + "-" * cols)
     lines.append(f"         step {points[0][0]} .. {points[-1][0]}   (mean reward per step)")
     return "\n".join(lines)

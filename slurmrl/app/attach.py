@@ -50,7 +50,7 @@ def split_command(rest: list[str], node: int | None, task: int | None,
                   cluster: str | None = None) -> tuple[int | None, int | None, list[str], str | None]:
     """argparse hands everything after COMPONENT to ``rest`` (``--node 1 -- hostname``): the
     options before ``--`` (or before the first word that is not one), then the command."""
-    values = {"node": node, "task": task, "cluster": cluster}
+    values: dict[str, int | None] = {"node": node, "task": task}
     i = 0
     while i < len(rest):
         word = rest[i]
@@ -69,13 +69,13 @@ def split_command(rest: list[str], node: int | None, task: int | None,
             value = rest[i + 1]
             i += 1
         if name == "--cluster":
-            values["cluster"] = value
+            cluster = value
         elif not re.fullmatch(r"\d+", value):
             raise UserError(name, f"needs a number, not {value!r}")
         else:
             values[OPTIONS[name]] = int(value)
         i += 1
-    return values["node"], values["task"], rest[i:], values["cluster"]
+    return values["node"], values["task"], rest[i:], cluster
 
 
 def container_flags(run_dir: Path, plan: Plan) -> list[str]:

@@ -79,7 +79,7 @@ def plan_json(p: Plan) -> str:
 
 def planned(
     recipe_path: str | Path,
-    overrides: list[str] = (),
+    overrides: Sequence[str] = (),
     run_dir: str | Path | None = None,
     preflight: bool = False,
     place=None,
@@ -104,7 +104,7 @@ def plan_recipe(recipe: Recipe, recipe_path: Path, run_dir: str | Path | None = 
 
 def build(
     recipe_path: str | Path,
-    overrides: list[str] = (),
+    overrides: Sequence[str] = (),
     run_dir: str | Path | None = None,
     preflight: bool = False,
     source_name: str | None = None,
@@ -143,7 +143,7 @@ def build_recipe(recipe: Recipe, recipe_path: Path, run_dir: str | Path | None =
 
 def render(
     recipe_path: str | Path,
-    overrides: list[str] = (),
+    overrides: Sequence[str] = (),
     force: bool = False,
     run_dir: str | Path | None = None,
     preflight: bool = False,

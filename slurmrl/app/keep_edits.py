@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from slurmrl.errors import UserError
 from slurmrl.rundir import lockfile as lock
@@ -34,7 +35,14 @@ def _files_at_risk(run_dir: Path, files: dict[str, str]) -> list[str]:
     return [rel for rel in found if rel not in KEPT]
 
 
-def as_rendered(run_dir: Path, build: Callable[..., object]) -> dict[str, str] | None:
+class Rendering(Protocol):
+    """What ``build`` returns (``slurmrl.app.build.Rendered``, which imports this module)."""
+
+    @property
+    def files(self) -> dict[str, str]: ...
+
+
+def as_rendered(run_dir: Path, build: Callable[..., Rendering]) -> dict[str, str] | None:
     """What RUN_DIR/recipe.toml renders for this run dir (relative path -> text); None if it cannot."""
     try:
         script = (run_dir / RunDir.SCRIPT).read_text(encoding="utf-8")
@@ -78,7 +86,7 @@ def edited_files(run_dir: Path, files: dict[str, str], fresh: Callable[[], dict[
     return edited
 
 
-def refuse_lost_edits(run_dir: Path, files: dict[str, str], build: Callable[..., object]) -> None:
+def refuse_lost_edits(run_dir: Path, files: dict[str, str], build: Callable[..., Rendering]) -> None:
     """UserError naming the hand-edited files a render of ``files`` over run_dir would drop."""
     edited = edited_files(run_dir, files, lambda: as_rendered(run_dir, build))
     if edited:

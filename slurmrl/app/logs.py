@@ -82,8 +82,8 @@ def logs(target: str | None, component: str | None, attempt: int | None, follow:
     check_component(run_dir, component)
     where = tools.transport()
     where.pull(run_dir)  # --cluster: the logs the job wrote there, brought back (again every STATE_EVERY_S)
-    job_id = (jobs.history(run_dir) or [None])[-1]
-    job_id = job_id.job_id if job_id else None
+    submitted = jobs.history(run_dir)
+    job_id = submitted[-1].job_id if submitted else None
     pinned = attempt is not None
     _, log_dir = attempt_dir(run_dir, attempt)
     tail = Tail()

@@ -169,7 +169,8 @@ def check_container(flags: tuple[str, ...], obs: dict | None) -> tuple[str, list
     if want.name and not double and rootfs and not re.fullmatch(rf"pyxis_(\d+_)?{re.escape(want.name)}", rootfs):
         problems.append(f"container directory is {rootfs}, not pyxis_{want.name} (--container-name)")
     found = sum(m.target in mounts for m in planned)
-    root = {True: "ro", False: "rw"}.get(obs.get("readonly_root"), "?")
+    modes: dict[object, str] = {True: "ro", False: "rw"}
+    root = modes.get(obs.get("readonly_root"), "?")
     return f"{'test double' if double else 'enroot'} /:{root} mounts {found}/{len(planned)}", problems
 
 

@@ -128,9 +128,9 @@ def served_model(run_dir: Path, plan: Plan) -> str | None:
                     return w.split("=", 1)[1]
     for c in plan.components:
         args = list(c.task.command)
-        for i, a in enumerate(args[:-1]):
-            if a in MODEL_FLAGS and isinstance(args[i + 1], str):
-                return args[i + 1]
+        for a, value in zip(args, args[1:]):
+            if a in MODEL_FLAGS and isinstance(value, str):
+                return value
     return None
 
 

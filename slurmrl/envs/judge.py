@@ -33,7 +33,8 @@ class Judge:
             raise ValueError(f"prompts_from {prompts_from!r} is not a built-in environment "
                              f"({', '.join(PROMPT_SOURCES)})")
         self.source = PROMPT_SOURCES[prompts_from]() if prompts_from else None
-        self.dataset, self.judge, self._rows = dataset, None, None
+        self.dataset, self.judge = dataset, None
+        self._rows: list[dict] | None = None
 
     def use_judge(self, judge) -> None:
         """The orchestrator's ``slurmrl.runtime.orchestrator.judge_client.JudgeClient`` for the job's judge."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from slurmrl.errors import UserError
 from slurmrl.plan.context import Context
-from slurmrl.plan.model import Arg, Instance, Sh
+from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.spec import Spec, Supervisor
 from slurmrl.recipe.slurm_values import time_seconds
 from slurmrl.rundir.paths import RunDir
@@ -26,22 +26,27 @@ PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 FRONTS = ("router", "frontend")  # what clients talk to when the job has one: vllm-router, Dynamo's frontend
 
 
+def _health(c: Spec) -> Health:
+    assert c.health is not None, "the router, the frontend and every inference server have a readiness check"
+    return c.health
+
+
 def endpoint(ctx: Context) -> tuple[Spec, Sh]:
     """(the component the load goes to, its URL as the batch shell exports it once it is ready):
     the router's or frontend's, else the one vLLM server's."""
     front = next((c for c in ctx.specs if c.name in FRONTS), None)
     if front is not None:
-        return front, Sh(sh=f"${{{front.health.urls_var}}}")
+        return front, Sh(sh=f"${{{_health(front).urls_var}}}")
     servers = [c for c in ctx.specs if c.role == "inference"]
     serving = [i for c in servers for i in c.instances
-               if "http" in i.ports and not (c.health.first_node_only and i.node)]
+               if "http" in i.ports and not (_health(c).first_node_only and i.node)]
     if len(serving) != 1:
         raise UserError(
             "inference.router.enabled",
             f"the benchmark needs one address to load, and the job has {len(serving)} servers without a router; "
             "enable the router",
         )
-    return servers[0], Sh(sh=f"${{{servers[0].health.urls_var}}}")
+    return servers[0], Sh(sh=f"${{{_health(servers[0]).urls_var}}}")
 
 
 def benchmark(ctx: Context) -> None:

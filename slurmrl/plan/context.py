@@ -12,7 +12,11 @@ from slurmrl.errors import UserError
 from slurmrl.plan import staging
 from slurmrl.plan.model import Arg, Cat, StageStep, Task
 from slurmrl.plan.spec import PROBE, Slot, Spec, Supervisor, supervisor_argv
+from slurmrl.recipe.inference import Inference
+from slurmrl.recipe.judge import Judge
+from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.trainer import Trainer
 
 
 @dataclass
@@ -44,6 +48,29 @@ class Context:
             if r.python.uv_project
             else (r.python.executable,)
         )
+
+    # ---- the recipe's optional sections, for the builders that run only when it has them ----
+    # (the planner calls them so; slurmrl.plan.rules.check_sections has checked the kind's sections)
+
+    @property
+    def inference(self) -> Inference:
+        assert self.r.inference is not None, "built only for a recipe with [inference]"
+        return self.r.inference
+
+    @property
+    def judge(self) -> Judge:
+        assert self.r.judge is not None, "built only for a recipe with [judge]"
+        return self.r.judge
+
+    @property
+    def trainer(self) -> Trainer:
+        assert self.r.trainer is not None, "built only for a recipe with [trainer]"
+        return self.r.trainer
+
+    @property
+    def orchestrator(self) -> Orchestrator:
+        assert self.r.orchestrator is not None, "built only for a recipe with [orchestrator]"
+        return self.r.orchestrator
 
     # ---- groups and components ----------------------------------------------------------
     def group(self, name: str, nodes: int, gpus_per_node: int) -> Group:

@@ -20,6 +20,7 @@ def check(r: Recipe) -> None:
     if r.kind != "rl":
         raise UserError("trainer.lora", f"only applies to kind 'rl' (a LoRA policy whose adapter the inference "
                         f"servers hot-load); kind {r.kind!r} trains the full weights")
+    assert r.inference is not None, "kind rl has [inference] (check_sections)"
     if r.inference.mode == "pd":
         raise UserError("trainer.lora", "a LoRA policy with prefill/decode disaggregation is not supported: the KV "
                         "cache a prefill server computes under the adapter would have to reach decode servers that "

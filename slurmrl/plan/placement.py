@@ -14,13 +14,14 @@ def colocated(ctx: Context) -> dict[str, Slot]:
     """Trainer and inference on one node: GPUs split between them, or the same GPUs shared."""
     r, gpn = ctx.r, ctx.r.slurm.gpus_per_node
     g = ctx.group("rl", 1, gpn)
-    inf, tr = r.inference, r.trainer
+    inf, tr = ctx.inference, ctx.trainer
     if r.placement.share_gpus:
         n = inf.gpus_per_node or gpn
         return {
             "inference": Slot(g.index, 0, 1, tuple(range(n)), shared=True),
             "trainer": Slot(g.index, 0, 1, tuple(range(tr.gpus_per_node or n)), shared=True),
         }
+    assert inf.gpus_per_node is not None, "colocated without share_gpus names it (rules.check_placement)"
     n = inf.gpus_per_node
     t = tr.gpus_per_node if tr.gpus_per_node is not None else gpn - n
     if t < 1 or n + t > gpn:
@@ -38,7 +39,7 @@ def colocated(ctx: Context) -> dict[str, Slot]:
 def pd_role(ctx: Context, role: str, group: Group | None = None, first_gpu: int = 0) -> Slot:
     """Nodes of one side of prefill/decode: as few as fit its workers, unless given."""
     gpn = ctx.r.slurm.gpus_per_node
-    spec = getattr(ctx.r.inference, role)
+    spec = getattr(ctx.inference, role)
     field = f"inference.{role}"
     p = Parallelism(field, spec.tp, spec.dp)
     span, per = parallel.worker_span(p, gpn - first_gpu, spec.nodes_per_worker)
@@ -57,7 +58,7 @@ def pd_role(ctx: Context, role: str, group: Group | None = None, first_gpu: int 
 
 def pd_slots(ctx: Context) -> dict[str, Slot]:
     """Prefill and decode each on their own nodes, or sharing nodes (prefill's GPUs first)."""
-    if not ctx.r.inference.share_nodes:
+    if not ctx.inference.share_nodes:
         return {role: pd_role(ctx, role) for role in ("prefill", "decode")}
     prefill = pd_role(ctx, "prefill")
     group = ctx.groups[prefill.group]
@@ -68,6 +69,7 @@ def pd_slots(ctx: Context) -> dict[str, Slot]:
 
 def server_names(r: Recipe) -> tuple[str, ...]:
     """The components of the policy's inference servers (and their slots' names)."""
+    assert r.inference is not None, "asked only for a recipe with [inference]"
     return ("prefill", "decode") if r.inference.mode == "pd" else ("inference",)
 
 
@@ -84,7 +86,7 @@ def layout(ctx: Context) -> None:
 def inference(ctx: Context) -> None:
     """The inference servers' nodes (after the trainer's), unless colocated RL placed them."""
     r, gpn = ctx.r, ctx.r.slurm.gpus_per_node
-    inf = r.inference
+    inf = ctx.inference
     if "inference" in ctx.slots:
         return
     if inf.mode == "pd":

@@ -88,6 +88,7 @@ class _Builder:
         out = []
         for c in specs:
             if c.role == "trainer" and not any(k == "OMP_NUM_THREADS" for k, _ in c.task.env):
+                assert c.slot is not None, "the trainer's spec has its slot (training.trainer)"
                 omp = str(max(1, c.cpus_per_task // len(c.slot.gpus)))
                 c = replace(c, task=c.task.model_copy(update={"env": (("OMP_NUM_THREADS", omp), *c.task.env)}))
             out.append(c)
@@ -210,7 +211,10 @@ class _Builder:
         return tuple(args)
 
     def _group_cpus(self, g: Group) -> int:
-        return self.r.slurm.cpus_per_node if g.gpus_per_node else self.r.orchestrator.cpus
+        if g.gpus_per_node:
+            return self.r.slurm.cpus_per_node
+        assert self.r.orchestrator is not None, "the one group without GPUs is the orchestrator's own"
+        return self.r.orchestrator.cpus
 
 
 SERVICE_GRACE_S = 10  # servers and services need no checkpoint: time to exit cleanly

@@ -13,7 +13,7 @@ from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import Recipe, global_batch
 from slurmrl.recipe.user_set import user_set
 
-SECTIONS = {
+SECTIONS: dict[str, dict[str, bool | None]] = {
     "sft": {"trainer": True, "orchestrator": False, "inference": False, "benchmark": False},
     "rl": {"trainer": True, "orchestrator": None, "inference": True, "benchmark": False},
     "inference": {"trainer": False, "orchestrator": False, "inference": True, "benchmark": None},
@@ -40,6 +40,7 @@ def check_placement(r: Recipe) -> None:
     if p.colocate == "hybrid":
         check_hybrid(r)
     if p.colocate:
+        assert r.trainer is not None and r.inference is not None, "colocate is kind rl's (checked above)"
         if r.trainer.nodes != 1:
             raise UserError("trainer.nodes", "colocated RL runs on one node; set trainer.nodes = 1 or colocate = false")
         if r.inference.nodes != 1:
@@ -65,6 +66,7 @@ def check_hybrid(r: Recipe) -> None:
     if getattr(r.trainer, "lora", None) is not None:  # level-2 sleep drops the base weights an adapter sits on
         raise UserError("trainer.lora", "a LoRA policy with colocate = \"hybrid\" is not supported yet (the servers "
                         "reload full weights after each sleep); use colocate = true")
+    assert r.inference is not None, "colocate is kind rl's (check_placement)"
     if r.inference.admin_endpoints is False:
         raise UserError("inference.admin_endpoints", "colocate = \"hybrid\" puts the servers to sleep and wakes them "
                         "through their admin endpoints (/sleep, /wake_up); remove admin_endpoints = false")
@@ -129,12 +131,12 @@ def check_inference(r: Recipe) -> None:
     for name in ("enable_eplb", "enable_dbo"):
         if getattr(inf, name):
             if inf.mode == "pd":
-                off = [role for role in ("prefill", "decode") if not getattr(inf, role).expert_parallel]
+                no_ep = [role for role in ("prefill", "decode") if not getattr(inf, role).expert_parallel]
             else:
                 ep = inf.expert_parallel if inf.expert_parallel is not None else inf.mode == "wide_ep"
-                off = [] if ep else ["inference"]
-            if off:
-                where = " and ".join(f"{r}.expert_parallel" for r in off) if inf.mode == "pd" else "expert_parallel"
+                no_ep = [] if ep else ["inference"]
+            if no_ep:
+                where = " and ".join(f"{r}.expert_parallel" for r in no_ep) if inf.mode == "pd" else "expert_parallel"
                 raise UserError(f"inference.{name}", f"needs expert parallel; set inference.{where} = true")
     if changed(inf, "kv_transfer_protocol") and inf.kv_connector != "MooncakeConnector":
         raise UserError("inference.kv_transfer_protocol", "only applies to kv_connector 'MooncakeConnector'")
@@ -164,6 +166,7 @@ def check_trainer(r: Recipe) -> None:
                 "trainer.weight_sync",
                 "NCCL cannot broadcast between trainer and inference on the same GPU; use 'filesystem' with share_gpus",
             )
+        assert r.inference is not None, "kind rl has [inference] (check_sections)"
         if r.inference.mode != "replicas":
             raise UserError("trainer.weight_sync", "NCCL weight broadcast supports inference mode 'replicas' only")
         raise UserError(
@@ -204,8 +207,8 @@ def check_orchestrator(r: Recipe) -> None:
             BUILTIN[o.environment](**o.environment_args)
         except (TypeError, ValueError) as e:
             raise UserError("orchestrator.environment_args", str(e)) from None
-    elif envs.unknown(o.environment):
-        raise UserError("orchestrator.environment", envs.unknown(o.environment))
+    elif unknown := envs.unknown(o.environment):
+        raise UserError("orchestrator.environment", unknown)
 
 
 def check_benchmark(r: Recipe) -> None:

@@ -27,7 +27,7 @@ ROUTER_WORKERS = {
 def router_program(ctx: Context) -> tuple[str, ...]:
     """``vllm-router``; in P/D mode with the job's secret, our module that runs it with the secret as
     the key it sends to the servers (it does not forward the client's Authorization there)."""
-    inf = ctx.r.inference
+    inf = ctx.inference
     if inf.mode == "pd" and inf.auth == "job_secret":
         return (*ctx.py, "-m", "slurmrl.runtime.gates.router_key")
     return shell.tool(ctx.py, "vllm-router")
@@ -42,7 +42,7 @@ def router_enabled(inf: Inference, servers: int) -> bool:
 
 def router(ctx: Context, enabled: bool) -> None:
     """vllm-router (``enabled``: see router_enabled) in front of the servers, with its pools."""
-    inf = ctx.r.inference
+    inf = ctx.inference
     if not enabled:
         for name in type(inf.router).model_fields:  # no silent knobs: the router's settings need a router
             if name != "enabled" and changed(inf.router, name):
@@ -132,7 +132,7 @@ def _event_sources(flag: str, workers: str) -> list[str]:
 
 
 def mooncake(ctx: Context) -> None:
-    off = ctx.r.inference.kv_offload
+    off = ctx.inference.kv_offload
     if off.kind != "mooncake":
         return
     groups: dict[int, int] = {}  # het group -> inference nodes in it: a client on each
@@ -159,7 +159,7 @@ def mooncake(ctx: Context) -> None:
         ),
     ))
     client, h = shell.var("mooncake_client"), shell.head(g.index).sh
-    command = [
+    command: list[Arg] = [
         *shell.tool(ctx.py, "mooncake_client"),
         Sh(sh=f"--master_server_address={h}:{rpc.sh}"),
         Sh(sh=f"--metadata_server=http://{h}:{meta.sh}/metadata"),

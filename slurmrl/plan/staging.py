@@ -68,6 +68,7 @@ def image_import(r: Recipe) -> ImageImport | None:
 def container_image(r: Recipe) -> str:
     """What every step's --container-image names: the cached squashfs, or the image as given."""
     imp = image_import(r)
+    assert r.container is not None, "asked only for a recipe with [container] (planner.container_flags)"
     return imp.sqsh if imp else r.container.image
 
 

@@ -6,7 +6,7 @@ from slurmrl.errors import UserError
 from slurmrl.plan import shell
 from slurmrl.plan.context import Context
 from slurmrl.plan.engines import judge
-from slurmrl.plan.model import Instance, Sh
+from slurmrl.plan.model import Arg, Instance, Sh
 from slurmrl.plan.placement import server_names
 from slurmrl.plan.spec import Spec, Supervisor
 from slurmrl.recipe.recipe import global_batch
@@ -18,7 +18,7 @@ def config(name: str) -> Sh:
 
 
 def trainer(ctx: Context) -> None:
-    r, t = ctx.r, ctx.r.trainer
+    r, t = ctx.r, ctx.trainer
     slot = ctx.slots["trainer"]
     world = slot.nodes * len(slot.gpus)
     batch = global_batch(r)
@@ -30,7 +30,7 @@ def trainer(ctx: Context) -> None:
             f"x {world} trainer GPUs",
         )
     head = shell.head(slot.group).sh
-    command = (
+    command: tuple[Arg, ...] = (
         *shell.tool(ctx.py, "torchrun"),
         f"--nnodes={slot.nodes}", f"--nproc-per-node={len(slot.gpus)}", "--rdzv-backend=c10d",
         Sh(sh=f"--rdzv-endpoint={head}:{shell.var('torch_rdzv').sh}"), Sh(sh="--rdzv-id=${SLURM_JOB_ID}"),
@@ -55,7 +55,7 @@ def trainer(ctx: Context) -> None:
 
 
 def orchestrator(ctx: Context) -> None:
-    r, o = ctx.r, ctx.r.orchestrator
+    r, o = ctx.r, ctx.orchestrator
     if o.placement == "own":
         g = ctx.group("orchestrator", 1, 0)
     elif o.placement == "trainer":

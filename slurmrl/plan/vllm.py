@@ -13,6 +13,7 @@ from slurmrl import ports
 from slurmrl.plan import router_rules, shell
 from slurmrl.plan.model import Arg, Cat, Sh
 from slurmrl.recipe.inference import Inference
+from slurmrl.recipe.judge import Judge
 from slurmrl.recipe.model import Model
 
 PORT = Sh(sh="${port}")  # this task's HTTP port (prelude: port=...)
@@ -48,7 +49,7 @@ def pooling(args: list[Arg]) -> bool:
     return next((b for a, b in zip(args, args[1:]) if a == "--runner"), None) == "pooling"
 
 
-def engine_args(model: Model, inf: Inference) -> list[Arg]:
+def engine_args(model: Model, inf: Inference | Judge) -> list[Arg]:
     """The engine flags [model] and [inference] give every vLLM server (ours, and Dynamo's vllm workers);
     the judge's from [judge.model] and [judge], which has the same two fields as [inference]."""
     args: list[Arg] = []
@@ -144,7 +145,8 @@ def offload(inf: Inference, servers_per_node: int, group: int, transfer: dict | 
     P/D's ``transfer`` connector when there is one (vLLM's MultiConnector): (args, env)."""
     off = inf.kv_offload
     share = f"{off.cpu_gb / servers_per_node:g}"
-    cfg, env = None, []
+    cfg = None
+    env: list[tuple[str, str | Sh]] = []
     if off.kind == "cpu" and transfer is None:
         return ["--kv-offloading-backend", "native", "--kv-offloading-size", share], []
     if off.kind == "cpu":  # what --kv-offloading-backend native means, as a connector of its own

@@ -4,7 +4,7 @@ have their own modules."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, Field
 
@@ -14,7 +14,8 @@ from slurmrl.recipe.router import Router
 from slurmrl.settings.limits import INT64, MAX_GPUS_PER_NODE, MAX_JOB_GPUS, MAX_NODES
 from slurmrl.settings.section import PathText, Section
 
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM 0.32's MaxLoRARanks
+LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]  # vLLM 0.32's MaxLoRARanks
+VLLM_LORA_RANKS: tuple[int, ...] = get_args(LoraRank)
 
 VLLM_ARG_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # vLLM arguments slurmrl writes itself, and the recipe field that sets each
@@ -137,7 +138,7 @@ class Inference(Section):
         description="Expose vLLM's pause / reload_weights / resume endpoints (VLLM_SERVER_DEV_MODE) for live "
         "weight updates; default on for kind `rl`, off otherwise.",
     )
-    max_lora_rank: Literal[VLLM_LORA_RANKS] | None = Field(
+    max_lora_rank: LoraRank | None = Field(
         None,
         description="Enable LoRA adapters loaded at run time (`slurmrl.runtime.vllm.admin lora-load`) up to this rank: "
         f"one of {', '.join(map(str, VLLM_LORA_RANKS))} (what vLLM accepts).",

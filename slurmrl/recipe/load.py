@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import math
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +174,7 @@ def _parse_with_tomlkit(path: Path, text: str, first: Exception | None = None) -
         raise UserError(str(path), f"not valid TOML: {e}" + (f" ({where})" if where else "")) from None
 
 
-def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
+def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     """Read, override, validate. Relative paths in the recipe stay relative to the recipe file."""
     path = Path(path)
     data = read_toml(path)

@@ -107,4 +107,5 @@ def global_batch(r: Recipe) -> int:
     if r.kind == "rl":
         o = r.orchestrator or Orchestrator()
         return o.prompts_per_step * o.rollouts_per_prompt
+    assert r.trainer is not None, "kind sft has a [trainer] (slurmrl.plan.rules.check_sections)"
     return r.trainer.batch_size or SFT_BATCH_SIZE

@@ -9,6 +9,7 @@ import typing
 from collections.abc import Iterator
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from slurmrl.recipe.recipe import Recipe
@@ -84,7 +85,7 @@ def range_text(field) -> str | None:
     return f"above {low}, at most {high}" if exclusive else f"{low}-{high}"
 
 
-def field_paths(model: type[BaseModel] = Recipe, prefix: str = "") -> Iterator[tuple[str, object, type | None]]:
+def field_paths(model: type[BaseModel] = Recipe, prefix: str = "") -> Iterator[tuple[str, FieldInfo, type | None]]:
     """Every (dotted path, field info, sub-model) in the schema, depth first."""
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"

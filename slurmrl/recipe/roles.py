@@ -11,6 +11,7 @@ from slurmrl.settings.trainer import TrainerKnobs, TrainerSettings
 
 def trainer_settings(recipe: Recipe, run_dir: str, world_size: int, global_batch: int) -> TrainerSettings:
     """What the planner writes for ``recipe``'s trainer (``recipe.trainer`` must be set)."""
+    assert recipe.trainer is not None, "the planner asks for it only when the recipe has a [trainer]"
     return TrainerSettings(
         **recipe.trainer.model_dump(include=set(TrainerKnobs.model_fields)),
         run_dir=run_dir, kind=recipe.kind, model=recipe.model.path, trust_remote_code=recipe.model.trust_remote_code,
@@ -20,6 +21,7 @@ def trainer_settings(recipe: Recipe, run_dir: str, world_size: int, global_batch
 
 def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
     """What the planner writes for ``recipe``'s orchestrator (``recipe.orchestrator`` must be set)."""
+    assert recipe.orchestrator is not None and recipe.trainer is not None, "kind rl has both (check_sections)"
     return OrchestratorSettings(
         **recipe.orchestrator.model_dump(include=set(OrchestratorKnobs.model_fields)),
         run_dir=run_dir, model=recipe.model.path, served_model_name=recipe.model.served_model_name,

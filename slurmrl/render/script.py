@@ -66,7 +66,7 @@ def _where(e: BaseException, templates_dir: Path, entry: str) -> tuple[str, int 
     """The template file and line a Jinja error comes from: the error's own for a syntax error,
     else the innermost template frame of its traceback (Jinja maps those to template lines)."""
     if isinstance(e, jinja2.TemplateSyntaxError) and (e.filename or e.name):
-        return e.filename or str(templates_dir / e.name), e.lineno
+        return e.filename or str(templates_dir / (e.name or "")), e.lineno
     folder = str(templates_dir.resolve())
     where: tuple[str, int | None] = (str(templates_dir / entry), None)
     tb = e.__traceback__

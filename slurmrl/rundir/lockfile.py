@@ -208,9 +208,9 @@ def container_state(recipe: dict) -> dict | None:
 
 def inputs(recipe: dict) -> dict:
     """sha256 of files outside the run dir that the job reads and that exist here."""
-    out = {}
+    out: dict[str, str | dict] = {}
     for keys in INPUT_FIELDS:
-        node = recipe
+        node: object = recipe
         for k in keys:
             node = node.get(k) if isinstance(node, dict) else None
         if isinstance(node, str) and node and Path(node).is_file():
@@ -297,7 +297,8 @@ def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None) -> Non
         return  # a run dir made by hand: nothing to lock
     lock_path = RunDir(run_dir).lock
     old = read(lock_path) or {}
-    previous = old.get("lock") if isinstance(old.get("lock"), dict) else {}
+    lock = old.get("lock")
+    previous: dict = lock if isinstance(lock, dict) else {}
     jobs = history(run_dir)
     if previous.get("runtime") and jobs:
         keep = RunDir(run_dir).set_aside_dir(jobs[-1].job_id)

@@ -107,7 +107,7 @@ class HetInfoWatcher(SlurmInfoWatcher):
             return {}
         names = lines[0].split("|")
         jobs: dict[str, dict] = {}
-        rows = [{k: v.strip() for k, v in zip(names, line.split("|"))} for line in lines[1:]]
+        rows: list[dict] = [{k: v.strip() for k, v in zip(names, line.split("|"))} for line in lines[1:]]
         # a folded row (``<id>_[0-1%1]``) keeps listing tasks that have a row of their own since they started
         listed = {r.get("JobID") for r in rows}
         rows = [r for folded in rows for r in array_rows(folded) if r is folded or r["JobID"] not in listed]

@@ -183,12 +183,14 @@ class Role:
 
 def _worker_span(r: Recipe, p: Parallelism, gpn: int) -> tuple[int, int]:
     """(nodes per worker, its GPUs per node): a worker spans nodes only with engine 'trtllm' (MPI)."""
+    assert r.inference is not None, "dynamo's workers are planned only for [inference]"
     engine = settings(r.inference).engine
     return parallel.worker_span(p, gpn, tp_spans=engine == "trtllm", one_node=f"; dynamo.{engine} workers run on "
                                 "one node (engine 'trtllm' spans nodes with MPI)")
 
 
 def roles(r: Recipe) -> list[Role]:
+    assert r.inference is not None, "dynamo's workers are planned only for [inference]"
     inf, d = r.inference, settings(r.inference)
     gpn = r.slurm.gpus_per_node
     out = []
@@ -228,7 +230,7 @@ def place(ctx: Context) -> None:
 # ---- components --------------------------------------------------------------------------------
 def common_env(ctx: Context, head: int) -> list:
     """What every Dynamo process of the job reads: its namespace, etcd, NATS."""
-    d = settings(ctx.r.inference)
+    d = settings(ctx.inference)
     h = shell.head(head).sh
     etcd = d.etcd_endpoints or Sh(sh=f"http://{h}:{shell.var('etcd_client').sh}")
     env: list = [("DYN_NAMESPACE", NAMESPACE), ("ETCD_ENDPOINTS", etcd)]
@@ -250,7 +252,7 @@ def data_dir(service: str) -> Sh:
 
 def services(ctx: Context, head: int) -> None:
     """etcd and NATS (stage 0) on the head node, unless the recipe names existing ones."""
-    d = settings(ctx.r.inference)
+    d = settings(ctx.inference)
     g = ctx.groups[head]
     env = sorted(d.env.items())  # not the workers' ETCD_*: etcd reads ETCD_* as its own flags
     host_prelude = [*shell.declare("host"), shell.HOST_LINE]
@@ -294,7 +296,7 @@ def services(ctx: Context, head: int) -> None:
 
 def engine_args(ctx: Context, role: Role) -> list[Arg]:
     """The worker's command-line arguments after ``python -m dynamo.<engine>``."""
-    r, inf, d = ctx.r, ctx.r.inference, settings(ctx.r.inference)
+    r, inf, d = ctx.r, ctx.inference, settings(ctx.inference)
     m = r.model
     if d.engine == "mocker":
         args: list[Arg] = ["--model-path", m.path, "--model-name", m.served_model_name]
@@ -303,6 +305,7 @@ def engine_args(ctx: Context, role: Role) -> list[Arg]:
         if m.max_model_len:
             args += ["--max-model-len", str(m.max_model_len)]
     elif d.engine == "trtllm":
+        assert role.engine_config is not None, "engine 'trtllm' has its engine config (check)"
         args = ["--model-path", m.path, "--served-model-name", m.served_model_name,
                 "--extra-engine-args", role.engine_config, "--tensor-parallel-size", str(role.tp),
                 "--gpus-per-node", str(role.gpus_per_node if role.span > 1 else role.tp)]
@@ -321,12 +324,12 @@ def engine_args(ctx: Context, role: Role) -> list[Arg]:
 
 
 def worker_env(ctx: Context, role: Role, head: int) -> list:
-    return common_env(ctx, head) + sorted({**ctx.r.inference.env, **role.env}.items())
+    return common_env(ctx, head) + sorted({**ctx.inference.env, **role.env}.items())
 
 
 def workers(ctx: Context, role: Role, slot: Slot, head: int, first_index: int = 0) -> None:
     """mocker and vllm: one task per worker, every worker of the role in one srun step."""
-    d = settings(ctx.r.inference)
+    d = settings(ctx.inference)
     # per-task values straight in the environment (a preflight runs the probe with the same env, no prelude)
     env = worker_env(ctx, role, head) + [("DYN_SYSTEM_PORT", Sh(sh=shell.per_task("server", first_index)))]
     nixl = d.engine == "vllm" and role.mode is not None
@@ -382,7 +385,7 @@ def mpi_workers(ctx: Context, role: Role, slot: Slot, head: int) -> None:
 
 def frontend(ctx: Context, head: int, workers_total: int) -> None:
     """Dynamo's OpenAI frontend on the head node; ready once the model is listed with every worker."""
-    d, m = settings(ctx.r.inference), ctx.r.model
+    d, m = settings(ctx.inference), ctx.r.model
     ctx.reserve(ctx.groups[head], 0, SERVICE_CPUS["frontend"], "Dynamo's frontend")
     port = shell.var("dynamo_frontend")
     args: list[Arg] = ["--http-host", "0.0.0.0", "--http-port", port, *planes(d)]
@@ -395,7 +398,7 @@ def frontend(ctx: Context, head: int, workers_total: int) -> None:
         name="frontend", role=FRONTEND_ROLE, group=head, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=SERVICE_CPUS["frontend"], gpus_per_node=0, stage=3,
         health=Health(kind="http", ports=("dynamo_frontend",), path="/v1/models", first_node_only=True,
-                      timeout=ctx.r.inference.startup_timeout, urls_var="URLS_FRONTEND"),
+                      timeout=ctx.inference.startup_timeout, urls_var="URLS_FRONTEND"),
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={"http": "dynamo_frontend"}),),
         task=ctx.task(
             sup, prelude=[*shell.declare("host"), shell.HOST_LINE], env=common_env(ctx, head),
@@ -407,7 +410,7 @@ def frontend(ctx: Context, head: int, workers_total: int) -> None:
 def build(ctx: Context) -> None:
     """Every Dynamo component, after ``place``: services, workers, the frontend (in place of
     vLLM's servers and router)."""
-    d = settings(ctx.r.inference)
+    d = settings(ctx.inference)
     all_roles = roles(ctx.r)
     head = ctx.slots[all_roles[0].name].group
     services(ctx, head)

@@ -60,6 +60,7 @@ def check(r: Recipe) -> None:
     parallel.per_node(p, gpus, of=f"the judge's {gpus} GPUs")
     if j.placement == "inference":
         inf = r.inference
+        assert inf is not None, "kind rl has [inference] (check_sections)"
         if inf.mode != "replicas":
             raise UserError("judge.placement", f"'inference' shares nodes with mode 'replicas' only (mode is "
                             f"{inf.mode!r}); use 'own'")
@@ -75,6 +76,7 @@ def check(r: Recipe) -> None:
 
 def parallelism(r: Recipe) -> Parallelism:
     """A judge server: tp GPUs on one node (no data parallel of its own: more servers instead)."""
+    assert r.judge is not None, "asked only for a recipe with [judge]"
     return Parallelism("judge", r.judge.tp, by_tp=True)
 
 
@@ -88,7 +90,9 @@ def check_template(r: Recipe) -> None:
         return  # a dataset's fields are known when the orchestrator reads it
     task = envs.BUILTIN[source]().prompts(random.Random(0), 1)[0]
     have = sorted({*task, "completion"})
-    for name in template_fields(judge_settings(r).template):
+    settings = judge_settings(r)
+    assert settings is not None, "a recipe whose environment is 'judge' has [judge] (checked before)"
+    for name in template_fields(settings.template):
         if name not in have:
             raise UserError("judge.template", f"placeholder {{{name}}} is not a field of {source!r} tasks; "
                             f"they have {', '.join('{' + h + '}' for h in have)}")
@@ -100,13 +104,13 @@ def serves(r: Recipe) -> bool:
 
 def first_index(ctx: Context) -> int:
     """The first per-node server port index the judge may use: after the inference servers' on shared nodes."""
-    return 0 if ctx.r.judge.placement == "own" else ctx.spec("inference").tasks_per_node
+    return 0 if ctx.judge.placement == "own" else ctx.spec("inference").tasks_per_node
 
 
 def place(ctx: Context) -> None:
     """Where the judge's servers go: its own het group, or GPUs of the inference nodes after
     inference's and the trainer's (``placement.inference`` made that slot shared)."""
-    r, j = ctx.r, ctx.r.judge
+    r, j = ctx.r, ctx.judge
     gpus = j.gpus_per_node or j.tp
     if j.placement == "own":
         g = ctx.group("judge", j.nodes, r.slurm.gpus_per_node)
@@ -124,7 +128,7 @@ def place(ctx: Context) -> None:
 def command(ctx: Context) -> tuple[Arg, ...]:
     """The judge's vLLM server: the inference servers' entry point with the judge's model and engine flags
     (the policy's node-local copy when it serves the policy's model.path)."""
-    r, j = ctx.r, ctx.r.judge
+    r, j = ctx.r, ctx.judge
     path = ctx.model_path() if j.model.path == r.model.path else None
     args: list[Arg] = vllm.serve_args(j.model, j.tp, path)
     for field in type(j.model).model_fields:  # [judge.model] is a [model]; the rest of [model] is for the policy
@@ -134,14 +138,14 @@ def command(ctx: Context) -> tuple[Arg, ...]:
     if j.kind == "reward_model":
         args += ["--runner", "pooling"]  # *ForSequenceClassification: /classify returns the score
     args += vllm.engine_args(j.model, j)
-    if r.inference.auth == "job_secret":
+    if ctx.inference.auth == "job_secret":
         args += ["--middleware", vllm.AUTH_MIDDLEWARE]
     return (*ctx.py, *vllm.ENTRY, *args, *j.extra_args)
 
 
 def build(ctx: Context) -> None:
     """The judge component (after the inference servers, whose ports it follows on shared nodes)."""
-    r, j = ctx.r, ctx.r.judge
+    r, j = ctx.r, ctx.judge
     where, first = ctx.slots["judge"], first_index(ctx)
     shape = Slice(span=1, per_node=parallel.per_node(parallelism(r), len(where.gpus)), gpus=j.tp)
     per_node = shape.per_node

@@ -32,7 +32,7 @@ class Shape(Slice):
 
 def server_shape(ctx: Context, slot: Slot, tp: int, dp: int, where: str, span: int | None = None) -> Shape:
     """Workers of tp x dp GPUs on this slot, or a UserError naming the field."""
-    inf, n = ctx.r.inference, len(slot.gpus)
+    inf, n = ctx.inference, len(slot.gpus)
     if inf.mode == "wide_ep" and dp == 1:  # one deployment over every node
         dp = parallel.per_node(Parallelism("inference", tp, by_tp=True), n) * slot.nodes
     p = Parallelism(where, tp, dp)
@@ -50,7 +50,7 @@ def server_shape(ctx: Context, slot: Slot, tp: int, dp: int, where: str, span: i
 
 
 def vllm_env(ctx: Context, role_env: dict) -> list:
-    r, inf = ctx.r, ctx.r.inference
+    r, inf = ctx.r, ctx.inference
     env: list = sorted({**inf.env, **role_env}.items())
     admin = inf.admin_endpoints if inf.admin_endpoints is not None else r.kind == "rl"
     if admin:
@@ -67,7 +67,7 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
     with per-task values in the prelude. ``first_index``: the first per-node port index it may use,
     ``neighbours``: servers of other components on the same nodes (P/D sharing nodes); ``routed``:
     vllm-router fronts it."""
-    r, inf = ctx.r, ctx.r.inference
+    r, inf = ctx.r, ctx.inference
     if r.placement.share_gpus and inf.gpu_memory_utilization is None:
         inf = inf.model_copy(update={"gpu_memory_utilization": 0.45})
         ctx.warnings.append("inference.gpu_memory_utilization set to 0.45: the trainer shares the GPU")
@@ -163,7 +163,7 @@ def place(ctx: Context) -> None:
 def build(ctx: Context) -> None:
     """The servers (sized first: the router runs in front of more than one), then the Mooncake store
     and the router."""
-    inf = ctx.r.inference
+    inf = ctx.inference
     if inf.mode == "pd":
         specs = {role: getattr(inf, role) for role in ("prefill", "decode")}
         shapes = {role: server_shape(ctx, ctx.slots[role], s.tp, s.dp, f"inference.{role}", s.nodes_per_worker)

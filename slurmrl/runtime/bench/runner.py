@@ -26,6 +26,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from slurmrl import charts, secret
 from slurmrl.rundir.paths import RunDir
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
         stale.unlink(missing_ok=True)  # an earlier attempt's
     points = grid(args.concurrencies, args.input_lens, args.output_lens)
     base, model = value_after(vllm_args, "--base-url"), value_after(vllm_args, "--served-model-name")
-    summary = {
+    summary: dict[str, Any] = {
         "status": "running", "target": base, "model": model or value_after(vllm_args, "--model"),
         "num_prompts": int(value_after(vllm_args, "--num-prompts") or 1000),
         "planned_points": len(points), "started": int(time.time()), "finished": None,

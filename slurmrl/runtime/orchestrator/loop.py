@@ -32,6 +32,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def wait_for(predicate, what: str) -> float:
     return waited
 
 
-def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_urls: list[str] = ()) -> int:
+def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_urls: Sequence[str] = ()) -> int:
     from transformers import AutoTokenizer
 
     run_dir = s.root
@@ -158,6 +159,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
         reload_s = 0.0
         newest, path = latest_weights(run_dir)
         if newest > loaded:
+            assert path is not None, "latest_weights names the folder of each step it finds"
             t = time.perf_counter()
             try:
                 if adapters.is_adapter(path):  # a LoRA policy: hot-load the adapter under a new name, unload the old

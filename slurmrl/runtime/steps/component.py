@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,7 @@ class Component:
         return self.instance["rank"]
 
 
-def load(name: str, env: dict | None = None) -> Component:
+def load(name: str, env: Mapping[str, str] | None = None) -> Component:
     env = os.environ if env is None else env
     run_dir = RunDir.from_env(env).path
     plan = json.loads((RunDir(run_dir).plan).read_text())
@@ -49,7 +50,7 @@ def load(name: str, env: dict | None = None) -> Component:
     raise SystemExit(f"slurmrl: {name}: the plan has no task for node {node} task {local}")
 
 
-def hosts(group: int, env: dict | None = None) -> list[str]:
+def hosts(group: int, env: Mapping[str, str] | None = None) -> list[str]:
     env = os.environ if env is None else env
     value = env.get(f"SLURMRL_NODES_G{group}")
     if value is None:
@@ -57,6 +58,6 @@ def hosts(group: int, env: dict | None = None) -> list[str]:
     return value.split()
 
 
-def port(name: str, env: dict | None = None) -> int:
+def port(name: str, env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
     return int(env["SLURMRL_PORT_BASE"]) + ports.offset(name)

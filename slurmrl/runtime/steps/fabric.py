@@ -44,8 +44,10 @@ def fabric(text: str) -> list[GpuFabric]:
     """Each GPU's Fabric block in ``nvidia-smi -q`` output (GPUs without one are left out). Only the
     block's own keys count, not those of a section nested in it (``Health``)."""
     out: list[GpuFabric] = []
-    gpu, values = None, {}
-    inside = None  # (the Fabric header's indent, its keys' indent or None) while in the block
+    gpu: str | None = None
+    values: dict[str, str] = {}
+    # (the Fabric header's indent, its keys' indent or None) while in the block
+    inside: tuple[int, int | None] | None = None
 
     def flush():
         if gpu is not None and values:

@@ -36,6 +36,10 @@ REPORTED_ENV = ("SLURM_JOB_ID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID",
                 "SLURMRL_PORT_BASE", "SLURMRL_ATTEMPT")
 
 
+class _ProbeServer(ThreadingHTTPServer):
+    probe_name = ""  # the component it stands in for, in each health reply
+
+
 class _Health(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server API)
         body = json.dumps({"probe": self.server.probe_name}).encode()
@@ -53,7 +57,7 @@ def serve(ports: dict[str, int], name: str) -> tuple[list, list[str]]:
     servers, errors = [], []
     for purpose, number in ports.items():
         try:
-            srv = ThreadingHTTPServer(("0.0.0.0", number), _Health)
+            srv = _ProbeServer(("0.0.0.0", number), _Health)
         except OSError as e:
             errors.append(f"port {number} ({purpose}) cannot be bound: {e.strerror}")
             continue

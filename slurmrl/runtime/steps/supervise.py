@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 
 import psutil
@@ -104,7 +105,7 @@ def ready_check(url: str, model: str | None = None, instances: int = 0):
 
 
 # ---- GPUs --------------------------------------------------------------------------------
-def narrow_gpus(spec: str, env: dict) -> list[str]:
+def narrow_gpus(spec: str, env: MutableMapping[str, str]) -> list[str]:
     """Keep GPU positions FIRST..FIRST+COUNT-1 of what Slurm gave the step; returns the ids kept."""
     first, _, count = spec.partition(":")
     if not (first.isdigit() and count.isdigit() and int(count) > 0):

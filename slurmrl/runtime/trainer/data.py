@@ -86,7 +86,8 @@ class Pack:
 
 
 def pack(examples: list[Example], order: np.ndarray, seq_len: int, pad_id: int) -> list[Pack]:
-    packs, cur = [], []
+    packs: list[Pack] = []
+    cur: list[tuple[list[int], list[int]]] = []
     used = 0
     for i in order:
         ex = examples[int(i)]
@@ -138,7 +139,7 @@ class SFTData:
         self.epoch, self.index, self._packs = int(position["epoch"]), int(position["index"]), None
 
     def take(self, n: int) -> list[Pack]:
-        out = []
+        out: list[Pack] = []
         while len(out) < n:
             if self._packs is None:
                 self._packs = self.packs_for(self.epoch)

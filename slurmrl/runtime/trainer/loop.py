@@ -227,6 +227,7 @@ class Trainer:
             if why:
                 raise SystemExit(f"slurmrl: trainer: {why}")
             local = dataset.locate(s.dataset, self.run_dir)
+            assert local is not None, "dataset.problem() found no problem, so it is there"
             self.data = SFTData(load_jsonl(local, self.tok), self.seq_len, self.pad_id, self.seed)
             self.log(f"dataset {local}: {len(self.data.examples)} examples")
         if ckpt:
@@ -261,6 +262,7 @@ class Trainer:
         if global_batch % (self.world * self.micro):
             raise SystemExit(f"slurmrl: trainer: batch {global_batch} does not split into micro_batch_size "
                              f"{self.micro} x {self.world} ranks")
+        assert self.data is not None, "kind sft loads its dataset as the trainer starts"
         epoch = self.data.epoch
         packs = self.data.take(global_batch)
         n_tgt = max(1, int(sum(int(p.targets.sum()) for p in packs)))
@@ -325,6 +327,7 @@ class Trainer:
         return dt
 
     def export_merged(self) -> None:
+        assert self.lora is not None, "called for a LoRA policy only"
         t = time.perf_counter()
         out = self.lora.export(RunDir(self.run_dir).merged_dir(), self.model, self.config, self.gen_config,
                                self.model_dir, self.tok, self.publish_dtype, self.rank)
@@ -368,7 +371,11 @@ class Trainer:
                 batch = rollouts.read_batch(path)
             rl_metrics.reset_peak(self.d.device)
             t = time.perf_counter()
-            out = self.sft_step() if self.kind == "sft" else self.rl_step(batch)
+            if self.kind == "sft":
+                out = self.sft_step()
+            else:
+                assert batch is not None, "kind rl read its batch above"
+                out = self.rl_step(batch)
             norm = self.optimizer_step()
             if self.d.cuda:
                 torch.cuda.synchronize()

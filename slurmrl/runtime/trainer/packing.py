@@ -63,7 +63,10 @@ def pack_documents(docs: list[tuple[list[int], list[bool]]], extra: dict[str, li
                    ) -> PackedRow:
     """Documents (token ids, target flags) end to end; ``extra[name][i]`` holds document i's
     per-token values. The first token of each document is never a target."""
-    ids, pos, tgt, cu = [], [], [], [0]
+    ids: list[int] = []
+    pos: list[int] = []
+    tgt: list[bool] = []
+    cu = [0]
     for d_ids, d_tgt in docs:
         n = len(d_ids)
         if n == 0:  # nothing to attend to or predict

@@ -141,6 +141,7 @@ def save_checkpoint(root: Path, step: int, model, optimizer, config, generation_
         if write_model is not None:
             write_model(tmp)
         else:
+            assert model_state is not None, "gathered above when there is no write_model"
             write_hf_folder(tmp / "model", model_state, config, generation_config, tokenizer_src, tokenizer,
                             torch.float32)
         torch.save(optim_state, tmp / "optimizer.pt")
