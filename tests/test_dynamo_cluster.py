@@ -34,8 +34,18 @@ pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "inference-dynamo-debug.toml"
 DYNAMO_PY = ROOT / ".venv-dynamo" / "bin" / "python"
-PD = ['name="inference-dynamo-debug-pd"', 'inference.mode="pd"', "inference.nodes=1",
-      "inference.prefill={replicas=1}", "inference.decode={replicas=2, nodes=1}"]
+PD = ['name="inference-dynamo-debug-pd"', "inference.prefill={replicas=1}", "inference.decode={replicas=2, nodes=1}"]
+
+
+def pd_recipe(cwd: Path) -> Path:
+    """The recipe in P/D mode: [inference] loses its nodes (P/D sizes each role; a nodes left set would
+    be a knob that does nothing, refused), prefill and decode come from PD."""
+    text = RECIPE.read_text()
+    aggregated = '[inference]\nbackend = "dynamo"\nnodes = 2\n'
+    assert aggregated in text
+    path = cwd / "inference-dynamo-debug-pd.toml"
+    path.write_text(text.replace(aggregated, '[inference]\nbackend = "dynamo"\nmode = "pd"\n'))
+    return path
 READY_S = 240  # a cold start takes ~11 s here; the machine is shared with other tests
 
 
@@ -78,9 +88,9 @@ def chat(base: str, stream: bool = False) -> dict | list[dict]:
 
 
 class Job:
-    def __init__(self, cluster, cwd: Path, overrides: list[str]):
+    def __init__(self, cluster, cwd: Path, overrides: list[str], recipe: Path = RECIPE):
         self.cluster, self.cwd = cluster, cwd
-        r = cluster.slurmrl("submit", str(RECIPE), *[a for o in overrides for a in ("--set", o)], cwd=cwd)
+        r = cluster.slurmrl("submit", str(recipe), *[a for o in overrides for a in ("--set", o)], cwd=cwd)
         assert r.returncode == 0, r.stdout + r.stderr
         name = next(o.split("=", 1)[1].strip('"') for o in overrides + ['name="inference-dynamo-debug"']
                     if o.startswith("name="))
@@ -114,8 +124,10 @@ def jobs(slurm_cluster, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("dynamo")
     model = build_no_weights(cwd / "tiny-mocker")
     common = [f'model.path="{model}"', f'python.executable="{DYNAMO_PY}"']
-    started = {"agg": Job(slurm_cluster, cwd, common), "pd": Job(slurm_cluster, cwd, common + PD)}
-    try:
+    started: dict[str, Job] = {}
+    try:  # a submission that fails still cancels the jobs already submitted
+        started["agg"] = Job(slurm_cluster, cwd, common)
+        started["pd"] = Job(slurm_cluster, cwd, common + PD, pd_recipe(cwd))
         deadline = time.monotonic() + READY_S
         for job in started.values():
             job.wait_ready(deadline)
