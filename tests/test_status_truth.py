@@ -1,0 +1,86 @@
+"""Truthful status without a cluster (issue 27 item 8): the Slurm test double (tests/fake_slurm/) knows
+no job, so every job id a run dir names is one Slurm has never heard of.
+
+- `slurmrl status` of such a job (past the grace after its submission) is one line on stderr and exit 2,
+  for a run dir, its job.sbatch, a bare job id and --json (what the run dir says still goes to stdout);
+  within the grace it asks again until the grace ends.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from slurmrl.app import status as status_mod
+from slurmrl.errors import UserError
+from slurmrl.rundir.paths import RunDir
+from tests.test_nothing_left_behind import one_line_error, rendered_run_dir, run
+
+
+def write_jobs(run_dir, job_id: str, submitted_at: str | None) -> None:
+    RunDir(run_dir).jobs.write_text(json.dumps([{"job_id": job_id, "submitted_at": submitted_at,
+                                                 "script_sha256": None}]) + "\n")
+
+
+@pytest.mark.parametrize("form", ["dir", "script", "json", "cwd"])
+def test_status_of_a_job_slurm_never_heard_of_is_an_error(tmp_path, form):
+    run_dir = rendered_run_dir(tmp_path)
+    old = (datetime.now(UTC) - timedelta(hours=1)).isoformat(timespec="seconds")
+    write_jobs(run_dir, "4242", old)
+    args = {"dir": [str(run_dir)], "script": [str(RunDir(run_dir).script)], "json": [str(run_dir), "--json"],
+            "cwd": []}[form]
+    r, calls = run("status", *args, cwd=run_dir if form == "cwd" else tmp_path)
+    line = one_line_error(r)
+    assert "4242" in line and "not known to squeue or sacct" in line, line
+    # what the run dir itself says still goes to stdout (the job's FAILED, metrics, ...)
+    assert "4242" in r.stdout and "Traceback" not in r.stdout
+    assert any(c[0] == "sacct" for c in calls), calls
+
+
+@pytest.mark.parametrize("submitted_at", [None, "not a time", "1999-01-01T00:00:00+00:00"])
+def test_a_job_without_a_readable_submission_time_is_an_error_at_once(tmp_path, submitted_at):
+    run_dir = rendered_run_dir(tmp_path)
+    write_jobs(run_dir, "4243", submitted_at)
+    started = time.monotonic()
+    r, _ = run("status", str(run_dir), cwd=tmp_path)
+    assert "4243" in one_line_error(r)
+    assert time.monotonic() - started < status_mod.NOT_FOUND_AFTER_S
+
+
+def test_status_of_a_bare_unknown_job_id_is_an_error(tmp_path):
+    r, _ = run("status", "987654", cwd=tmp_path)
+    assert "987654" in one_line_error(r)
+
+
+def test_within_the_grace_status_asks_again_until_the_grace_ends(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_jobs(run_dir, "77", datetime.now(UTC).isoformat(timespec="seconds"))
+    monkeypatch.setattr(status_mod, "NOT_FOUND_AFTER_S", 2.0)
+    asked = []
+
+    class NeverKnown:
+        job_id = "77"
+
+        def snapshot(self):
+            asked.append(time.monotonic())
+            return status_mod.Snapshot("77", "UNKNOWN")
+
+    assert not status_mod.first_snapshot(NeverKnown(), run_dir).parts
+    with pytest.raises(UserError, match="77.*not known"):
+        raise status_mod.not_known("77", run_dir)
+    assert len(asked) >= 2 and asked[-1] - asked[0] <= 3.5
+
+
+def test_a_submission_time_in_the_future_waits_one_grace_at_most(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    write_jobs(run_dir, "78", "2999-01-01T00:00:00+00:00")
+    monkeypatch.setattr(status_mod, "NOT_FOUND_AFTER_S", 1.0)
+    monkeypatch.setattr(status_mod.Watch, "snapshot", lambda self: status_mod.Snapshot(self.job_id, "UNKNOWN"))
+    started = time.monotonic()
+    assert not status_mod.first_snapshot(status_mod.Watch("78"), run_dir).parts
+    assert time.monotonic() - started < 3
