@@ -4,6 +4,8 @@ no job, so every job id a run dir names is one Slurm has never heard of.
 - `slurmrl status` of such a job (past the grace after its submission) is one line on stderr and exit 2,
   for a run dir, its job.sbatch, a bare job id and --json (what the run dir says still goes to stdout);
   within the grace it asks again until the grace ends.
+- every command that plans (validate, plan, render, submit of a recipe, sweep) prints the plan's
+  warnings on stderr as `slurmrl: warning: ...`, each distinct one once.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import pytest
 from slurmrl.app import status as status_mod
 from slurmrl.errors import UserError
 from slurmrl.rundir.paths import RunDir
-from tests.test_nothing_left_behind import one_line_error, rendered_run_dir, run
+from tests.test_nothing_left_behind import ROOT, one_line_error, rendered_run_dir, run
+from tests.test_nothing_left_behind import submitted as submitted_calls
 
 
 def write_jobs(run_dir, job_id: str, submitted_at: str | None) -> None:
@@ -84,3 +87,40 @@ def test_a_submission_time_in_the_future_waits_one_grace_at_most(tmp_path, monke
     started = time.monotonic()
     assert not status_mod.first_snapshot(status_mod.Watch("78"), run_dir).parts
     assert time.monotonic() - started < 3
+
+
+# ---- every command that plans prints the same warnings -----------------------------------------
+INF = ROOT / "recipes" / "inference-debug.toml"
+EARLY = ["--set", "slurm.time=10", "--set", "slurm.signal=USR2"]  # fires at 540 s, before startup_timeout
+
+
+def warnings_of(stderr: str) -> list[str]:
+    lines = stderr.splitlines()
+    assert "Traceback" not in stderr and all(ln.startswith("slurmrl: warning: ") for ln in lines), stderr
+    return [ln.removeprefix("slurmrl: warning: ") for ln in lines]
+
+
+@pytest.mark.parametrize("verb", [["validate"], ["plan"], ["plan", "--json"], ["render"], ["render", "--stdout"],
+                                  ["submit"]])
+def test_every_verb_that_plans_prints_the_plans_warnings_on_stderr(tmp_path, verb):
+    r, calls = run(*verb, str(INF), *EARLY, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = warnings_of(r.stderr)
+    assert len(said) == 1 and "slurm.signal USR2@60 fires 540 s" in said[0], said
+    assert (verb == ["submit"]) == bool(submitted_calls(calls))
+
+
+@pytest.mark.parametrize("render_only", [True, False])
+def test_a_sweep_prints_each_distinct_warning_once(tmp_path, render_only):
+    r, calls = run("sweep", str(INF), *EARLY, "--grid", "inference.gpu_memory_utilization=0.5,0.6,0.7",
+                   *(["--render-only"] if render_only else []), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = warnings_of(r.stderr)
+    assert len(said) == 1 and "fires 540 s" in said[0], said
+    assert bool(submitted_calls(calls)) != render_only
+
+
+@pytest.mark.parametrize("verb", [["validate"], ["plan"], ["render"], ["submit"]])
+def test_a_recipe_without_warnings_prints_none(tmp_path, verb):
+    r, _ = run(*verb, str(INF), cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
