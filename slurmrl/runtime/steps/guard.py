@@ -10,7 +10,8 @@ Two processes watch each command, so that no single ``kill -9`` leaves an orphan
   guard dies, and its children fall back to the supervisor.
 Signals are forwarded to the command; the guard exits with the command's code (128+N for signal N).
 When the step writes to a file (srun's --output, not a terminal), the command's output passes through
-the guard, which drops terminal colour codes (slurmrl.rundir.plain): logs are plain text.
+the guard, which drops terminal colour codes (slurmrl.rundir.plain): logs are plain text; and after a
+stop it passed on, torchrun's SignalException tracebacks (slurmrl.runtime.steps.planned_stop).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import threading
 
 from slurmrl.rundir.plain import PlainBytes
 from slurmrl.runtime.steps import tree
+from slurmrl.runtime.steps.planned_stop import StopTracebacks
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 
@@ -44,7 +46,11 @@ def main(argv: list[str]) -> int:
     except OSError as e:
         print(f"slurmrl: cannot start {command[0]}: {e.strerror}", file=sys.stderr, flush=True)
         return 127
-    pumps = [threading.Thread(target=pump, args=(stream.fileno(), fd), daemon=True)
+    stopping = threading.Event()  # a stop was passed on: torchrun's SignalException tracebacks are left out
+    name = os.path.basename(command[0])
+    filters = {fd: StopTracebacks(stopping, name) for stream, fd in ((child.stdout, 1), (child.stderr, 2))
+               if stream is not None}
+    pumps = [threading.Thread(target=pump, args=(stream.fileno(), fd, filters[fd]), daemon=True)
              for stream, fd in ((child.stdout, 1), (child.stderr, 2)) if stream is not None]
     for t in pumps:
         t.start()
@@ -53,6 +59,8 @@ def main(argv: list[str]) -> int:
         if os.getppid() != parent:  # PDEATHSIG: the supervisor is gone; nobody else will clean up
             tree.end(grace=5.0)
             os._exit(128 + signum)
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            stopping.set()
         if child.poll() is None:
             child.send_signal(signum)
 
@@ -62,6 +70,9 @@ def main(argv: list[str]) -> int:
     left = tree.end()
     for t in pumps:  # what the command wrote last, then EOF (the tree that held the pipe is gone)
         t.join(timeout=10)
+    dropped = [f.dropped for f in filters.values() if f.dropped]
+    if code == 1 and dropped:  # torchrun's SignalException after a planned stop: the stop's code, not a failure
+        code = 128 + dropped[-1]
     if left:
         print(f"slurmrl: ended {len(left)} process(es) {command[0]} left behind: {' '.join(map(str, left))}",
               flush=True)
@@ -84,15 +95,16 @@ def plain_outputs() -> dict:
             "stderr": subprocess.PIPE if stat.S_ISREG(err.st_mode) else None}
 
 
-def pump(src: int, dest: int) -> None:
-    """Copy ``src`` to ``dest`` until EOF, colour codes dropped."""
+def pump(src: int, dest: int, tracebacks: StopTracebacks) -> None:
+    """Copy ``src`` to ``dest`` until EOF, colour codes dropped, and after a planned stop torchrun's
+    SignalException tracebacks (slurmrl.runtime.steps.planned_stop)."""
     strip = PlainBytes()
     while True:
         try:
             chunk = os.read(src, 1 << 16)
         except OSError:
             chunk = b""
-        data = strip.feed(chunk) if chunk else strip.flush()
+        data = tracebacks.feed(strip.feed(chunk)) if chunk else tracebacks.feed(strip.flush()) + tracebacks.flush()
         while data:
             try:
                 data = data[os.write(dest, data):]
