@@ -124,3 +124,20 @@ def test_a_sweep_prints_each_distinct_warning_once(tmp_path, render_only):
 def test_a_recipe_without_warnings_prints_none(tmp_path, verb):
     r, _ = run(*verb, str(INF), cwd=tmp_path)
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+# ---- a manual requeue uses no requeue ------------------------------------------------------------
+def test_only_the_jobs_own_requeues_count_against_max_requeues(tmp_path):
+    logs = tmp_path / "logs"
+    for a, (name, note) in enumerate([("PREEMPTED", "warning signal: requeued as attempt 1"),
+                                      ("STOPPED", "got SIGTERM from Slurm (requeued by Slurm (scontrol requeue, or a "
+                                                  "preemption that requeues): attempt 2 follows)"),
+                                      ("PREEMPTED", "warning signal: slurm.requeue is off")]):
+        (logs / f"attempt-{a}").mkdir(parents=True)
+        (logs / f"attempt-{a}" / name).write_text(note + "\n")
+    assert status_mod.own_requeues(tmp_path, 3) == 1
+    assert status_mod.own_requeues(tmp_path, 1) == 1 and status_mod.own_requeues(tmp_path, 0) == 0
+    rep = {"job_id": "7", "state": "RUNNING", "run_dir": "/r", "attempt": 3, "max_requeues": 3, "requeues_used": 1,
+           "parts": [], "components": [], "steps": [], "phases": [], "failed": None, "stopped": None,
+           "serving": None, "serving_url": None, "endpoints": [], "model": None, "secret_file": None}
+    assert status_mod.text(rep).splitlines()[0] == "job 7: RUNNING  (attempt 3, 2 requeue(s) left, run dir /r)"

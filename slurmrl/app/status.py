@@ -90,6 +90,13 @@ def stopped_reason(run_dir: Path, attempt: int, state: str) -> str | None:
     return None
 
 
+def own_requeues(run_dir: Path, attempt: int) -> int:
+    """Requeues the job asked for itself before ``attempt`` (the warning signal's PREEMPTED note says
+    so); a manual `scontrol requeue` counts a Slurm restart but uses none of slurm.max_requeues."""
+    paths = RunDir(run_dir)
+    return sum("requeued as attempt" in (read_note(paths.preempted_file(a)) or "") for a in range(attempt))
+
+
 def endpoints(run_dir: Path, attempt: int, plan: Plan) -> list[dict]:
     """Every ready task of the attempt that serves a URL (its ready file's first line), in plan order."""
     out = []
@@ -166,6 +173,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["attempt"] = None
     out["attempt_waiting"] = False
     out["max_requeues"] = None
+    out["requeues_used"] = None
     out["components"] = []
     out["failed"] = None
     out["stopped"] = None
@@ -193,6 +201,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["attempt"] = attempt
     out["attempt_waiting"] = waiting_for is not None
     out["max_requeues"] = plan.max_requeues if plan is not None and plan.requeue else None
+    out["requeues_used"] = own_requeues(run_dir, attempt)
     out["failed"] = failed_reason(run_dir, attempt)
     out["stopped"] = stopped_reason(run_dir, attempt, snap.state)
     out["phases"] = phases(run_dir, attempt)
@@ -297,7 +306,8 @@ def text(rep: dict) -> str:
     if rep["run_dir"]:
         left = ""
         if rep.get("max_requeues") is not None and rep["attempt"] is not None:
-            left = f", {max(rep['max_requeues'] - rep['attempt'], 0)} requeue(s) left"
+            used = rep["attempt"] if rep.get("requeues_used") is None else rep["requeues_used"]
+            left = f", {max(rep['max_requeues'] - used, 0)} requeue(s) left"
         waiting = " waits in the queue" if rep.get("attempt_waiting") else ""
         head += f"  (attempt {rep['attempt']}{waiting}{left}, run dir {rep['run_dir']})"
     lines = [head] + link_lines(rep) + serving_lines(rep)
