@@ -154,9 +154,12 @@ stop_all() {
     wait 2>/dev/null || true
 }
 
-# abort REASON: fail fast. Record why, stop everything, exit non-zero.
+# abort REASON: fail fast. Record why, stop everything, exit non-zero; unless Slurm is ending the
+# job (a step, a staging or port srun it ended): then it is a stop (STOPPED, slurm_stopped).
 abort() {
     trap '' TERM "${WARN_SIGNAL}"  # a second signal must not cut the stop short
+    slurm_ending
+    [[ -z ${ENDING} ]] || slurm_stopped "$1, as Slurm ended the job"
     echo "slurmrl: FAILED: $1" >&2
     echo "$1" >"${LOG_DIR}/FAILED"
     stop_all

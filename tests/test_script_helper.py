@@ -127,3 +127,12 @@ def test_a_step_that_ends_before_it_is_ready_as_slurm_ends_the_job_is_a_stop(tmp
 def test_on_term_says_a_manual_requeue_is_a_requeue(tmp_path, squeue, text):
     r, log_dir = run_helper(tmp_path, "on_term", squeue, attempt=1)
     assert r.returncode == 143 and (log_dir / "STOPPED").read_text().strip() == text, r.stderr
+
+
+@pytest.mark.parametrize(("squeue", "code", "note"), [('echo "COMPLETING 0"', 143, "STOPPED"),
+                                                      ('echo "RUNNING 0"', 1, "FAILED")])
+def test_an_abort_while_slurm_ends_the_job_is_a_stop(tmp_path, squeue, code, note):
+    """Every other path to abort (a staging or port-claim srun Slurm ended) reads the same way."""
+    r, log_dir = run_helper(tmp_path, 'abort "model staging failed"', squeue)
+    assert r.returncode == code, r.stdout + r.stderr
+    assert (log_dir / note).read_text().startswith("model staging failed")
