@@ -87,7 +87,11 @@ ready_urls() {
 still_starting() {
     local why=""
     [[ ! -s ${LOG_DIR}/$1.waiting ]] || read -r why <"${LOG_DIR}/$1.waiting" || true
-    kill -0 "${PID_OF[$1]}" 2>/dev/null || abort "$1 exited before it was ready ($4)${why:+; ${why}}"
+    if ! kill -0 "${PID_OF[$1]}" 2>/dev/null; then
+        slurm_ending  # inside salloc, a cancel ends the steps and sends this shell nothing
+        [[ -z ${ENDING} ]] || slurm_stopped "$1 ended before it was ready as Slurm ended the job"
+        abort "$1 exited before it was ready ($4)${why:+; ${why}}"
+    fi
     ((SECONDS < $3)) || abort "$1 not ready after $2s ($4)${why:+; ${why}}"
 }
 
@@ -150,9 +154,12 @@ stop_all() {
     wait 2>/dev/null || true
 }
 
-# abort REASON: fail fast. Record why, stop everything, exit non-zero.
+# abort REASON: fail fast. Record why, stop everything, exit non-zero; unless Slurm is ending the
+# job (a step, a staging or port srun it ended): then it is a stop (STOPPED, slurm_stopped).
 abort() {
     trap '' TERM "${WARN_SIGNAL}"  # a second signal must not cut the stop short
+    slurm_ending
+    [[ -z ${ENDING} ]] || slurm_stopped "$1, as Slurm ended the job"
     echo "slurmrl: FAILED: $1" >&2
     echo "$1" >"${LOG_DIR}/FAILED"
     stop_all
@@ -164,16 +171,22 @@ abort() {
 # No command substitution here or in on_warning: bash 5.2 exits from a trap that
 # interrupted `wait -n` when a $(...) runs in it under set -e.
 requeue_refusal() {
-    local first now
+    local first now f line own=0
     REFUSAL=""
+    # the job's own requeues (a PREEMPTED note that says so); a manual scontrol requeue uses none
+    for f in "${RUN_DIR}"/logs/attempt-*/PREEMPTED; do
+        line=""
+        [[ ! -f ${f} ]] || read -r line <"${f}" || true
+        [[ ${line} != *"requeued as attempt"* ]] || own=$((own + 1))
+    done
     if [[ -z ${MAX_REQUEUES:-} ]]; then
         REFUSAL="slurm.requeue is off"
     elif [[ ${ENVIRONMENT:-} != BATCH ]]; then
         REFUSAL="not a batch job (bash job.sbatch inside salloc)"
     elif ((!UP)); then
         REFUSAL="it came before every component was ready; another attempt would start over the same way"
-    elif ((ATTEMPT >= MAX_REQUEUES)); then
-        REFUSAL="requeued ${ATTEMPT} time(s) already: slurm.max_requeues"
+    elif ((own >= MAX_REQUEUES)); then
+        REFUSAL="requeued ${own} time(s) already: slurm.max_requeues"
     elif [[ -n ${MAX_TOTAL_SECONDS:-} ]]; then
         read -r first _ <"${RUN_DIR}/logs/attempt-0/phases" || first=0
         printf -v now '%(%s)T' -1
@@ -201,14 +214,45 @@ on_warning() {
     exit 0
 }
 
-# on_term: Slurm ends the job (scancel, the time limit, a preemption without requeue). Not a
-# failure of the job's own: recorded as STOPPED, and `slurmrl status` says which it was.
-on_term() {
+# slurm_ending: set ENDING when Slurm itself is ending this job (scancel, the time limit, a
+# preemption, a revoked salloc allocation: "ended"; scontrol requeue, which counts a restart:
+# "requeued"); empty while the job runs, or when squeue cannot say. No $(...): see requeue_refusal.
+slurm_ending() {
+    local state="" restarts="" file="${LOG_DIR}/.slurm-state"
+    ENDING=""
+    if ! squeue -h -j "${SLURM_JOB_ID}" -O "State,RestartCnt" >"${file}" 2>&1; then
+        if grep -q "Invalid job id" "${file}" 2>/dev/null; then ENDING=ended; fi  # gone from the controller
+        return 0
+    fi
+    read -r state restarts <"${file}" || true
+    case ${state} in
+        RUNNING | CONFIGURING | SUSPENDED | SIGNALING) ;;
+        *)
+            ENDING=ended
+            if [[ ${restarts} =~ ^[0-9]+$ ]] && ((restarts > ATTEMPT)); then ENDING=requeued; fi
+            ;;
+    esac
+}
+
+# slurm_stopped WHAT: Slurm ends the job (ENDING): not a failure of the job's own. Recorded as
+# STOPPED (`slurmrl status` says which it was from Slurm's state), components stopped in order.
+slurm_stopped() {
     trap '' TERM "${WARN_SIGNAL}"
-    echo "slurmrl: got SIGTERM from Slurm (cancel, time limit or preemption): stopping"
-    echo "got SIGTERM from Slurm (cancel, time limit or preemption)" >"${LOG_DIR}/STOPPED"
+    local why="cancel, time limit or preemption"
+    if [[ ${ENDING:-} == requeued ]]; then
+        why="requeued by Slurm (scontrol requeue, or a preemption that requeues): attempt $((ATTEMPT + 1)) follows"
+    fi
+    echo "slurmrl: $1 (${why}): stopping"
+    echo "$1 (${why})" >"${LOG_DIR}/STOPPED"
     stop_all
     exit 143
+}
+
+# on_term: Slurm ends the job (scancel, the time limit, a preemption without requeue, a requeue).
+on_term() {
+    trap '' TERM "${WARN_SIGNAL}"
+    slurm_ending
+    slurm_stopped "got SIGTERM from Slurm"
 }
 
 # supervise MAIN...: wait for steps to end. Success when every MAIN component exits 0;
@@ -223,6 +267,11 @@ supervise() {
         [[ -n $pid ]] || continue  # woken by a signal; its trap has run
         name=${NAME_OF[$pid]}
         unset "NAME_OF[$pid]"
+        if ((rc != 0)) || [[ -z ${main[$name]:-} ]]; then
+            # inside salloc no TERM reaches this shell: a step Slurm ended (scancel, a requeue) is a stop
+            slurm_ending
+            [[ -z ${ENDING} ]] || slurm_stopped "${name} ended with code ${rc} as Slurm ended the job"
+        fi
         ((rc != 124)) || abort "${name} hung: no heartbeat within slurm.heartbeat_timeout (see its log)"
         ((rc == 0)) || abort "${name} exited with code ${rc}"
         [[ -n ${main[$name]:-} ]] || abort "${name} exited while the job was still running"

@@ -12,8 +12,11 @@ file is bind-mounted over /etc/hosts (nothing on the machine changes).
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -65,3 +68,47 @@ def test_the_rendered_script_runs_inside_salloc(slurm_cluster, tmp_path, monkeyp
     assert preflight.GroupHosts().complete(Watch(job_id), len(out.plan.groups), wait_s=60) == hosts
     rows = preflight.check(out.run_dir, out.plan, job_id, hosts)
     assert [r.problems for r in rows] == [[] for _ in rows], preflight.report_table(rows)
+
+
+@pytest.mark.cluster
+def test_slurmrl_cancel_inside_salloc_reads_as_a_cancel(slurm_cluster, tmp_path):
+    """Inside salloc no TERM reaches the script when the job is cancelled: its steps end (code 143)
+    and the script saw "router exited with code 143", a failure. Now it asks the controller, which
+    is ending the job: STOPPED, and `status` says cancelled."""
+    from tests.test_status_logs_cancel import FAKE_PYTHON
+
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    recipe = ROOT / "recipes" / "rl-debug.toml"
+    sets = [f'python.executable="{fake}"', "slurm.grace_seconds=5"]
+    out = render(recipe, sets, run_dir=tmp_path / "rl-debug")
+    r = slurm_cluster.run([sys.executable, "-m", "slurmrl", "plan", str(recipe), "--salloc", "--run-dir",
+                           str(out.run_dir), *[a for s in sets for a in ("--set", s)]], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    hosts_file = slurm_cluster.state_dir / "etc" / "hosts"
+    cmd = ["unshare", "--mount", "sh", "-c", f'mount --bind "$0" /etc/hosts && exec {r.stdout.strip()}',
+           str(hosts_file)]
+    env = {**os.environ, **slurm_cluster.cluster_vars, "SLURMRL_PROBE_TIMEOUT": "30", "SLURMRL_TEST_HOLD": "trainer"}
+    log = tmp_path / "salloc.log"
+    with log.open("w") as f:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=f, stderr=subprocess.STDOUT)
+    try:
+        phases = out.run_dir / "logs" / "attempt-0" / "phases"
+        deadline = time.monotonic() + 120
+        while not (phases.exists() and "all components ready" in phases.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        c = slurm_cluster.slurmrl("cancel", str(out.run_dir), cwd=tmp_path)
+        assert c.returncode == 0, c.stdout + c.stderr
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    attempt = out.run_dir / "logs" / "attempt-0"
+    assert not (attempt / "FAILED").exists(), text
+    assert "as Slurm ended the job" in (attempt / "STOPPED").read_text(), text
+    assert code != 0 and "exited with code 143" not in text, text
+    st = slurm_cluster.slurmrl("status", str(out.run_dir), cwd=tmp_path)
+    assert "STOPPED: cancelled" in st.stdout and "FAILED:" not in st.stdout, st.stdout + st.stderr

@@ -1,6 +1,6 @@
 """The helper file job.sbatch sources (RUN_DIR/slurmrl-functions.sh), run in bash: the requeue
-decision reads what job.sbatch sets (MAX_REQUEUES empty: requeue off; MAX_TOTAL_SECONDS), and a
-helper of another version refuses to load."""
+decision reads what job.sbatch sets (MAX_REQUEUES empty: requeue off; MAX_TOTAL_SECONDS) and counts
+only the job's own requeues, and a helper of another version refuses to load."""
 
 from __future__ import annotations
 
@@ -16,9 +16,13 @@ ROOT = Path(__file__).resolve().parent.parent
 HELPER = (ROOT / "sbatch" / "slurmrl-functions.sh").read_text()
 
 
-def refusal(tmp_path: Path, **env: str) -> str:
+def refusal(tmp_path: Path, own: int = 0, **env: str) -> str:
+    """requeue_refusal's answer; ``own``: attempts the job requeued itself (their PREEMPTED notes)."""
     (tmp_path / "logs" / "attempt-0").mkdir(parents=True, exist_ok=True)
     (tmp_path / "logs" / "attempt-0" / "phases").write_text("1000 allocation\n")
+    for a in range(own):
+        (tmp_path / "logs" / f"attempt-{a}").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "logs" / f"attempt-{a}" / "PREEMPTED").write_text(f"warning signal: requeued as attempt {a + 1}\n")
     (tmp_path / "f.sh").write_text(HELPER)
     sets = "".join(f"{k}={v!r}\n" for k, v in env.items())
     body = f'RUN_DIR={str(tmp_path)!r}\nsource "$RUN_DIR/f.sh" 1\n{sets}requeue_refusal\necho "[$REFUSAL]"\n'
@@ -32,8 +36,11 @@ def refusal(tmp_path: Path, **env: str) -> str:
     ({"MAX_REQUEUES": "3", "UP": "1", "ATTEMPT": "0"}, "[not a batch job (bash job.sbatch inside salloc)]"),
     ({"MAX_REQUEUES": "3", "ENVIRONMENT": "BATCH", "UP": "0", "ATTEMPT": "0"},
      "[it came before every component was ready; another attempt would start over the same way]"),
-    ({"MAX_REQUEUES": "2", "ENVIRONMENT": "BATCH", "UP": "1", "ATTEMPT": "2"},
+    ({"own": 2, "MAX_REQUEUES": "2", "ENVIRONMENT": "BATCH", "UP": "1", "ATTEMPT": "2"},
      "[requeued 2 time(s) already: slurm.max_requeues]"),
+    # two manual `scontrol requeue`s (attempt 2, no PREEMPTED note of the job's own) use no requeue
+    ({"MAX_REQUEUES": "2", "ENVIRONMENT": "BATCH", "UP": "1", "ATTEMPT": "2"}, "[]"),
+    ({"own": 1, "MAX_REQUEUES": "2", "ENVIRONMENT": "BATCH", "UP": "1", "ATTEMPT": "3"}, "[]"),
     ({"MAX_REQUEUES": "3", "ENVIRONMENT": "BATCH", "UP": "1", "ATTEMPT": "1"}, "[]"),
     ({"MAX_REQUEUES": "3", "ENVIRONMENT": "BATCH", "UP": "1", "ATTEMPT": "1", "MAX_TOTAL_SECONDS": "60"},
      "[the job has run 60 s over all attempts: slurm.max_total_time]"),
@@ -58,3 +65,74 @@ def test_a_helper_of_another_version_refuses_to_load(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 1 and "loaded" not in r.stdout
     assert r.stderr.strip() == "slurmrl: job.sbatch asks for slurmrl-functions.sh version 2; this is version 1"
+
+
+# ---- Slurm ending the job: a stop, not a failure --------------------------------------------------
+def run_helper(tmp_path: Path, body: str, squeue: str, attempt: int = 0) -> tuple[subprocess.CompletedProcess, Path]:
+    """``body`` after sourcing the helper, with a squeue double that prints ``squeue`` (a shell line)."""
+    bin_dir, log_dir = tmp_path / "bin", tmp_path / "logs" / f"attempt-{attempt}"
+    bin_dir.mkdir(exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "squeue").write_text(f"#!/bin/bash\n{squeue}\n")
+    (bin_dir / "squeue").chmod(0o755)
+    (tmp_path / "f.sh").write_text(HELPER)
+    script = (f'set -euo pipefail\nPATH={str(bin_dir)!r}:"$PATH"\nRUN_DIR={str(tmp_path)!r}\n'
+              f'LOG_DIR={str(log_dir)!r}\nATTEMPT={attempt}\nSLURM_JOB_ID=42\nWARN_SIGNAL=USR1\n'
+              f'GRACE_SECONDS=1\nsource "$RUN_DIR/f.sh" 1\nstop_components() {{ :; }}\n{body}\n')
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60), log_dir
+
+
+@pytest.mark.parametrize(("squeue", "ending"), [
+    ('echo "RUNNING 0"', ""),
+    ('echo "SIGNALING 0"', ""),
+    ('echo "COMPLETING 0"', "ended"),  # scancel, the time limit: the controller shows the job completing
+    ('echo "CANCELLED 0"', "ended"),
+    ('echo "COMPLETING 1"', "requeued"),  # scontrol requeue counts a restart at once
+    ('echo "PENDING 1"', "requeued"),
+    ("", "ended"),  # no longer listed
+    ('echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1', "ended"),
+    ('echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1', ""),  # cannot say
+])
+def test_slurm_ending_reads_the_controller(tmp_path, squeue, ending):
+    r, _ = run_helper(tmp_path, 'slurm_ending\necho "[${ENDING}]"', squeue)
+    assert r.returncode == 0 and r.stdout.strip() == f"[{ending}]", r.stderr
+
+
+@pytest.mark.parametrize(("squeue", "code", "note", "text"), [
+    # inside salloc, `slurmrl cancel` ends the steps and sends the shell nothing: a stop, not a failure
+    ('echo "COMPLETING 0"', 143, "STOPPED", "router ended with code 143 as Slurm ended the job (cancel, time limit or"),
+    ('echo "COMPLETING 1"', 143, "STOPPED", "(requeued by Slurm (scontrol requeue, or a preemption that requeues): "
+                                            "attempt 1 follows)"),
+    ('echo "RUNNING 0"', 1, "FAILED", "router exited with code 143"),  # the job runs on: the router failed
+])
+def test_a_step_that_ends_as_slurm_ends_the_job_is_a_stop(tmp_path, squeue, code, note, text):
+    body = "launch router bash -c 'exit 143'\nsupervise trainer"
+    r, log_dir = run_helper(tmp_path, body, squeue)
+    assert r.returncode == code, r.stdout + r.stderr
+    assert text in (log_dir / note).read_text()
+    assert not (log_dir / ("FAILED" if note == "STOPPED" else "STOPPED")).exists()
+
+
+def test_a_step_that_ends_before_it_is_ready_as_slurm_ends_the_job_is_a_stop(tmp_path):
+    body = "launch router bash -c 'exit 143'\nsleep 0.2\nstill_starting router 60 $((SECONDS + 60)) 'x'"
+    r, log_dir = run_helper(tmp_path, body, 'echo "COMPLETING 0"')
+    assert r.returncode == 143 and "router ended before it was ready as Slurm ended" in (log_dir / "STOPPED").read_text()
+
+
+@pytest.mark.parametrize(("squeue", "text"), [
+    ('echo "COMPLETING 0"', "got SIGTERM from Slurm (cancel, time limit or preemption)"),
+    ('echo "COMPLETING 2"', "got SIGTERM from Slurm (requeued by Slurm (scontrol requeue, or a preemption that "
+                            "requeues): attempt 2 follows)"),
+])
+def test_on_term_says_a_manual_requeue_is_a_requeue(tmp_path, squeue, text):
+    r, log_dir = run_helper(tmp_path, "on_term", squeue, attempt=1)
+    assert r.returncode == 143 and (log_dir / "STOPPED").read_text().strip() == text, r.stderr
+
+
+@pytest.mark.parametrize(("squeue", "code", "note"), [('echo "COMPLETING 0"', 143, "STOPPED"),
+                                                      ('echo "RUNNING 0"', 1, "FAILED")])
+def test_an_abort_while_slurm_ends_the_job_is_a_stop(tmp_path, squeue, code, note):
+    """Every other path to abort (a staging or port-claim srun Slurm ended) reads the same way."""
+    r, log_dir = run_helper(tmp_path, 'abort "model staging failed"', squeue)
+    assert r.returncode == code, r.stdout + r.stderr
+    assert (log_dir / note).read_text().startswith("model staging failed")

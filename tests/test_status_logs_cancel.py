@@ -272,6 +272,30 @@ def test_the_requeue_limit_ends_the_job_after_a_checkpoint(slurm_cluster, job, t
     assert "Restarts=0" in slurm_cluster.run(["scontrol", "show", "job", rep["job_id"]]).stdout
 
 
+@pytest.mark.cluster
+def test_a_manual_requeue_reads_as_a_requeue_and_uses_none_of_the_jobs_own(slurm_cluster, job, tmp_path):
+    """`scontrol requeue` read "cancel, time limit or preemption" and counted against
+    slurm.max_requeues; now attempt 0's STOPPED says requeued, and with slurm.max_requeues=1 the job
+    still requeues itself once after it (the warning signal in attempt 1)."""
+    run_dir = job("slurm.max_requeues=1", SLURMRL_TEST_HOLD="trainer")
+    up = (lambda attempt: lambda: (r := status_json(slurm_cluster, run_dir))["state"] == "RUNNING"
+          and r["attempt"] == attempt and {c["name"]: c for c in r["components"]}["trainer"]["ready"] == [0] and r)
+    rep = wait_for(up(0), "the trainer to be up")
+    r = slurm_cluster.run(["scontrol", "requeue", rep["job_id"]])
+    assert r.returncode == 0, r.stderr
+    stopped = run_dir / "logs" / "attempt-0" / "STOPPED"
+    wait_for(stopped.exists, "attempt 0 to stop", timeout=90)
+    assert "requeued by Slurm" in stopped.read_text() and not (run_dir / "logs" / "attempt-0" / "FAILED").exists()
+    rep = wait_for(up(1), "attempt 1 to be up", timeout=180)
+    assert rep["requeues_used"] == 0
+    assert "1 requeue(s) left" in slurm_cluster.slurmrl("status", str(run_dir), cwd=tmp_path).stdout.splitlines()[0]
+    sig = slurm_cluster.run(["scancel", "--batch", "--signal=USR1", rep["job_id"]])
+    assert sig.returncode == 0, sig.stderr
+    preempted = run_dir / "logs" / "attempt-1" / "PREEMPTED"
+    wait_for(preempted.exists, "the warning to be handled")
+    assert "requeued as attempt 2" in preempted.read_text(), preempted.read_text()
+
+
 def test_watch_into_a_log_reports_changes_not_clock_ticks():
     from slurmrl.app.status import without_elapsed
 

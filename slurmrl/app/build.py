@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +163,13 @@ def lock_text(out: Rendered, recipe_path: str | Path, **links) -> str:
                         preflight=out.plan.preflight, recipe_path=Path(recipe_path), edited=False, **links)
 
 
+def warn(warnings: Iterable[str]) -> None:
+    """The planner's warnings (``Plan.warnings``), each once, on stderr as ``slurmrl: warning: ...``: the
+    one place they are printed; every verb that plans (validate, plan, render, submit, sweep) calls it."""
+    for w in dict.fromkeys(warnings):
+        print(f"slurmrl: warning: {w}", file=sys.stderr, flush=True)
+
+
 def starters() -> list[str]:
     return sorted(p.stem for p in STARTERS.glob("*.toml"))
 
@@ -184,8 +191,7 @@ def cmd_init(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    for warning in validate(args.recipe, args.overrides):
-        print(f"slurmrl: warning: {warning}", file=sys.stderr)
+    warn(validate(args.recipe, args.overrides))
     return 0  # a good recipe prints nothing: `slurmrl validate x.toml && ...`
 
 
@@ -210,6 +216,7 @@ def validate(recipe_path: str | Path, overrides: Sequence[str] = ()) -> list[str
 
 def cmd_plan(args) -> int:
     _, p, run_dir = planned(args.recipe, args.overrides, args.run_dir)
+    warn(p.warnings)  # on stderr whatever stdout shows (the summary lists them too)
     if args.json:
         print(plan_json(p), end="")
         return 0
@@ -226,9 +233,12 @@ def cmd_plan(args) -> int:
 
 def cmd_render(args) -> int:
     if args.stdout:
-        print(build(args.recipe, args.overrides, args.run_dir, args.preflight).script, end="")
+        out = build(args.recipe, args.overrides, args.run_dir, args.preflight)
+        warn(out.plan.warnings)
+        print(out.script, end="")
         return 0
     out = render(args.recipe, args.overrides, force=args.force, run_dir=args.run_dir, preflight=args.preflight)
+    warn(out.plan.warnings)
     print(out.run_dir)
     return 0
 

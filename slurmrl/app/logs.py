@@ -12,6 +12,7 @@ from slurmrl.errors import UserError
 from slurmrl.plan.stored import load_plan
 from slurmrl.rundir import jobs
 from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.plain import plain
 from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Watch
 
@@ -73,7 +74,7 @@ class Tail:
             elif rest:
                 self.partial[path] = rest
             for line in lines:
-                sys.stdout.write(f"{path.name}: {line}\n")
+                sys.stdout.write(f"{path.name}: {plain(line)}\n")
         sys.stdout.flush()
 
 

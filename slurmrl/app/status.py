@@ -8,6 +8,7 @@ import re
 import shlex
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from slurmrl.app import sweep_report
@@ -89,6 +90,13 @@ def stopped_reason(run_dir: Path, attempt: int, state: str) -> str | None:
     return None
 
 
+def own_requeues(run_dir: Path, attempt: int) -> int:
+    """Requeues the job asked for itself before ``attempt`` (the warning signal's PREEMPTED note says
+    so); a manual `scontrol requeue` counts a Slurm restart but uses none of slurm.max_requeues."""
+    paths = RunDir(run_dir)
+    return sum("requeued as attempt" in (read_note(paths.preempted_file(a)) or "") for a in range(attempt))
+
+
 def endpoints(run_dir: Path, attempt: int, plan: Plan) -> list[dict]:
     """Every ready task of the attempt that serves a URL (its ready file's first line), in plan order."""
     out = []
@@ -165,6 +173,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["attempt"] = None
     out["attempt_waiting"] = False
     out["max_requeues"] = None
+    out["requeues_used"] = None
     out["components"] = []
     out["failed"] = None
     out["stopped"] = None
@@ -192,6 +201,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["attempt"] = attempt
     out["attempt_waiting"] = waiting_for is not None
     out["max_requeues"] = plan.max_requeues if plan is not None and plan.requeue else None
+    out["requeues_used"] = own_requeues(run_dir, attempt)
     out["failed"] = failed_reason(run_dir, attempt)
     out["stopped"] = stopped_reason(run_dir, attempt, snap.state)
     out["phases"] = phases(run_dir, attempt)
@@ -296,7 +306,8 @@ def text(rep: dict) -> str:
     if rep["run_dir"]:
         left = ""
         if rep.get("max_requeues") is not None and rep["attempt"] is not None:
-            left = f", {max(rep['max_requeues'] - rep['attempt'], 0)} requeue(s) left"
+            used = rep["attempt"] if rep.get("requeues_used") is None else rep["requeues_used"]
+            left = f", {max(rep['max_requeues'] - used, 0)} requeue(s) left"
         waiting = " waits in the queue" if rep.get("attempt_waiting") else ""
         head += f"  (attempt {rep['attempt']}{waiting}{left}, run dir {rep['run_dir']})"
     lines = [head] + link_lines(rep) + serving_lines(rep)
@@ -348,12 +359,52 @@ def without_elapsed(value):
     return value
 
 
+def submitted_at(run_dir: Path | None, job_id: str) -> float | None:
+    """When the run dir's record of ``job_id`` was made (epoch seconds): its jobs.json entry, or the
+    salloc allocations file; None when no record says."""
+    if run_dir is None:
+        return None
+    for j in reversed(jobs.history(run_dir)):
+        if j.job_id == job_id and j.submitted_at:
+            try:
+                return datetime.fromisoformat(j.submitted_at).timestamp()
+            except ValueError:
+                return None
+    allocations = RunDir(run_dir).allocations
+    return allocations.stat().st_mtime if job_id in jobs.allocations(run_dir) else None
+
+
+def not_known(job_id: str, run_dir: Path | None) -> UserError:
+    """A job squeue and sacct have never heard of (past the grace after its submission): one line, exit 2."""
+    where = f" (the last job of run dir {run_dir})" if run_dir else ""
+    return UserError(None, f"job {job_id}{where} is not known to squeue or sacct: no such job on this cluster")
+
+
+def first_snapshot(w: Watch, run_dir: Path | None) -> Snapshot:
+    """The job's snapshot; a job Slurm does not know yet is asked about again until
+    ``NOT_FOUND_AFTER_S`` after its submission (sacct lags a submit). The last snapshot may still
+    have no parts: the job is unknown."""
+    snap = w.snapshot()
+    since = submitted_at(run_dir, w.job_id)
+    now = time.time()  # a record in the future (clock skew, a hand edit) waits one grace at most
+    deadline = min(since + NOT_FOUND_AFTER_S, now + NOT_FOUND_AFTER_S) if since is not None else now
+    while not snap.parts and time.time() < deadline:
+        time.sleep(min(1.0, max(deadline - time.time(), 0.0)))
+        snap = w.snapshot()
+    return snap
+
+
 def status(target: str | None, watch: bool = False, as_json: bool = False) -> int:
     run_dir, job_id = resolve(target)
     plan = load_plan(run_dir) if run_dir else None
     w = Watch(job_id)
     if not watch:
-        rep = report(w.snapshot(), run_dir, plan)
+        snap = first_snapshot(w, run_dir)
+        rep = report(snap, run_dir, plan)  # the run dir's files are read (and refused) first
+        if not snap.parts:
+            if run_dir is not None:  # what the run dir itself says, then the error
+                print(json.dumps(rep) if as_json else text(rep), flush=True)
+            raise not_known(job_id, run_dir)
         print(json.dumps(rep) if as_json else text(rep), flush=True)
         return 0
     started = time.monotonic()
@@ -371,7 +422,7 @@ def status(target: str | None, watch: bool = False, as_json: bool = False) -> in
             print(shown, flush=True)
             last = key
         if not snap.parts and time.monotonic() - started > NOT_FOUND_AFTER_S:
-            raise UserError(None, f"job {job_id} is not known to squeue or sacct")
+            raise not_known(job_id, run_dir)
     return 0 if snap.state == "COMPLETED" else 1
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl.app.again import again, next_run_dir
-from slurmrl.app.build import build, resolve_run_dir
+from slurmrl.app.build import build, resolve_run_dir, warn
 from slurmrl.app.cluster import on_cluster
 from slurmrl.app.diff import is_edited
 from slurmrl.app.keep_edits import refuse_lost_edits
@@ -86,6 +86,7 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
     kind, path = classify(target)
     if kind == "recipe":
         out = build(path, overrides, preflight=preflight, place=where.place)  # rendered for where it runs
+        warn(out.plan.warnings)
         run_dir = resolve_run_dir(out.recipe, preflight)
         fit.check(read_groups(out.script, str(RunDir(run_dir).script)), [g.name for g in out.plan.groups])
         topology.refuse_unsupported(out.script)  # e.g. --segment where this cluster's sbatch lacks it

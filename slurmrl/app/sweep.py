@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from slurmrl.app import sweep_grid
-from slurmrl.app.build import build_recipe, lock_text
+from slurmrl.app.build import build_recipe, lock_text, warn
 from slurmrl.app.diff import is_edited
 from slurmrl.app.submit import check_not_running, group_names, set_aside
 from slurmrl.app.sweep_dir import (
@@ -74,6 +74,7 @@ class RenderedSweep:
     points: dict[str, dict[str, str]]  # point name -> its run dir's files (relative path -> text)
     groups: dict[str, list[str]]  # point name -> its het groups' names
     index: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # every point's plan warnings, each once
 
 
 def render_points(recipe_path: str | Path, grid_items: list[str], overrides: Sequence[str] = (),
@@ -89,6 +90,7 @@ def render_points(recipe_path: str | Path, grid_items: list[str], overrides: Seq
     rendered: dict[str, dict[str, str]] = {}
     groups: dict[str, list[str]] = {}
     entries = []
+    warnings: dict[str, None] = {}
     for i, combo, recipe in sweep_grid.point_recipes(data, grid_items, name_dir=out_dir):
         name = recipe.name
         try:
@@ -97,6 +99,7 @@ def render_points(recipe_path: str | Path, grid_items: list[str], overrides: Seq
             raise UserError(e.field, f"{e.message} ({sweep_grid.where(i, combo)})") from None
         except TypeError as e:  # a TOML date or time the writer cannot carry
             raise UserError(next(iter(combo)), f"cannot be swept here: {e}") from None
+        warnings.update(dict.fromkeys(out.plan.warnings))
         files = dict(out.files)
         files[RunDir.LOCK] = lock_text(out, recipe_path, sweep=str(out_dir), sweep_point=i)
         files[RunDir.LINKS] = json.dumps({"sweep": str(out_dir)}, indent=1) + "\n"
@@ -116,7 +119,7 @@ def render_points(recipe_path: str | Path, grid_items: list[str], overrides: Seq
         "points": entries,
         "submissions": [],
     }
-    return RenderedSweep(out_dir, rendered, groups, index)
+    return RenderedSweep(out_dir, rendered, groups, index, list(warnings))
 
 
 def render_sweep(recipe_path: str | Path, grid_items: list[str], overrides: Sequence[str] = (),
@@ -291,6 +294,7 @@ def cmd_sweep(args) -> int:
         sweep_dir = Path(args.recipe).resolve()
     else:
         sweep = render_points(args.recipe, args.grid, args.overrides, max_running, args.sweep_dir)
+        warn(sweep.warnings)
         sweep_dir, fresh = sweep.sweep_dir, not sweep.sweep_dir.exists()
         if not args.render_only:  # refused here: nothing written, nothing submitted
             check_submission(sweep_dir, sweep.index, {n: f[RunDir.SCRIPT] for n, f in sweep.points.items()},

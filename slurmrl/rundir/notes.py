@@ -3,7 +3,7 @@
 ``<component>.waiting`` (why a front is not serving yet).
 
 They may quote a component's own words, so they are read as text with any undecodable byte
-replaced and control characters (a terminal escape, a carriage return) shown as '?'; a file of
+replaced, colour codes dropped and other control characters (a carriage return) shown as '?'; a file of
 binary data (NUL bytes) is one line naming it."""
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from slurmrl.errors import UserError
+from slurmrl.rundir.plain import plain
 from slurmrl.rundir.read import read_bytes
 
 MAX_NOTE_BYTES = 1 << 20
 
 
 def clean(text: str) -> str:
-    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in text)
+    """Colour codes dropped (slurmrl.rundir.plain), any other control character shown as '?'."""
+    return "".join(c if c.isprintable() or c in "\n\t" else "?" for c in plain(text))
 
 
 def read_note(path: Path) -> str | None:
