@@ -69,8 +69,9 @@ class StopTracebacks:
             return b""
         exceptions = [ln.rstrip(b"\r\n") for ln in block
                       if ln.strip() and not ln[:1].isspace() and ln.rstrip(b"\r\n") not in (*CHAINED, HEADER)]
-        found = [SIGNAL.match(e) for e in exceptions]
-        if keep or not found or not all(found):
+        matches = [SIGNAL.match(e) for e in exceptions]
+        found = [m for m in matches if m is not None]
+        if keep or not found or len(found) < len(matches):
             return b"".join(block)
         signals = ", ".join(sorted({m[1].decode() for m in found}))
         self.dropped = int(found[-1][1])
