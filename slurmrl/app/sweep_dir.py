@@ -29,40 +29,27 @@ def is_sweep_dir(path: str | Path | None) -> bool:
 
 
 def read_index(sweep_dir: Path) -> dict:
-    """SWEEP_DIR/sweep.json through the run-dir layer's reader (slurmrl.rundir.sweep_index), as data."""
-    index = sweep_index.read_index(sweep_dir).data
-    check_index(index, RunDir(sweep_dir).sweep_index)
-    return index
-
-
-def check_index(index: dict, path: Path) -> None:
-    """What slurmrl reads back from a sweep index, checked before any of it is used: names (they
-    reach paths and #SBATCH lines) are run names, the rest has the types slurmrl wrote."""
+    """SWEEP_DIR/sweep.json as data. The run-dir layer's reader (slurmrl.rundir.sweep_index) checks its
+    types, its points' names being unique words and its job ids; a sweep asks more of it: names are
+    run names (they reach paths and #SBATCH lines) and max_running is within the [sweep] table's range."""
+    typed = sweep_index.read_index(sweep_dir)
+    path = RunDir(sweep_dir).sweep_index
 
     def bad(what: str) -> UserError:
         return UserError(str(path), f"{what}; fix or remove it (or render the sweep again)")
 
-    if not (isinstance(index.get("name"), str) and re.match(NAME_RE, index["name"])):
-        raise bad(f"its name {index.get('name')!r} is not a run name")
-    names = set()
-    for i, p in enumerate(index["points"]):
-        if not (isinstance(p, dict) and isinstance(p.get("name"), str) and re.match(NAME_RE, p["name"])):
+    if not re.match(NAME_RE, typed.name):
+        raise bad(f"its name {typed.name!r} is not a run name")
+    for i, point in enumerate(typed.points):
+        if not re.match(NAME_RE, point.name):
             raise bad(f"point {i} has no run name")
-        if p["name"] in names:
-            raise bad(f"point {i} repeats the name {p['name']!r}")
-        names.add(p["name"])
-        p.setdefault("index", i)
-        p.setdefault("values", {})
-        if not isinstance(p["index"], int) or isinstance(p["index"], bool) or not isinstance(p["values"], dict):
-            raise bad(f"point {i} ({p['name']}) has an index or values of the wrong type")
-    if not isinstance(index.get("grid") or {}, dict):
-        raise bad("its grid is not a table of keys and values")
-    cap = index.get("max_running")
-    if cap is not None and not (isinstance(cap, int) and not isinstance(cap, bool) and 1 <= cap <= MAX_SWEEP_POINTS):
-        raise bad(f"max_running {cap!r} is not a number of jobs from 1 to {MAX_SWEEP_POINTS}")
-    subs = index.setdefault("submissions", [])
-    if not (isinstance(subs, list) and all(isinstance(x, dict) for x in subs)):
-        raise bad("its submissions are not a list of records")
+    if typed.max_running is not None and typed.max_running > MAX_SWEEP_POINTS:
+        raise bad(f"max_running {typed.max_running!r} is not a number of jobs from 1 to {MAX_SWEEP_POINTS}")
+    index = typed.data  # what the reader checked, with what it read by default written in
+    for entry, point in zip(index["points"], typed.points):
+        entry["index"], entry["values"] = point.index, point.values
+    index["submissions"] = list(typed.submissions)
+    return index
 
 
 def write_index(sweep_dir: Path, index: dict) -> None:
