@@ -259,12 +259,24 @@ on_term() {
 # any non-zero exit, or any other component ending, fails the whole job at once.
 supervise() {
     local -A main=()
-    local name pid rc left=$#
+    local name pid p rc left=$#
     for name in "$@"; do main[$name]=1; done
     while ((left > 0)); do
         pid="" rc=0
-        wait -n -p pid "${!NAME_OF[@]}" || rc=$?
-        [[ -n $pid ]] || continue  # woken by a signal; its trap has run
+        # a step that ended before this wait is no longer a job to `wait -n` (bash 5.2 answers
+        # "no such job" and unsets pid): collect it by pid first; wait PID keeps its status
+        for p in "${!NAME_OF[@]}"; do
+            if ! kill -0 "${p}" 2>/dev/null; then
+                pid=${p}
+                wait "${p}" || rc=$?
+                break
+            fi
+        done
+        [[ -n ${pid} ]] || wait -n -p pid "${!NAME_OF[@]}" || rc=$?
+        if [[ -z ${pid:-} ]]; then  # woken by a signal (its trap has run), or it ended just now
+            ((rc != 127)) || sleep 0.2
+            continue
+        fi
         name=${NAME_OF[$pid]}
         unset "NAME_OF[$pid]"
         if ((rc != 0)) || [[ -z ${main[$name]:-} ]]; then

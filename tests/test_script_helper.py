@@ -136,3 +136,17 @@ def test_an_abort_while_slurm_ends_the_job_is_a_stop(tmp_path, squeue, code, not
     r, log_dir = run_helper(tmp_path, 'abort "model staging failed"', squeue)
     assert r.returncode == code, r.stdout + r.stderr
     assert (log_dir / note).read_text().startswith("model staging failed")
+
+
+@pytest.mark.parametrize("pause", ["", "sleep 0.5"])
+def test_a_step_that_ended_before_supervise_is_still_its_failure(tmp_path, pause):
+    """bash 5.2's `wait -n` no longer knows a child that ended earlier: supervise collects it by pid."""
+    r, log_dir = run_helper(tmp_path, f"launch router bash -c 'exit 3'\n{pause}\nsupervise trainer", 'echo "RUNNING 0"')
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (log_dir / "FAILED").read_text().strip() == "router exited with code 3"
+    assert "unbound" not in r.stderr and "no such job" not in r.stderr
+
+
+def test_a_main_step_that_ended_before_supervise_is_a_success(tmp_path):
+    r, _ = run_helper(tmp_path, "launch trainer true\nsleep 0.5\nsupervise trainer", 'echo "RUNNING 0"')
+    assert r.returncode == 0 and "trainer finished" in r.stdout, r.stdout + r.stderr
