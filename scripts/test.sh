@@ -24,4 +24,4 @@ for arg in "$@"; do
 done
 bash scripts/install.sh
 bash scripts/lint.sh
-exec .venv/bin/python -m pytest -n 2 --dist loadgroup "${select[@]}" "${args[@]}"
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup --durations=30 "${select[@]}" "${args[@]}"
