@@ -134,7 +134,8 @@ SlurmctldPort=$CTLD_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$STATE/munge/munge.sock
+# cred_expire: also how long a requeued job waits before it may start again (Slurm's default: 120 s)
+AuthInfo=socket=$STATE/munge/munge.sock,cred_expire=30
 CredType=cred/munge
 StateSaveLocation=$STATE/spool/ctld
 SlurmdSpoolDir=$STATE/spool/slurmd-%n
