@@ -2,9 +2,10 @@
 groups, each one test after another on one worker, and the other tests beside them.
 
 - ``cluster``: every test marked ``cluster`` (they share the local cluster's four nodes: two jobs
-  of the suite at once could wait for each other's nodes) and every user of the session-built
-  SmolLM2 (``smollm2_dir``: built once, on that worker);
-- ``vllm``: the other tests marked ``vllm`` (real vLLM servers and parsers on loopback).
+  of the suite at once could wait for each other's nodes);
+- ``vllm``: the other tests marked ``vllm`` (real vLLM servers and parsers on loopback) and the other
+  users of the session-built SmolLM2 (``smollm2_dir``, built once per worker that needs it: ~25 s
+  beside the cluster group's critical path rather than its tests on it).
 
 xdist gives each group, the largest first, to a worker of its own, and every other test to
 whichever worker is free: a wait-bound Slurm test runs beside a CPU-bound vLLM one.
@@ -30,9 +31,9 @@ FOLDER = pytest.StashKey[Path]()
 
 
 def group_of(item: pytest.Item) -> str | None:
-    if item.get_closest_marker("cluster") or "smollm2_dir" in getattr(item, "fixturenames", ()):
+    if item.get_closest_marker("cluster"):
         return "cluster"
-    if item.get_closest_marker("vllm"):
+    if item.get_closest_marker("vllm") or "smollm2_dir" in getattr(item, "fixturenames", ()):
         return "vllm"
     return None
 
