@@ -6,10 +6,11 @@ from __future__ import annotations
 from slurmrl.errors import UserError
 from slurmrl.plan.env_rules import check_environment
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.user_set import user_set
 
 
 def check(r: Recipe) -> None:
-    if "wandb" in r.model_fields_set and r.kind == "inference":
+    if user_set(r, "wandb") and r.kind == "inference":
         raise UserError("wandb", "kind 'inference' runs no trainer or orchestrator, so nothing logs to W&B; remove "
                         "the [wandb] section")
     e = r.eval
