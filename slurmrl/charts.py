@@ -36,10 +36,12 @@ def terminal_chart(points: list[tuple[int, float]], width: int = 60, height: int
     return "\n".join(lines)
 
 
-def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int, dict] | None = None):
+def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int, dict] | None = None,
+                  evals: dict[str, list[tuple[int, float]]] | None = None):
     """The matplotlib figure of the curve; steps are whole numbers, and so are the x ticks. With the
     trainer's records, a second panel below: KL (mean, to the reference and to the inference
-    engine), clip fraction, and entropy on its own axis."""
+    engine), clip fraction, and entropy on its own axis. ``evals``: labelled evaluation curves
+    (held-out reward, pass@1) drawn over the training reward."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -52,7 +54,11 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
     else:
         fig, axes = plt.subplots(2, 1, figsize=(7, 7), dpi=100, sharex=True)
         ax = axes[0]
-    ax.plot([s for s, _ in points], [y for _, y in points], marker="o", markersize=3)
+    ax.plot([s for s, _ in points], [y for _, y in points], marker="o", markersize=3, label="training reward")
+    for label, xy in (evals or {}).items():
+        ax.plot([s for s, _ in xy], [y for _, y in xy], marker="s", markersize=4, linestyle="--", label=label)
+    if evals:
+        ax.legend(loc="lower right", fontsize="small")
     ax.set_ylabel("mean reward")
     ax.set_title(title)
     if trainer:
@@ -79,11 +85,12 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
     return fig
 
 
-def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: dict[int, dict] | None = None) -> bool:
+def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: dict[int, dict] | None = None,
+              evals: dict[str, list[tuple[int, float]]] | None = None) -> bool:
     try:
         import matplotlib.pyplot as plt
 
-        fig = reward_figure(points, title, trainer)
+        fig = reward_figure(points, title, trainer, evals)
     except ImportError:
         return False
     fig.savefig(out)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from slurmrl import envs
+from slurmrl.envs.heldout import heldout_tasks
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready, write_ready
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
@@ -114,6 +115,7 @@ def test_orchestrator_writes_batches_without_running_ahead(tmp_path):
     model = build_tiny(tmp_path / "tiny")
     recipe = load_recipe(ROOT / "recipes" / "rl-debug.toml", [
         f'model.path="{model}"', "trainer.max_steps=3", "orchestrator.max_off_policy_steps=1",
+        "eval.every=2",  # [eval]: the base model (step 0) on reverse_text's held-out split, before step 1
     ])
     run_dir = tmp_path / "run"
     config = RunDir(run_dir).component_config("orchestrator")
@@ -152,6 +154,20 @@ def test_orchestrator_writes_batches_without_running_ahead(tmp_path):
         assert [r["step"] for r in rec] == [1, 2] and [r["off_policy_lag"] for r in rec] == [0, 1]
         assert 0 <= rec[0]["reward_mean"] <= 1
         assert read_ready(RunDir(run_dir).ready_file(0, "orchestrator", 0))[:2] == (None, 1)
+        # the evaluation of the weights the servers had (the base model's: no trainer here), on held-out
+        # prompts that no batch was generated from
+        evals = [json.loads(x) for x in RunDir(run_dir).eval_metrics.read_text().splitlines()]
+        held = heldout_tasks(envs.load("reverse_text", {}), 32, 0.1, seed=0)
+        assert [e["step"] for e in evals] == [0] and evals[0]["prompts"] == len(held) > 0
+        assert evals[0]["split"] == "heldout" and evals[0]["samples_per_prompt"] == 1
+        assert 0 <= evals[0]["reward_mean"] <= 1 and 0 <= evals[0]["pass@1"] <= 1 and evals[0]["eval_s"] > 0
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model)
+        held_ids = {tuple(tok(t["prompt"], add_special_tokens=False)["input_ids"]) for t in held}
+        trained = {tuple(x["prompt_ids"]) for n in (1, 2)
+                   for x in json.loads((rollouts / f"step-00000{n}.json").read_text())["samples"]}
+        assert trained and not trained & held_ids
     finally:
         stop(orch)
         stop(server)

@@ -38,7 +38,8 @@ IDS = [path for path, _ in NUMERIC]
 
 # A gallery recipe in which each section is used (kind and mode allow it).
 BASES = {"inference.prefill": "inference-pd", "inference.decode": "inference-pd",
-         "inference.kv_offload": "inference-kv-offload", "benchmark": "inference-debug", "judge": "rl-judge"}
+         "inference.kv_offload": "inference-kv-offload", "benchmark": "inference-debug", "judge": "rl-judge",
+         "eval": "rl-1node"}
 
 
 def base_for(path: str) -> Path:

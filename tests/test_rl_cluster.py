@@ -50,6 +50,9 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
         "submit", str(ROOT / "recipes" / "rl-debug.toml"),
         "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
         "--set", f"trainer.max_steps={STEPS}", "--set", "trainer.checkpoint_every=4",
+        # [eval] on reverse_text's held-out split every 8 steps; [wandb] offline, the user's names
+        "--set", "eval.every=8", "--set", "wandb.mode='offline'", "--set", "wandb.project='rl-cluster'",
+        "--set", "wandb.tags=['ci']",
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -97,6 +100,19 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
     assert set(lags) <= {0, 1}, lags  # max_off_policy_steps = 1
     st = slurm_cluster.slurmrl("status", str(run_dir), cwd=tmp_path)
     assert f"latest batch {STEPS}: reward" in st.stdout and "entropy" in st.stdout, st.stdout
+
+    # [eval]: the base model, then every 8 steps of weights the servers had, and the final weights; the
+    # requeued orchestrator went on after its last row (none repeated)
+    evals = [rec["step"] for rec in lines(run_dir / "metrics" / "eval.jsonl")]
+    assert evals[0] == 0 and evals[-1] == STEPS and evals == sorted(set(evals)) and len(evals) >= 4, evals
+    assert f"latest eval step {STEPS}: reward" in st.stdout, st.stdout
+    assert "evaluations (heldout split, metrics/eval.jsonl)" in plot.stdout, plot.stdout
+    # [wandb]: the trainer's and the orchestrator's runs in one group (the run dir's name), across the requeue
+    from wandb_records import runs
+
+    found = runs(run_dir)
+    assert set(found) == {"rl-debug-trainer", "rl-debug-orchestrator"}, found
+    assert {(r["project"], r["group"], tuple(r["tags"])) for r in found.values()} == {("rl-cluster", "rl-debug", ("ci",))}
 
 
 def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny):

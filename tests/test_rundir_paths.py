@@ -12,7 +12,7 @@ from slurmrl.rundir.paths import RunDir
 
 PACKAGE = Path(__file__).resolve().parent.parent / "slurmrl"
 NAMES = ("job.sbatch", "plan.json", "recipe.toml", "lock.toml", "links.json", "jobs.json", "sweep.json",
-         "sweep.sbatch", "summary.json", "orchestrator.jsonl", "trainer.jsonl", "allocations", "benchmark.png",
+         "sweep.sbatch", "summary.json", "orchestrator.jsonl", "trainer.jsonl", "eval.jsonl", "allocations", "benchmark.png",
          "reward.png")
 
 
@@ -25,6 +25,7 @@ def test_paths_of_a_run_dir(tmp_path):
     assert r.failed_file(0) == tmp_path / "logs" / "attempt-0" / "FAILED"
     assert r.phases_file(1) == tmp_path / "logs" / "attempt-1" / "phases"
     assert r.metrics("trainer") == tmp_path / "metrics" / "trainer.jsonl"
+    assert r.eval_metrics == tmp_path / "metrics" / "eval.jsonl"
     assert r.batch_log("12") == tmp_path / "logs" / "batch-12.out"
     assert r.batch_log_pattern() == f"{tmp_path}/logs/batch-%j.out"
     assert r.benchmark_summary() == tmp_path / "benchmark" / "summary.json"

@@ -127,7 +127,7 @@ def test_missing_field_and_broken_toml_fail_with_one_line(tmp_path):
 
 def test_trainer_entry_point_refuses_a_bad_file_before_torch(tmp_path):
     path = write(tmp_path, "trainer", build_trainer(recipe(RL, tmp_path), tmp_path))
-    path.write_text(path.read_text() + "gpu_count = 2\n")
+    path.write_text("gpu_count = 2\n" + path.read_text())  # top level: the file ends in its [wandb] table
     out = subprocess.run([sys.executable, "-m", "slurmrl.runtime.trainer", "--config", str(path)],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 1 and out.stderr.strip().splitlines() == [f"slurmrl: {path}: gpu_count: unknown key"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from slurmrl.errors import UserError
-from slurmrl.rundir import benchmark, metrics
+from slurmrl.rundir import benchmark, evals, metrics
 from slurmrl.rundir.notes import read_note
 from slurmrl.rundir.paths import RunDir
 
@@ -43,6 +43,11 @@ def last_record(path: Path) -> dict | None:
     """The newest record of a metrics file, reading only its end."""
     row = metrics.last_row(path)
     return row.to_json() if row else None
+
+
+def read_evaluations(run_dir: Path) -> list[evals.Evaluation]:
+    """Every evaluation of an [eval] run (metrics/eval.jsonl), by step; [] without one."""
+    return evals.read_evals(RunDir(run_dir).eval_metrics)
 
 
 def read_benchmark(run_dir: Path) -> dict | None:

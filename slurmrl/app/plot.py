@@ -9,10 +9,12 @@ import math
 from pathlib import Path
 
 from slurmrl.app import sweep_report
-from slurmrl.app.job_outputs import last_record, read_benchmark, read_records, read_rewards
+from slurmrl.app.job_outputs import last_record, read_benchmark, read_evaluations, read_records, read_rewards
 from slurmrl.app.sweep_dir import is_sweep_dir
 from slurmrl.charts import benchmark_png, benchmark_rows, benchmark_status_line, png_chart, terminal_chart, text_table
 from slurmrl.errors import UserError
+from slurmrl.rundir.evals import Evaluation
+from slurmrl.rundir.metrics import Row
 from slurmrl.rundir.paths import RunDir
 
 
@@ -54,6 +56,22 @@ def training_line(orch: dict | None, trainer: dict | None) -> str | None:
     return "; ".join(parts)
 
 
+def eval_line(row: dict | None) -> str | None:
+    """One line from the newest evaluation record (metrics/eval.jsonl): step, mean reward, pass@k."""
+    if not row or isinstance(row.get("step"), bool) or not isinstance(row.get("step"), int):
+        return None
+    return Evaluation.of(Row(row["step"], {k: v for k, v in row.items() if k != "step"})).summary()
+
+
+def eval_table(found: list[Evaluation]) -> list[str]:
+    """The evaluations as a text table: step, mean reward, pass@k per k."""
+    ks = sorted({k for e in found for k in e.pass_at})
+    rows = [["eval step", "reward", *(f"pass@{k}" for k in ks)]]
+    for e in found:
+        rows.append([str(e.step), _fmt(e.reward_mean, ".3f") or "-", *(_fmt(e.pass_at.get(k), ".3f") or "-" for k in ks)])
+    return text_table(rows)
+
+
 def plot_benchmark(path: Path, summary: dict) -> int:
     print(benchmark_status_line(summary))
     if summary.get("error"):
@@ -86,7 +104,14 @@ def plot(run_dir: str) -> int:
     line = training_line(last_record(paths.metrics("orchestrator")), last_record(paths.metrics("trainer")))
     if line:
         print(f"latest: {line}")
-    if png_chart(points, png, f"{path.name}: reward", read_records(paths.metrics("trainer"))):
+    found = read_evaluations(path)
+    if found:
+        print(f"evaluations ({found[-1].row.values.get('split', '?')} split, metrics/eval.jsonl):")
+        print("\n".join(eval_table(found)))
+    curves = {"eval reward (mean)": [(e.step, e.reward_mean) for e in found if e.reward_mean is not None],
+              "eval pass@1": [(e.step, e.pass_at[1]) for e in found if 1 in e.pass_at]}
+    if png_chart(points, png, f"{path.name}: reward", read_records(paths.metrics("trainer")),
+                 {label: xy for label, xy in curves.items() if xy}):
         print(f"wrote {png}")
     else:
         print("(install matplotlib for the PNG: pip install matplotlib)")

@@ -14,7 +14,7 @@ from pathlib import Path
 from slurmrl.app import sweep_report
 from slurmrl.app.cluster import on_cluster
 from slurmrl.app.job_outputs import failed_reason, last_record, read_benchmark
-from slurmrl.app.plot import training_line
+from slurmrl.app.plot import eval_line, training_line
 from slurmrl.app.sweep_dir import is_sweep_dir
 from slurmrl.charts import benchmark_rows, benchmark_status_line
 from slurmrl.errors import UserError
@@ -265,14 +265,18 @@ def phase_lines(rep: dict) -> list[str]:
 def latest_training(run_dir: Path) -> dict | None:
     """The newest record of metrics/orchestrator.jsonl and metrics/trainer.jsonl (None without either)."""
     found = {role: last_record(RunDir(run_dir).metrics(role)) for role in ("orchestrator", "trainer")}
+    found["eval"] = last_record(RunDir(run_dir).eval_metrics)  # [eval]: the newest evaluation
     return found if any(found.values()) else None
 
 
 def training_lines(rep: dict) -> list[str]:
-    """The latest training row: reward and its spread, off-policy lag, loss, KL, entropy, clip, memory, MFU."""
+    """The latest training row: reward and its spread, off-policy lag, loss, KL, entropy, clip, memory, MFU;
+    and the latest evaluation ([eval]): its step, mean reward and pass@k."""
     found = rep.get("training") or {}
     line = training_line(found.get("orchestrator"), found.get("trainer"))
-    return ["", f"  latest {line}"] if line else []
+    evaluated = eval_line(found.get("eval"))
+    lines = ([f"  latest {line}"] if line else []) + ([f"  latest eval {evaluated}"] if evaluated else [])
+    return [""] + lines if lines else []
 
 
 def benchmark_lines(rep: dict) -> list[str]:

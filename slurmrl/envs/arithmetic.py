@@ -27,5 +27,9 @@ class Arithmetic:
             out.append({"prompt": f"{shots}{a}+{b}=", "target": str(a + b)})
         return out
 
+    def split_key(self, task: dict) -> str:
+        """The question without its solved examples (slurmrl.envs.heldout): ``3+4=``."""
+        return task["prompt"].rsplit("\n", 1)[-1]
+
     def reward(self, task: dict, completion: str) -> float:
         return 1.0 if answer_line(completion) == task["target"] else 0.0

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import inspect
 import re
 
-from slurmrl import envs
-from slurmrl.envs import BUILTIN
 from slurmrl.errors import UserError
-from slurmrl.plan import router_rules
+from slurmrl.plan import eval_rules, router_rules
+from slurmrl.plan.env_rules import check_environment
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import Recipe, global_batch
 from slurmrl.recipe.user_set import user_set
 
 SECTIONS: dict[str, dict[str, bool | None]] = {
-    "sft": {"trainer": True, "orchestrator": False, "inference": False, "benchmark": False},
-    "rl": {"trainer": True, "orchestrator": None, "inference": True, "benchmark": False},
-    "inference": {"trainer": False, "orchestrator": False, "inference": True, "benchmark": None},
+    "sft": {"trainer": True, "orchestrator": False, "inference": False, "benchmark": False, "eval": False},
+    "rl": {"trainer": True, "orchestrator": None, "inference": True, "benchmark": False, "eval": None},
+    "inference": {"trainer": False, "orchestrator": False, "inference": True, "benchmark": None, "eval": False},
 }
 
 
@@ -175,15 +173,6 @@ def check_trainer(r: Recipe) -> None:
         )
 
 
-def same_kind(value, default) -> bool:
-    """``value`` can stand where ``default`` does (an int is fine for a float; a bool is not an int)."""
-    if isinstance(default, bool) or isinstance(value, bool):
-        return isinstance(value, bool) and isinstance(default, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float))
-    return isinstance(value, type(default))
-
-
 def check_orchestrator(r: Recipe) -> None:
     o = r.orchestrator
     if o is None:
@@ -192,23 +181,7 @@ def check_orchestrator(r: Recipe) -> None:
         raise UserError("orchestrator.placement", "colocated RL has one node; use 'trainer' (the same node) or 'own'")
     if o.rollouts_per_prompt < 2:
         raise UserError("orchestrator.rollouts_per_prompt", "group-relative advantages need at least 2 rollouts per prompt")
-    if o.environment in BUILTIN:  # custom environments are checked when the orchestrator imports them
-        params = inspect.signature(BUILTIN[o.environment]).parameters
-        for name in o.environment_args:
-            if name not in params:
-                raise UserError(f"orchestrator.environment_args.{name}",
-                                f"{o.environment!r} takes no argument {name!r} (it takes {', '.join(params) or 'none'})")
-            default = params[name].default
-            if default is not inspect.Parameter.empty and not same_kind(o.environment_args[name], default):
-                raise UserError(f"orchestrator.environment_args.{name}",
-                                f"must be {type(default).__name__} like its default {default!r}, "
-                                f"not {o.environment_args[name]!r}")
-        try:  # built-in environments are cheap to build: check the values too
-            BUILTIN[o.environment](**o.environment_args)
-        except (TypeError, ValueError) as e:
-            raise UserError("orchestrator.environment_args", str(e)) from None
-    elif unknown := envs.unknown(o.environment):
-        raise UserError("orchestrator.environment", unknown)
+    check_environment("orchestrator", o.environment, o.environment_args)
 
 
 def check_benchmark(r: Recipe) -> None:
@@ -320,3 +293,4 @@ def check(r: Recipe) -> None:
     check_benchmark(r)
     check_applies(r)
     check_dataset(r)
+    eval_rules.check(r)

@@ -23,6 +23,7 @@ from pydantic import Field, model_validator
 from slurmrl.errors import UserError
 from slurmrl.recipe.benchmark import Benchmark
 from slurmrl.recipe.container import Container
+from slurmrl.recipe.eval import Eval
 from slurmrl.recipe.fields import NAME_RE, EnvMap
 from slurmrl.recipe.inference import Inference
 from slurmrl.recipe.judge import Judge
@@ -33,6 +34,7 @@ from slurmrl.recipe.python import Python
 from slurmrl.recipe.slurm import Slurm
 from slurmrl.recipe.sweep import Sweep
 from slurmrl.recipe.trainer import SFT_BATCH_SIZE, Trainer
+from slurmrl.recipe.wandb import Wandb
 from slurmrl.settings.limits import MAX_JOB_GPUS
 from slurmrl.settings.section import PathText, Section
 
@@ -63,6 +65,12 @@ class Recipe(Section):
     )
     judge: Judge | None = Field(
         None, description="A judge or reward model served by vLLM in the job, for rewards (kind `rl`)."
+    )
+    eval: Eval | None = Field(
+        None, description="Evaluation during training on held-out prompts, every N steps (kind `rl`)."
+    )
+    wandb: Wandb = Field(
+        default_factory=Wandb, description="W&B runs of the trainer and the orchestrator, one group (kinds `sft`, `rl`)."
     )
 
     @model_validator(mode="after")

@@ -3,10 +3,14 @@ writes to ``RUN_DIR/components/<role>.toml`` for the trainer, the orchestrator a
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.settings.eval import EvalKnobs, EvalSettings
 from slurmrl.settings.judge import JUDGE_TEMPLATES, JudgeKnobs, JudgeSettings
 from slurmrl.settings.orchestrator import OrchestratorKnobs, OrchestratorSettings
 from slurmrl.settings.trainer import TrainerKnobs, TrainerSettings
+from slurmrl.settings.wandb import WandbSettings
 
 
 def trainer_settings(recipe: Recipe, run_dir: str, world_size: int, global_batch: int) -> TrainerSettings:
@@ -16,6 +20,7 @@ def trainer_settings(recipe: Recipe, run_dir: str, world_size: int, global_batch
         **recipe.trainer.model_dump(include=set(TrainerKnobs.model_fields)),
         run_dir=run_dir, kind=recipe.kind, model=recipe.model.path, trust_remote_code=recipe.model.trust_remote_code,
         world_size=world_size, global_batch=global_batch, hybrid=recipe.placement.colocate == "hybrid",
+        wandb=wandb_settings(recipe, run_dir),
     )
 
 
@@ -29,6 +34,8 @@ def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
         max_steps=recipe.trainer.max_steps,
         judge=judge_settings(recipe),
         hybrid=recipe.placement.colocate == "hybrid",
+        eval=eval_settings(recipe),
+        wandb=wandb_settings(recipe, run_dir),
     )
 
 
@@ -40,3 +47,25 @@ def judge_settings(recipe: Recipe) -> JudgeSettings | None:
     knobs = j.model_dump(include=set(JudgeKnobs.model_fields))
     knobs["template"] = j.template or JUDGE_TEMPLATES[j.kind]
     return JudgeSettings(**knobs, served_model_name=j.model.served_model_name)
+
+
+def eval_settings(recipe: Recipe) -> EvalSettings | None:
+    """What the planner writes for ``recipe``'s [eval] (None without one): the held-out split of the
+    training environment unless eval.environment names another, max_tokens from the orchestrator's."""
+    e, o = recipe.eval, recipe.orchestrator
+    if e is None:
+        return None
+    assert o is not None, "[eval] is kind rl's, which has an orchestrator (slurmrl.plan.eval_rules)"
+    knobs = e.model_dump(include=set(EvalKnobs.model_fields))
+    heldout = e.environment is None
+    knobs.update(environment=o.environment if heldout else e.environment,
+                 environment_args=o.environment_args if heldout else e.environment_args,
+                 max_tokens=e.max_tokens or o.max_tokens, heldout=heldout)
+    return EvalSettings(**knobs)
+
+
+def wandb_settings(recipe: Recipe, run_dir: str) -> WandbSettings:
+    """[wandb] with the group and the name resolved: the run dir's name, so the trainer's and the
+    orchestrator's runs share one group."""
+    w, name = recipe.wandb, PurePath(run_dir).name
+    return WandbSettings(**{**w.model_dump(), "group": w.group or name, "name": w.name or name})

@@ -29,6 +29,7 @@ steps (``RunDir.from_env()``) and the login-node commands all go through it.
       benchmark/summary.json         the [benchmark] grid: status and one line of numbers per point
       benchmark/c<C>-in<I>-out<O>.json  vllm bench serve's result for one point; benchmark.png the plot
       metrics/<role>.jsonl           one JSON line per step of the trainer and the orchestrator
+      metrics/eval.jsonl             one JSON line per evaluation ([eval]; slurmrl.rundir.evals reads it)
       rollouts/ weights/ checkpoints/   RL and SFT outputs
       merged/                        a LoRA policy's final model: base + adapter, a plain HF folder
 """
@@ -63,6 +64,7 @@ class RunDir:
     PREFLIGHT = "preflight"
     BENCHMARK = "benchmark"  # the [benchmark] results (slurmrl.runtime.bench)
     METRICS = "metrics"
+    EVAL_METRICS = "eval.jsonl"  # one line per evaluation of the policy ([eval])
     MERGED = "merged"
     ROLLOUTS = "rollouts"
     WEIGHTS = "weights"
@@ -173,6 +175,11 @@ class RunDir:
     def metrics(self, role: str) -> Path:
         """``metrics/<role>.jsonl``: one JSON line per step (slurmrl.runtime.metrics writes, rundir.metrics reads)."""
         return self.metrics_dir / f"{role}.jsonl"
+
+    @property
+    def eval_metrics(self) -> Path:
+        """``metrics/eval.jsonl``: one JSON line per evaluation (the orchestrator writes, rundir.evals reads)."""
+        return self.metrics_dir / self.EVAL_METRICS
 
     def merged_dir(self) -> Path:
         """A LoRA policy's final model, the adapter merged into the base (written after the last step)."""

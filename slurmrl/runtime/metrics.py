@@ -1,40 +1,51 @@
 """Per-step metrics of a runtime (trainer, orchestrator): one JSON line per step in
-``metrics/<role>.jsonl``, and wandb if it can (run ``<run dir name>-<role>``).
+``metrics/<role>.jsonl``, and W&B if it can (``slurmrl.runtime.tracking``: the recipe's [wandb];
+any failure to import or start it leaves only the JSONL).
 
-wandb runs offline (files under ``RUN_DIR/wandb``) unless ``WANDB_MODE`` says otherwise;
-``WANDB_MODE=disabled`` skips it, and any failure to import or start it leaves only the JSONL.
+A second file of the same runtime (the orchestrator's ``metrics/eval.jsonl``) is ``Metrics.beside``:
+its own JSONL, logged into the same W&B run under its own prefix and its own step axis.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from slurmrl.rundir.paths import RunDir
+from slurmrl.runtime import tracking
+from slurmrl.settings.wandb import WandbSettings
 
 
 class Metrics:
     opened: list[Metrics] = []  # for close_all() on a runtime's exit path
 
-    def __init__(self, run_dir: Path, role: str, config: dict, log, enabled: bool = True, wandb_prefix: str = ""):
+    def __init__(self, run_dir: Path, role: str, config: dict, log, enabled: bool = True, wandb_prefix: str = "",
+                 tracking_settings: WandbSettings | None = None):
         self.path = RunDir(run_dir).metrics(role)
         self.enabled, self.wandb, self.prefix, self._log = enabled, None, wandb_prefix, log
+        self.own_axis = False  # True: W&B plots this file's keys against its own `<prefix>step`
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        os.environ.setdefault("WANDB_MODE", "offline")
-        if os.environ["WANDB_MODE"] == "disabled":
-            return
-        try:
-            import wandb
-
-            RunDir(run_dir).wandb.mkdir(exist_ok=True)
-            self.wandb = wandb.init(project="slurmrl", name=f"{run_dir.name}-{role}", dir=str(run_dir),
-                                    config=config, resume="allow", id=f"{run_dir.name}-{role}")
+        self.wandb = tracking.start(tracking_settings, Path(run_dir), role, config, log)
+        if self.wandb is not None:
             Metrics.opened.append(self)
-        except Exception as e:  # optional: the JSONL is the record
-            log(f"wandb off ({e.__class__.__name__}: {str(e)[:200]})")
+
+    def beside(self, path: Path, prefix: str) -> Metrics:
+        """Another JSONL file of this runtime, logged into this one's W&B run as ``<prefix>KEY`` against
+        ``<prefix>step`` (its steps need not follow this run's); closing this run closes it."""
+        other = Metrics.__new__(Metrics)
+        other.path, other.enabled, other.wandb, other.prefix, other._log = path, self.enabled, self.wandb, prefix, self._log
+        other.own_axis = True
+        if self.enabled:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        if self.wandb is not None:
+            try:
+                self.wandb.define_metric(f"{prefix}step")
+                self.wandb.define_metric(f"{prefix}*", step_metric=f"{prefix}step")
+            except Exception:  # never let metrics stop training
+                pass
+        return other
 
     def truncate_after(self, step: int) -> int:
         """Drop lines of steps after ``step`` (they are redone after a resume); returns how many."""
@@ -62,9 +73,12 @@ class Metrics:
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
         if self.wandb is not None:
+            numbers = {self.prefix + k: v for k, v in record.items() if isinstance(v, (int, float))}
             try:
-                self.wandb.log({self.prefix + k: v for k, v in record.items() if isinstance(v, (int, float))},
-                               step=record["step"])
+                if self.own_axis:  # the run's step belongs to the other file: join its current row, never move it
+                    self.wandb.log(numbers, commit=False)
+                else:
+                    self.wandb.log(numbers, step=record["step"])
             except Exception:  # never let metrics stop training
                 pass
 

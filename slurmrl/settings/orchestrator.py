@@ -9,10 +9,12 @@ from typing import Annotated
 
 from pydantic import Field
 
+from slurmrl.settings.eval import EvalSettings
 from slurmrl.settings.judge import JudgeSettings
 from slurmrl.settings.limits import INT64, MAX_SEED, MAX_TOKENS
 from slurmrl.settings.read import read
 from slurmrl.settings.section import PosInt, Section
+from slurmrl.settings.wandb import WandbSettings
 
 
 class OrchestratorKnobs(Section):
@@ -60,6 +62,8 @@ class OrchestratorSettings(OrchestratorKnobs):
         False, description="placement.colocate = 'hybrid': put the servers to sleep before each batch is handed "
         "to the trainer, wake them and reload the new weights before the next (slurmrl.runtime.orchestrator.hybrid).",
     )
+    eval: EvalSettings | None = Field(None, description="Evaluation during training ([eval]); None without it.")
+    wandb: WandbSettings = Field(default_factory=WandbSettings, description="Its W&B run ([wandb]).")
 
     @property
     def root(self) -> Path:

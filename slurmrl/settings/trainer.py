@@ -11,6 +11,7 @@ from pydantic import AfterValidator, Field
 from slurmrl.settings.limits import MAX_SEED, MAX_STEPS, MAX_TOKENS
 from slurmrl.settings.read import read
 from slurmrl.settings.section import PathText, PosInt, Section
+from slurmrl.settings.wandb import WandbSettings
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MODULE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -110,6 +111,7 @@ class TrainerSettings(TrainerKnobs):
         False, description="placement.colocate = 'hybrid': return cached GPU memory after each step, before "
         "publishing, so the sleeping vLLM servers can wake into it.",
     )
+    wandb: WandbSettings = Field(default_factory=WandbSettings, description="Its W&B run ([wandb]).")
 
     @property
     def root(self) -> Path:

@@ -43,7 +43,7 @@ from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime import step_files
 from slurmrl.runtime.metrics import Metrics
-from slurmrl.runtime.orchestrator import adapters, hybrid
+from slurmrl.runtime.orchestrator import adapters, evaluate, hybrid
 from slurmrl.runtime.orchestrator.judge_client import JudgeError
 from slurmrl.runtime.orchestrator.judge_client import attach as attach_judge
 from slurmrl.runtime.vllm.client import Server, VLLMError, reload_weights
@@ -137,7 +137,9 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
     judge = attach_judge(env, list(judge_urls), s.judge)  # the job's [judge], if it has one
     tok = AutoTokenizer.from_pretrained(s.model, trust_remote_code=s.trust_remote_code)
     sampler = Sampler(urls, tok, s)
-    metrics = Metrics(run_dir, "orchestrator", s.model_dump(mode="json"), log)
+    metrics = Metrics(run_dir, "orchestrator", s.model_dump(mode="json"), log, tracking_settings=s.wandb)
+    evaluator = evaluate.attach(s, env, judge, list(judge_urls), sampler.servers, tok, metrics, log)  # [eval]
+    train_env = evaluate.training_view(s, env)  # without the held-out split [eval] evaluates on
     max_steps, max_off = s.max_steps, s.max_off_policy_steps
     done = written_batches(run_dir)
     loaded = 0
@@ -179,8 +181,10 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
         heartbeat.beat()
         waited = wait_for(lambda: latest_weights(run_dir)[0] >= step - 1 - max_off, f"trainer step {step - 1 - max_off}")
         refresh_weights()
+        if evaluator is not None and evaluator.due(loaded):
+            evaluator.run(loaded, sampler.adapter or s.served_model_name)
         rng = random.Random(s.seed * 1_000_003 + step)
-        tasks = env.prompts(rng, s.prompts_per_step)
+        tasks = train_env.prompts(rng, s.prompts_per_step)
         t = time.perf_counter()
         groups = sampler.sample(tasks, step)
         gen_s = time.perf_counter() - t
@@ -217,6 +221,10 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
             log(f"judge scored {judged['judge/scored']} samples in {score_s:.2f}s: {judged['judge/requests']} requests, "
                 f"latency mean {judged['judge/latency_mean_s']:.3f}s max {judged['judge/latency_max_s']:.3f}s, "
                 f"{judged['judge/retries']} retries, {judged['judge/unparsed']} replies without a score")
+    if evaluator is not None and evaluator.last != max_steps:  # the final weights
+        wait_for(lambda: latest_weights(run_dir)[0] >= max_steps, f"trainer step {max_steps} (the final evaluation)")
+        refresh_weights()
+        evaluator.run(loaded, sampler.adapter or s.served_model_name)
     return 0
 
 

@@ -238,7 +238,7 @@ class Trainer:
             if self.data is not None and "data" in st:
                 self.data.seek(st["data"])
         self.metrics = Metrics(self.run_dir, "trainer", s.model_dump(mode="json"), self.log, enabled=self.rank == 0,
-                               wandb_prefix="trainer/")
+                               wandb_prefix="trainer/", tracking_settings=s.wandb)
         dropped = self.metrics.truncate_after(self.start)
         if dropped:
             self.log(f"metrics: dropped {dropped} line(s) of steps after {self.start} (they are redone)")
