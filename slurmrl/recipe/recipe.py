@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 
 from slurmrl.errors import UserError
 from slurmrl.recipe.benchmark import Benchmark
+from slurmrl.recipe.collector import Collector
 from slurmrl.recipe.container import Container
 from slurmrl.recipe.fields import NAME_RE, EnvMap
 from slurmrl.recipe.inference import Inference
@@ -63,6 +64,10 @@ class Recipe(Section):
     )
     judge: Judge | None = Field(
         None, description="A judge or reward model served by vLLM in the job, for rewards (kind `rl`)."
+    )
+    collector: Collector | None = Field(
+        None, description="Keep every component's Prometheus `/metrics` in the run dir while the job runs "
+        "(`slurmrl report` draws them)."
     )
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from slurmrl.rundir.paths import RunDir
+from slurmrl.runtime import exposition
 
 
 class Metrics:
@@ -20,8 +21,10 @@ class Metrics:
     def __init__(self, run_dir: Path, role: str, config: dict, log, enabled: bool = True, wandb_prefix: str = ""):
         self.path = RunDir(run_dir).metrics(role)
         self.enabled, self.wandb, self.prefix, self._log = enabled, None, wandb_prefix, log
+        self.exposition: exposition.Exposition | None = None
         if not enabled:
             return
+        self.exposition = exposition.from_env(role, log)  # /metrics for the [collector], when the plan asks
         self.path.parent.mkdir(parents=True, exist_ok=True)
         os.environ.setdefault("WANDB_MODE", "offline")
         if os.environ["WANDB_MODE"] == "disabled":
@@ -61,6 +64,8 @@ class Metrics:
             return
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+        if self.exposition is not None:
+            self.exposition.update(record)
         if self.wandb is not None:
             try:
                 self.wandb.log({self.prefix + k: v for k, v in record.items() if isinstance(v, (int, float))},
