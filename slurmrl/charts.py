@@ -13,6 +13,16 @@ def finite(value, spec: str) -> str | None:
     return format(value, spec) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display), imported when a PNG is drawn; ImportError without it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 DRIFT = (("kl", "KL to reference (mean)"), ("kl_inference", "KL to inference (mean)"), ("clip_frac", "clip fraction"))
 
 
@@ -40,11 +50,8 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
     """The matplotlib figure of the curve; steps are whole numbers, and so are the x ticks. With the
     trainer's records, a second panel below: KL (mean, to the reference and to the inference
     engine), clip fraction, and entropy on its own axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    plt = pyplot()
+    MaxNLocator = plt.MaxNLocator  # noqa: N806
 
     if not trainer:
         fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
@@ -81,8 +88,7 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
 
 def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: dict[int, dict] | None = None) -> bool:
     try:
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         fig = reward_figure(points, title, trainer)
     except ImportError:
         return False
@@ -94,17 +100,13 @@ def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: d
 def curves_png(curves: list[tuple[str, list[tuple[int, float]]]], out: Path, title: str) -> bool:
     """Several labelled reward curves on one chart (a sweep's points); False without matplotlib."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
+        plt = pyplot()
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     for label, pts in curves:
         ax.plot([s for s, _ in pts], [y for _, y in pts], marker="o", markersize=3, label=label)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("mean reward")
     ax.set_title(title)
@@ -138,12 +140,7 @@ def benchmark_rows(summary: dict) -> list[list[str]]:
 
 def benchmark_figure(summary: dict, title: str):
     """Output throughput, TTFT and TPOT medians against concurrency, one line per (input, output) length."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), dpi=100)
     concurrencies = sorted({p["concurrency"] for p in summary.get("points", []) if isinstance(p.get("concurrency"), int)})
     series: dict[tuple, list[dict]] = {}
@@ -159,8 +156,8 @@ def benchmark_figure(summary: dict, title: str):
                     label=f"in {i} / out {o}")
         ax.set_xscale("log", base=2)
         ax.set_xticks(concurrencies)  # the grid's own concurrencies, as whole numbers
-        ax.xaxis.set_major_formatter(ScalarFormatter())
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.xaxis.set_major_formatter(plt.ScalarFormatter())
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.set_xlabel("concurrency")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -172,8 +169,7 @@ def benchmark_figure(summary: dict, title: str):
 
 def benchmark_png(summary: dict, out: Path, title: str) -> bool:
     try:
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         fig = benchmark_figure(summary, title)
     except ImportError:
         return False

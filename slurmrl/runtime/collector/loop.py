@@ -21,8 +21,6 @@ import signal
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from slurmrl import secret
@@ -31,18 +29,11 @@ from slurmrl.rundir.read import read_text
 from slurmrl.rundir.ready import read_ready
 from slurmrl.rundir.scrape import Writer, parse_exposition
 from slurmrl.runtime.collector import gpus
-
-MAX_BODY = 32 << 20  # bytes of one /metrics answer
+from slurmrl.runtime.vllm import client
 
 
 def log(msg: str) -> None:
     print(f"slurmrl collector: {msg}", flush=True)
-
-
-def fetch(url: str, headers: dict[str, str], timeout: float) -> str:
-    req = urllib.request.Request(url, headers={**headers, "Accept": "text/plain"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 (the job's own http:// URLs)
-        return r.read(MAX_BODY).decode("utf-8", "replace")
 
 
 def _url_of(path: Path) -> str | None:
@@ -100,12 +91,14 @@ class Collector:
             return
         now = time.time() if now is None else now
         for target, url in self.endpoints().items():
-            try:
-                samples = parse_exposition(fetch(url, self.headers, self.timeout))
-            except (OSError, urllib.error.URLError, ValueError) as e:
-                self.writer(target, url, now).failed(now, f"{type(e).__name__}: {e}")
+            answer = client.ask("GET", url, timeout=self.timeout, headers={**self.headers, "Accept": "text/plain"})
+            if not answer.ok:
+                said = " ".join(answer.said(100).split())
+                why = (f"HTTP {answer.status}" + ("" if said.startswith("<") or not said else f": {said}")
+                       if answer.status else str(answer.reason))
+                self.writer(target, url, now).failed(now, why)
                 continue
-            self.writer(target, url, now).scrape(now, samples)
+            self.writer(target, url, now).scrape(now, parse_exposition(answer.text))
         if self.gpu:
             found = gpus.sample(self.timeout)
             if found:
