@@ -191,3 +191,72 @@ def benchmark_status_line(summary: dict) -> str:
 def text_table(rows: list[list[str]], indent: str = "  ") -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+# ---- `slurmrl report`: panels of time series, stacked bars, and the phases of every attempt --------
+Series = tuple[str, list[float], list[float]]  # label, x values, y values
+Panel = tuple[str, list[Series], str]  # y label, its series, "line" or "stack" (stacked bars per x)
+
+
+def panels_png(out: Path, title: str, panels: list[Panel], xlabel: str) -> bool:
+    """One PNG of panels one above the other, sharing the x axis; False without matplotlib or data."""
+    panels = [p for p in panels if any(xs for _, xs, _ in p[1])]
+    if not panels:
+        return False
+    try:
+        plt = pyplot()
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels) + 0.8), dpi=100, sharex=True,
+                             squeeze=False)
+    for ax, (ylabel, series, kind) in zip(axes[:, 0], panels):
+        bottom: dict[float, float] = {}
+        for label, xs, ys in series:
+            if not xs:
+                continue
+            if kind == "stack":
+                below = [bottom.get(x, 0.0) for x in xs]
+                ax.bar(xs, ys, bottom=below, label=label, width=0.8)
+                for x, y in zip(xs, ys):
+                    bottom[x] = bottom.get(x, 0.0) + y
+            else:
+                ax.plot(xs, ys, marker="." if len(xs) < 60 else None, label=label)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if len(series) > 1 or kind == "stack":
+            ax.legend(fontsize="small", loc="upper left")
+    axes[-1, 0].set_xlabel(xlabel)
+    axes[0, 0].set_title(title)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return True
+
+
+def timeline_png(out: Path, title: str, rows: list[tuple[str, list[tuple[float, str]]]], xlabel: str) -> bool:
+    """Every row's events on one time axis (the phases of each attempt), each a marker with its text."""
+    rows = [r for r in rows if r[1]]
+    if not rows:
+        return False
+    try:
+        plt = pyplot()
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 1.6 * len(rows)), dpi=100)
+    for y, (_, events) in enumerate(rows):
+        xs = [x for x, _ in events]
+        ax.hlines(y, min(xs), max(xs), color="grey", alpha=0.5)
+        ax.plot(xs, [y] * len(xs), "o", markersize=4)
+        for i, (x, text) in enumerate(events):
+            ax.annotate(text[:48], (x, y), xytext=(2, 6 + 9 * (i % 3)), textcoords="offset points", fontsize=6,
+                        rotation=12)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([label for label, _ in rows])
+    ax.set_ylim(-0.5, len(rows) - 0.2)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return True
