@@ -138,7 +138,7 @@ def command(ctx: Context) -> tuple[Arg, ...]:
                             f"{', '.join('judge.model.' + n for n in SERVED)}")
     if j.kind == "reward_model":
         args += ["--runner", "pooling"]  # *ForSequenceClassification: /classify returns the score
-    args += vllm.engine_args(j.model, j)
+    args += vllm.engine_args(j.model, j) + vllm.otlp_args(ctx.r.env, j.env)
     if ctx.inference.auth == "job_secret":
         args += ["--middleware", vllm.AUTH_MIDDLEWARE]
     return (*ctx.py, *vllm.ENTRY, *args, *j.extra_args)
