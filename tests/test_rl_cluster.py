@@ -141,7 +141,7 @@ def check_metrics_and_report(cluster, run_dir: Path, cwd: Path) -> None:
     for panel in ("phases", "throughput", "latency", "queue-kv", "step-split", "curves", "weight-sync"):
         assert f'<section id="panel-{panel}"><h2>' in page and (run.report_dir() / f"{panel}.png").is_file(), panel
     status = cluster.slurmrl("status", str(run_dir), cwd=cwd)
-    assert f"report: {run.report_page()}" in status.stdout, status.stdout
+    assert f"report: {run.report_page()}" in status.stdout and "collector (critical = false)" in status.stdout, status.stdout
 
 
 def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny):

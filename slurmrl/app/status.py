@@ -224,7 +224,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
         step = snap.step(c.name)
         out["components"].append({
             "torn_down": c.name in stopped_by_script,
-            "name": c.name, "group": c.group, "main": c.main, "instances": len(c.instances),
+            "name": c.name, "group": c.group, "main": c.main, "critical": c.critical, "instances": len(c.instances),
             "step": None if step is None else {"id": step.id, "state": step.state, "exit_code": step.exit_code,
                                                "elapsed": step.elapsed, "nodes": step.nodes},
             "ready": ready_ranks(run_dir, attempt, c.name),
@@ -347,7 +347,8 @@ def text(rep: dict) -> str:
             state = s.get("state") or ("started" if c["ready"] else "not started")
             if c.get("torn_down") and state not in ("COMPLETED", "RUNNING"):
                 state += " (stopped by the script)"
-            rows.append([c["name"], str(c["group"]), s.get("id", "-"), state,
+            name = c["name"] if c.get("critical", True) else f"{c['name']} (critical = false)"
+            rows.append([name, str(c["group"]), s.get("id", "-"), state,
                          s.get("exit_code") or "-", s.get("elapsed") or "-", ready])
         lines.append("")
         lines += table(rows)
