@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from slurmrl.app import status
 from slurmrl.app.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,3 +57,12 @@ def test_critical_false_is_planned_and_rendered_visibly(tmp_path):
     assert not judged.plan.component("judge").critical
     plain = build(recipe, [], run_dir=tmp_path / "c").script
     assert "NONCRITICAL=(" not in plain
+
+
+def test_status_marks_a_noncritical_component():
+    rep = {"job_id": "7", "state": "RUNNING", "run_dir": None, "parts": [], "steps": [], "failed": None, "components": [
+        {"name": "collector", "group": 0, "main": False, "critical": False, "instances": 1, "step": None, "ready": [0]},
+        {"name": "trainer", "group": 0, "main": True, "critical": True, "instances": 1, "step": None, "ready": []}]}
+    rows = [line.split("  ")[1] for line in status.text(rep).splitlines() if line.startswith("  collector")
+            or line.startswith("  trainer")]
+    assert rows == ["collector (critical = false)", "trainer"]
