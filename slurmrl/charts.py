@@ -224,7 +224,7 @@ def panels_png(out: Path, title: str, panels: list[Panel], xlabel: str) -> bool:
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         if len(series) > 1 or kind == "stack":
-            ax.legend(fontsize="small", loc="upper left")
+            ax.legend(fontsize="small", loc="best")
     axes[-1, 0].set_xlabel(xlabel)
     axes[0, 0].set_title(title)
     fig.tight_layout()
