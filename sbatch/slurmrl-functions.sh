@@ -9,6 +9,7 @@
 declare -A PID_OF=()    # component -> its srun pid
 declare -A NAME_OF=()   # srun pid -> component
 UP=0                    # 1 once every component is ready (job.sbatch sets it)
+NONCRITICAL=()          # components with critical = false (job.sbatch sets them): an exit is only logged
 
 # phase WHAT: a timestamped start-up milestone, in this log and in LOG_DIR/phases (`slurmrl status`)
 phase() {
@@ -256,7 +257,8 @@ on_term() {
 }
 
 # supervise MAIN...: wait for steps to end. Success when every MAIN component exits 0;
-# any non-zero exit, or any other component ending, fails the whole job at once.
+# any non-zero exit, or any other component ending, fails the whole job at once, except for a
+# component in NONCRITICAL (critical = false), whose exit is only logged.
 supervise() {
     local -A main=()
     local name pid p rc left=$#
@@ -279,6 +281,10 @@ supervise() {
         fi
         name=${NAME_OF[$pid]}
         unset "NAME_OF[$pid]"
+        if [[ " ${NONCRITICAL[*]} " == *" ${name} "* ]]; then  # critical = false: logged, the job goes on
+            phase "${name} exited with code ${rc} (critical = false: the job goes on)"
+            continue
+        fi
         if ((rc != 0)) || [[ -z ${main[$name]:-} ]]; then
             # inside salloc no TERM reaches this shell: a step Slurm ended (scancel, a requeue) is a stop
             slurm_ending
@@ -348,7 +354,7 @@ pick_port_base() {
             return 0
         fi
         on_every_node release_ports_here "${base}" || true
-        base=$(( 10000 + (( (base - 10000) / 96 + 1 + RANDOM % 16) % 237) * 96 ))
+        base=$(( 10000 + (( (base - 10000) / 100 + 1 + RANDOM % 16) % 227) * 100 ))
     done
     abort "no free block of ports after ${tries} tries (see ${LOG_DIR}/ports.*.log)"
 }

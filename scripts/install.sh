@@ -11,7 +11,8 @@
 #    (editable, --no-deps, plus its light deps) so our supervisor runs beside Dynamo. 1.5+ pull a
 #    package that downloads from NVIDIA's host. etcd and nats-server come from Debian (the local
 #    cluster installs them);
-#  - OpenSSH's server and rsync from Debian, for tests/test_remote.py (slurmrl --cluster).
+#  - OpenSSH's server and rsync from Debian, for tests/test_remote.py (slurmrl --cluster);
+#  - Debian's chromium, the headless browser tests/test_report.py opens `slurmrl report`'s page in.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,11 @@ if [[ ! -x /usr/sbin/sshd ]] || ! command -v rsync >/dev/null; then
     apt-get update -q >/dev/null
     apt-get install -y -q openssh-server rsync >/dev/null
     [[ -z ${made_policy:-} ]] || rm -f "$policy"
+fi
+if ! command -v chromium >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q chromium >/dev/null
 fi
 DYNAMO=ai-dynamo==1.4.2
 # -P: the check must not find slurmrl in the current directory, only an installed one

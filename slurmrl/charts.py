@@ -13,6 +13,16 @@ def finite(value, spec: str) -> str | None:
     return format(value, spec) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display), imported when a PNG is drawn; ImportError without it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 DRIFT = (("kl", "KL to reference (mean)"), ("kl_inference", "KL to inference (mean)"), ("clip_frac", "clip fraction"))
 
 
@@ -42,11 +52,8 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
     trainer's records, a second panel below: KL (mean, to the reference and to the inference
     engine), clip fraction, and entropy on its own axis. ``evals``: labelled evaluation curves
     (held-out reward, pass@1) drawn over the training reward."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    plt = pyplot()
+    MaxNLocator = plt.MaxNLocator  # noqa: N806
 
     if not trainer:
         fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
@@ -88,8 +95,7 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
 def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: dict[int, dict] | None = None,
               evals: dict[str, list[tuple[int, float]]] | None = None) -> bool:
     try:
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         fig = reward_figure(points, title, trainer, evals)
     except ImportError:
         return False
@@ -101,17 +107,13 @@ def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: d
 def curves_png(curves: list[tuple[str, list[tuple[int, float]]]], out: Path, title: str) -> bool:
     """Several labelled reward curves on one chart (a sweep's points); False without matplotlib."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
+        plt = pyplot()
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     for label, pts in curves:
         ax.plot([s for s, _ in pts], [y for _, y in pts], marker="o", markersize=3, label=label)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_xlabel("step")
     ax.set_ylabel("mean reward")
     ax.set_title(title)
@@ -145,12 +147,7 @@ def benchmark_rows(summary: dict) -> list[list[str]]:
 
 def benchmark_figure(summary: dict, title: str):
     """Output throughput, TTFT and TPOT medians against concurrency, one line per (input, output) length."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), dpi=100)
     concurrencies = sorted({p["concurrency"] for p in summary.get("points", []) if isinstance(p.get("concurrency"), int)})
     series: dict[tuple, list[dict]] = {}
@@ -166,8 +163,8 @@ def benchmark_figure(summary: dict, title: str):
                     label=f"in {i} / out {o}")
         ax.set_xscale("log", base=2)
         ax.set_xticks(concurrencies)  # the grid's own concurrencies, as whole numbers
-        ax.xaxis.set_major_formatter(ScalarFormatter())
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.xaxis.set_major_formatter(plt.ScalarFormatter())
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.set_xlabel("concurrency")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -179,8 +176,7 @@ def benchmark_figure(summary: dict, title: str):
 
 def benchmark_png(summary: dict, out: Path, title: str) -> bool:
     try:
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         fig = benchmark_figure(summary, title)
     except ImportError:
         return False
@@ -202,3 +198,72 @@ def benchmark_status_line(summary: dict) -> str:
 def text_table(rows: list[list[str]], indent: str = "  ") -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+# ---- `slurmrl report`: panels of time series, stacked bars, and the phases of every attempt --------
+Series = tuple[str, list[float], list[float]]  # label, x values, y values
+Panel = tuple[str, list[Series], str]  # y label, its series, "line" or "stack" (stacked bars per x)
+
+
+def panels_png(out: Path, title: str, panels: list[Panel], xlabel: str) -> bool:
+    """One PNG of panels one above the other, sharing the x axis; False without matplotlib or data."""
+    panels = [p for p in panels if any(xs for _, xs, _ in p[1])]
+    if not panels:
+        return False
+    try:
+        plt = pyplot()
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels) + 0.8), dpi=100, sharex=True,
+                             squeeze=False)
+    for ax, (ylabel, series, kind) in zip(axes[:, 0], panels):
+        bottom: dict[float, float] = {}
+        for label, xs, ys in series:
+            if not xs:
+                continue
+            if kind == "stack":
+                below = [bottom.get(x, 0.0) for x in xs]
+                ax.bar(xs, ys, bottom=below, label=label, width=0.8)
+                for x, y in zip(xs, ys):
+                    bottom[x] = bottom.get(x, 0.0) + y
+            else:
+                ax.plot(xs, ys, marker="." if len(xs) < 60 else None, label=label)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if len(series) > 1 or kind == "stack":
+            ax.legend(fontsize="small", loc="best")
+    axes[-1, 0].set_xlabel(xlabel)
+    axes[0, 0].set_title(title)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return True
+
+
+def timeline_png(out: Path, title: str, rows: list[tuple[str, list[tuple[float, str]]]], xlabel: str) -> bool:
+    """Every row's events on one time axis (the phases of each attempt), each a marker with its text."""
+    rows = [r for r in rows if r[1]]
+    if not rows:
+        return False
+    try:
+        plt = pyplot()
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 1.6 * len(rows)), dpi=100)
+    for y, (_, events) in enumerate(rows):
+        xs = [x for x, _ in events]
+        ax.hlines(y, min(xs), max(xs), color="grey", alpha=0.5)
+        ax.plot(xs, [y] * len(xs), "o", markersize=4)
+        for i, (x, text) in enumerate(events):
+            ax.annotate(text[:48], (x, y), xytext=(2, 6 + 9 * (i % 3)), textcoords="offset points", fontsize=6,
+                        rotation=12)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([label for label, _ in rows])
+    ax.set_ylim(-0.5, len(rows) - 0.2)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return True

@@ -121,6 +121,13 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("run_dir", metavar="RUN_DIR|SWEEP_DIR", help="a sweep dir: every point's reward curve on "
                        "one chart (SWEEP_DIR/reward.png)")
 
+    if wanted("report"):
+        p = sub.add_parser("report", help="one HTML page of what the job left (RUN_DIR/report/index.html, PNGs "
+                           "beside it): throughput, latency, queues, KV cache, GPUs, the RL step's time split, curves, "
+                           "weight sync, the benchmark, the phases of every attempt")
+        p.add_argument("run_dir", metavar="RUN_DIR|SWEEP_DIR", help="a sweep dir: every point's report, and "
+                       "SWEEP_DIR/report/index.html with the points side by side")
+
     if only is None:
         _slurm_parsers(sub, _recipe_args)
     return ap
@@ -223,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
 # verb -> its module under slurmrl/app/ (which defines cmd_<verb>). A new verb: app/<verb>.py, its parser above.
 VERBS = {"init": "build", "validate": "build", "plan": "build", "render": "build", "templates": "build",
          "plot": "plot", "submit": "submit", "sweep": "sweep", "diff": "diff", "status": "status", "logs": "logs",
-         "attach": "attach", "cancel": "cancel"}
-LOCAL_VERBS = ("init", "validate", "plan", "render", "templates", "plot")  # parsed without the Slurm verbs' parsers
+         "attach": "attach", "cancel": "cancel", "report": "report"}
+LOCAL_VERBS = ("init", "validate", "plan", "render", "templates", "plot", "report")  # parsed without the Slurm verbs' parsers
 
 if __name__ == "__main__":
     sys.exit(main())

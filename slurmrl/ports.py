@@ -9,8 +9,8 @@ grow with the node count.
 from __future__ import annotations
 
 BASE_MIN = 10000
-STRIDE = 96
-SLOTS = 237  # 10000 + 237*96 = 32752: the last block ends below Linux's ephemeral range (32768+)
+STRIDE = 100
+SLOTS = 227  # 10000 + 227*100 = 32700: the last block ends below Linux's ephemeral range (32768+)
 MAX_LOCAL = 16  # servers (and GPUs) per node the table has room for
 
 _FIXED = {
@@ -29,6 +29,8 @@ _FIXED = {
     "nats_monitor": 12,
     "dynamo_frontend": 13,  # Dynamo's OpenAI frontend
     "router_upstream": 14,  # vllm-router itself, on 127.0.0.1, behind the secret's gate on "router"
+    "trainer_metrics": 15,  # the trainer's Prometheus /metrics (rank 0), for the [collector]
+    "orchestrator_metrics": 96,  # the orchestrator's Prometheus /metrics, for the [collector]
 }
 
 # Per-node blocks: one HTTP port, one KV port, one data-parallel RPC port and one KV-event port

@@ -11,6 +11,10 @@ import urllib.request
 import pytest
 from live_components import TEST_SECRET, LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
 
+from slurmrl.app import report_data as rd
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.scrape import read_scrapes
+from slurmrl.runtime.collector.loop import Collector
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 from slurmrl.runtime.vllm import client
 
@@ -106,6 +110,23 @@ def test_requests_and_admin_calls_need_the_job_secret(servers, method, path):
 def test_servers_wrote_ready_files(servers):
     ready = servers.out.run_dir / "ready" / "attempt-0"
     assert sorted(p.name for p in ready.iterdir()) == ["inference.0", "inference.1"]
+
+
+def test_the_collector_keeps_what_changed_on_real_servers(servers, tmp_path):
+    """The [collector] over the servers' ready files: vLLM's /metrics (open without the secret, sent
+    anyway) read back as counters that grew with a request, and TTFT buckets."""
+    run = RunDir(servers.out.run_dir)
+    c = Collector(run, "0", ["inference"], {}, max_bytes=1 << 30, timeout=10,
+                  headers={"Authorization": f"Bearer {TEST_SECRET}"}, gpu=False)
+    c.tick(1.0)
+    complete(servers.urls[0], "count the tokens", headers={"Authorization": f"Bearer {TEST_SECRET}"})
+    c.tick(2.0)
+    s = read_scrapes(run.scrape_file(0, "inference.0"))
+    done = rd.summed(s, ("vllm:request_success_total",))
+    assert [t for t, _ in done] == [1.0, 2.0] and done[1][1] == done[0][1] + 1
+    assert rd.hist_quantiles(s, rd.TTFT) and len(s.values) > 100  # every series kept, each name written once
+    first, second = (len(x) for x in run.scrape_file(0, "inference.0").read_text().splitlines()[1:3])
+    assert second < first / 4  # the second scrape holds only what changed
 
 
 def test_consistent_hash_keeps_a_session_on_one_replica(servers):

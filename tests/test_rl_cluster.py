@@ -1,7 +1,9 @@
 """RL and SFT end to end on the local Slurm cluster: real vLLM, trainer, orchestrator, requeue.
 
-One RL job does double duty (each costs minutes on two cores): its reward must rise, and a
-`scontrol requeue` in the middle must not lose or repeat a step.
+One RL job does triple duty (each costs minutes on two cores): its reward must rise, a
+`scontrol requeue` in the middle must not lose or repeat a step, and its [collector] keeps every
+/metrics in the run dir, is killed in the first attempt while the job goes on (critical = false),
+and leaves what `slurmrl report` turns into a page.
 """
 
 from __future__ import annotations
@@ -12,7 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from wandb_records import runs as wandb_runs
 
+from slurmrl.app import report_data as rd
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.scrape import read_scrapes
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
@@ -45,11 +51,19 @@ def tiny(tmp_path_factory):
     return build_tiny(tmp_path_factory.mktemp("model") / "tiny")
 
 
+def kill_step(cluster, job_id: str, name: str) -> None:
+    """SIGKILL to the tasks of the job's step named ``name`` (its srun then exits)."""
+    steps = cluster.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i %j"]).stdout.split("\n")
+    ids = [line.split()[0] for line in steps if line.split()[1:] == [name]]
+    assert len(ids) == 1, steps
+    assert cluster.run(["scancel", "--signal=KILL", ids[0]]).returncode == 0
+
+
 def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, tiny):
     r = slurm_cluster.slurmrl(
         "submit", str(ROOT / "recipes" / "rl-debug.toml"),
         "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
-        "--set", f"trainer.max_steps={STEPS}", "--set", "trainer.checkpoint_every=4",
+        "--set", f"trainer.max_steps={STEPS}", "--set", "trainer.checkpoint_every=4", "--set", "collector.interval=2",
         # [eval] on reverse_text's held-out split every 8 steps; [wandb] offline, the user's names
         "--set", "eval.every=8", "--set", "wandb.mode='offline'", "--set", "wandb.project='rl-cluster'",
         "--set", "wandb.tags=['ci']",
@@ -59,8 +73,15 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
     run_dir = tmp_path / "runs" / "rl-debug"
     job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
     trainer_log = run_dir / "metrics" / "trainer.jsonl"
+    phases = run_dir / "logs" / "attempt-0" / "phases"
+    scraped = run_dir / "metrics" / "scrape" / "attempt-0"
     try:
+        wait_until(lambda: len(lines(trainer_log)) >= 4 and (scraped / "trainer.jsonl").exists(), 900,
+                   "4 trainer steps, and the trainer's /metrics scraped", run_dir)
+        kill_step(slurm_cluster, job_id, "collector")  # not critical: logged, and the job goes on
+        wait_until(lambda: "(critical = false: the job goes on)" in phases.read_text(), 120, "the collector's exit", run_dir)
         wait_until(lambda: len(lines(trainer_log)) >= 8, 900, "8 trainer steps", run_dir)
+        assert not (run_dir / "logs" / "attempt-0" / "FAILED").exists()
         rq = slurm_cluster.run(["scontrol", "requeue", job_id])
         assert rq.returncode == 0, rq.stderr
         wait_until(lambda: (run_dir / "logs" / "attempt-1").exists(), 300, "the second attempt", run_dir)
@@ -100,7 +121,6 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
     assert set(lags) <= {0, 1}, lags  # max_off_policy_steps = 1
     st = slurm_cluster.slurmrl("status", str(run_dir), cwd=tmp_path)
     assert f"latest batch {STEPS}: reward" in st.stdout and "entropy" in st.stdout, st.stdout
-
     # [eval]: the base model, then every 8 steps of weights the servers had, and the final weights; the
     # requeued orchestrator went on after its last row (none repeated)
     evals = [rec["step"] for rec in lines(run_dir / "metrics" / "eval.jsonl")]
@@ -108,11 +128,35 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
     assert f"latest eval step {STEPS}: reward" in st.stdout, st.stdout
     assert "evaluations (heldout split, metrics/eval.jsonl)" in plot.stdout, plot.stdout
     # [wandb]: the trainer's and the orchestrator's runs in one group (the run dir's name), across the requeue
-    from wandb_records import runs
-
-    found = runs(run_dir)
+    found = wandb_runs(run_dir)
     assert set(found) == {"rl-debug-trainer", "rl-debug-orchestrator"}, found
     assert {(r["project"], r["group"], tuple(r["tags"])) for r in found.values()} == {("rl-cluster", "rl-debug", ("ci",))}
+
+    check_metrics_and_report(slurm_cluster, run_dir, tmp_path)
+
+
+def check_metrics_and_report(cluster, run_dir: Path, cwd: Path) -> None:
+    """What the [collector] kept in both attempts, and the report of it."""
+    run = RunDir(run_dir)
+    assert "collector exited with code" in (run_dir / "logs" / "attempt-0" / "phases").read_text()
+    for attempt in (0, 1):
+        got = {f.name: read_scrapes(f) for f in run.scrape_files(attempt)}
+        assert {"inference.0.jsonl", "trainer.jsonl", "orchestrator.jsonl"} <= set(got), (attempt, sorted(got))
+        server = got["inference.0.jsonl"]
+        assert rd.rate(rd.summed(server, rd.GENERATION)) and rd.hist_quantiles(server, rd.TTFT), attempt
+        assert got["trainer.jsonl"].series("slurmrl_trainer_step_time_s"), attempt
+        assert got["orchestrator.jsonl"].series("slurmrl_orchestrator_generate_s"), attempt
+    files = [f for a in (0, 1) for f in run.scrape_files(a)]
+    seconds = sum(s.times[-1] - s.times[0] for s in (read_scrapes(f) for f in files if f.name == "inference.0.jsonl"))
+    print(f"scraped: {sum(f.stat().st_size for f in files)} bytes in {len(files)} files over {seconds:.0f} s "
+          f"of the server's scrapes ({', '.join(f'{f.parent.name}/{f.name} {f.stat().st_size}' for f in files)})")
+    r = cluster.slurmrl("report", str(run_dir), cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    page = run.report_page().read_text()
+    for panel in ("phases", "throughput", "latency", "queue-kv", "step-split", "curves", "weight-sync"):
+        assert f'<section id="panel-{panel}"><h2>' in page and (run.report_dir() / f"{panel}.png").is_file(), panel
+    status = cluster.slurmrl("status", str(run_dir), cwd=cwd)
+    assert f"report: {run.report_page()}" in status.stdout and "collector (critical = false)" in status.stdout, status.stdout
 
 
 def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny):

@@ -186,6 +186,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["links"] = {}
     out["benchmark"] = None
     out["training"] = None
+    out["report"] = None
     names = {g.index: g.name for g in plan.groups} if plan else {}
     for p in out["parts"]:
         p["name"] = names.get(p["group"], "")
@@ -208,6 +209,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["benchmark"] = read_benchmark(run_dir)
     out["links"] = read_links(run_dir).to_json()  # submit --again and sweeps (links.json)
     out["training"] = latest_training(run_dir)
+    out["report"] = report_where(run_dir)
     if plan is not None:
         out["model"] = served_model(run_dir, plan) if any(c.role in SERVER_ROLES for c in plan.components) else None
         out["secret_file"] = secret_file(run_dir)
@@ -222,7 +224,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
         step = snap.step(c.name)
         out["components"].append({
             "torn_down": c.name in stopped_by_script,
-            "name": c.name, "group": c.group, "main": c.main, "instances": len(c.instances),
+            "name": c.name, "group": c.group, "main": c.main, "critical": c.critical, "instances": len(c.instances),
             "step": None if step is None else {"id": step.id, "state": step.state, "exit_code": step.exit_code,
                                                "elapsed": step.elapsed, "nodes": step.nodes},
             "ready": ready_ranks(run_dir, attempt, c.name),
@@ -292,6 +294,21 @@ def benchmark_lines(rep: dict) -> list[str]:
     return lines
 
 
+def report_where(run_dir: Path) -> dict:
+    """Where `slurmrl report` writes the run's page, and whether it is there yet."""
+    page = RunDir(run_dir).report_page()
+    return {"page": str(page), "exists": page.is_file()}
+
+
+def report_lines(rep: dict) -> list[str]:
+    where = rep.get("report")
+    if not where or not rep.get("run_dir"):
+        return []
+    if where["exists"]:
+        return ["", f"  report: {where['page']}  (`slurmrl report {rep['run_dir']}` draws it again)"]
+    return ["", f"  report: `slurmrl report {rep['run_dir']}` writes {where['page']}"]
+
+
 def link_lines(rep: dict) -> list[str]:
     """The run dirs this one is linked to: the run it runs again, its own reruns, its sweep."""
     found = rep.get("links") or {}
@@ -334,7 +351,8 @@ def text(rep: dict) -> str:
             state = s.get("state") or ("started" if c["ready"] else "not started")
             if c.get("torn_down") and state not in ("COMPLETED", "RUNNING"):
                 state += " (stopped by the script)"
-            rows.append([c["name"], str(c["group"]), s.get("id", "-"), state,
+            name = c["name"] if c.get("critical", True) else f"{c['name']} (critical = false)"
+            rows.append([name, str(c["group"]), s.get("id", "-"), state,
                          s.get("exit_code") or "-", s.get("elapsed") or "-", ready])
         lines.append("")
         lines += table(rows)
@@ -347,6 +365,7 @@ def text(rep: dict) -> str:
     lines += phase_lines(rep)
     lines += training_lines(rep)
     lines += benchmark_lines(rep)
+    lines += report_lines(rep)
     if rep["failed"]:
         lines.append(f"FAILED: {rep['failed']}")
     elif rep.get("stopped"):

@@ -100,6 +100,7 @@ class Component(Frozen):
     overlap: bool  # shares its node's GPUs with another step
     stage: int
     main: bool  # the job succeeds when every main component exits 0
+    critical: bool = True  # False: its exit is logged (a phase) and the job goes on (recipe: critical = false)
     srun: tuple[Arg, ...]  # srun options, before the container flags
     task: Task
     health: Health | None

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from slurmrl import ports
 from slurmrl.errors import UserError
-from slurmrl.plan import benchmark, engines, lora, placement, rules, shell, staging, topology, training
+from slurmrl.plan import benchmark, collector, engines, lora, placement, rules, shell, staging, topology, training
 from slurmrl.plan.context import Context, Group
 from slurmrl.plan.directives import group_directives
 from slurmrl.plan.engines import dynamo
@@ -114,6 +114,7 @@ class _Builder:
             training.trainer(ctx)
         if r.orchestrator is not None:
             training.orchestrator(ctx)
+        collector.collector(ctx)  # last: it scrapes what the others expose
         ctx.staging = staging.steps(r, ctx.specs, ctx.groups, ctx.py, ctx.preflight)
         topology.check(r, {g.name: g.nodes for g in ctx.groups})
         specs = self.thread_pools(self.split_cpus(ctx.specs))
@@ -160,7 +161,7 @@ class _Builder:
         return Component(
             name=c.name, role=c.role, group=c.group, first_node=c.first_node, nodes=c.nodes,
             tasks_per_node=c.tasks_per_node, cpus_per_task=c.cpus_per_task, gpus_per_node=gpus, overlap=shared,
-            stage=c.stage, main=c.main, task=c.task, health=c.health, instances=c.instances, settings=c.settings,
+            stage=c.stage, main=c.main, critical=c.critical, task=c.task, health=c.health, instances=c.instances, settings=c.settings,
             mpi=c.mpi, srun=self.srun_args(c, gpus, shared),
         )
 

@@ -85,6 +85,7 @@ class Spec:
     health: Health | None = None
     instances: tuple[Instance, ...] = ()
     main: bool = False  # the job succeeds when every main component exits 0
+    critical: bool = True  # False (recipe: critical = false): its exit is logged and the job goes on
     fail_fast: bool = True  # srun --kill-on-bad-exit
     slot: Slot | None = None  # a GPU component's slice: its CPUs are split by GPU count
     cpus_per_task: int = 0  # services name theirs; GPU components get a share of what is left

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from slurmrl.errors import UserError
 from slurmrl.plan import shell
+from slurmrl.plan.collector import metrics_env
 from slurmrl.plan.context import Context
 from slurmrl.plan.engines import judge
 from slurmrl.plan.model import Arg, Instance, Sh
@@ -48,7 +49,7 @@ def trainer(ctx: Context) -> None:
         task=ctx.task(
             Supervisor("trainer", gpus=shell.gpu_slice(slot.gpus[0], len(slot.gpus), False),
                        heartbeat=r.slurm.heartbeat_timeout),
-            env=sorted(t.env.items()), command=command,
+            env=[*sorted(t.env.items()), *metrics_env(ctx, "trainer_metrics")], command=command,
         ),
         settings=settings,
     ))
@@ -75,7 +76,7 @@ def orchestrator(ctx: Context) -> None:
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={}),),
         task=ctx.task(
             Supervisor("orchestrator", heartbeat=r.slurm.heartbeat_timeout),
-            prelude=prelude, env=sorted(o.env.items()),
+            prelude=prelude, env=[*sorted(o.env.items()), *metrics_env(ctx, "orchestrator_metrics")],
             command=(
                 *ctx.py, "-m", "slurmrl.runtime.orchestrator", "--config", config("orchestrator"),
                 "--requests-url", requests, "--admin-urls", Sh(sh="${servers[@]}"), *judge_args,

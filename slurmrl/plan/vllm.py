@@ -44,6 +44,21 @@ def common_args(model: Model, inf: Inference, tp: int, path: str | Cat | None = 
     return args + extra_args(inf.vllm_extra)
 
 
+# where traces go: the traces endpoint, else the one for every signal (vLLM's exporter speaks gRPC by
+# default, where the two are the same address)
+OTLP_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def otlp_args(*envs: dict[str, str]) -> list[Arg]:
+    """``--otlp-traces-endpoint URL`` when the job's environment (``[env]``, then the component's own)
+    names an OTLP endpoint; nothing otherwise (vLLM then sends no traces)."""
+    merged: dict[str, str] = {}
+    for env in envs:
+        merged.update(env)
+    url = next((merged[k] for k in OTLP_ENDPOINTS if merged.get(k)), None)
+    return ["--otlp-traces-endpoint", url] if url else []
+
+
 def pooling(args: list[Arg]) -> bool:
     """A server run with ``--runner pooling`` (a reward model) has no completions to answer."""
     return next((b for a, b in zip(args, args[1:]) if a == "--runner"), None) == "pooling"

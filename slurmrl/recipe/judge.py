@@ -36,6 +36,10 @@ class Judge(JudgeKnobs):
     enforce_eager: bool = Field(False, description="Disable CUDA graphs / torch.compile in the judge's vLLM.")
     extra_args: list[str] = Field(default_factory=list, description="Extra arguments for the judge's vLLM server.")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the judge's step.")
+    critical: bool = Field(
+        True, description="`false`: when the judge's servers exit, the job logs it (a phase) and goes on; the "
+        "orchestrator's requests to it fail as they would. `true`: its exit fails the job.",
+    )
     startup_timeout: int = Field(
         1800, ge=1, le=86400, description="Seconds to wait for the judge to answer /health (1-86400, one day)."
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -174,6 +175,19 @@ def _parse_with_tomlkit(path: Path, text: str, first: Exception | None = None) -
         raise UserError(str(path), f"not valid TOML: {e}" + (f" ({where})" if where else "")) from None
 
 
+def otel_from_environment(data: dict, environ=None) -> dict:
+    """``OTEL_*`` variables of the environment the recipe is loaded in join its ``[env]`` (the recipe's own
+    values win; ``--set env.X=...`` wins over both), so they are written into the run dir's recipe and
+    job.sbatch like any: they reach every step, and vLLM's ``--otlp-traces-endpoint`` comes from them
+    (slurmrl.plan.vllm). None set: nothing changes."""
+    environ = os.environ if environ is None else environ
+    found = {k: v for k, v in environ.items() if k.startswith("OTEL_")}
+    env = data.get("env", {})
+    if found and isinstance(env, dict):
+        data["env"] = {**found, **env}
+    return data
+
+
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     """Read, override, validate. Relative paths in the recipe stay relative to the recipe file."""
     path = Path(path)
@@ -186,7 +200,7 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
         resolved = True
     if resolved:  # what the user set is what differs from the defaults; --set below is set
         data = unresolve(Recipe, data)
-    data = apply_overrides(data, list(overrides))
+    data = apply_overrides(otel_from_environment(data), list(overrides))
     return validate(data)
 
 

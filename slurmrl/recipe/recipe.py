@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 
 from slurmrl.errors import UserError
 from slurmrl.recipe.benchmark import Benchmark
+from slurmrl.recipe.collector import Collector
 from slurmrl.recipe.container import Container
 from slurmrl.recipe.eval import Eval
 from slurmrl.recipe.fields import NAME_RE, EnvMap
@@ -71,6 +72,10 @@ class Recipe(Section):
     )
     wandb: Wandb = Field(
         default_factory=Wandb, description="W&B runs of the trainer and the orchestrator, one group (kinds `sft`, `rl`)."
+    )
+    collector: Collector | None = Field(
+        None, description="Keep every component's Prometheus `/metrics` in the run dir while the job runs "
+        "(`slurmrl report` draws them)."
     )
 
     @model_validator(mode="after")

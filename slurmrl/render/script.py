@@ -124,4 +124,5 @@ def render_script(plan: Plan, run_dir: str, recipe_file: str, templates_dir: Pat
         functions_version=FUNCTIONS_VERSION,
         port_base_expr=ports.base_expr(),
         main_components=[c.name for c in plan.components if c.main],
+        noncritical=[c.name for c in plan.components if not c.critical],
     )

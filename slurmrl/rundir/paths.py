@@ -30,6 +30,9 @@ steps (``RunDir.from_env()``) and the login-node commands all go through it.
       benchmark/c<C>-in<I>-out<O>.json  vllm bench serve's result for one point; benchmark.png the plot
       metrics/<role>.jsonl           one JSON line per step of the trainer and the orchestrator
       metrics/eval.jsonl             one JSON line per evaluation ([eval]; slurmrl.rundir.evals reads it)
+      metrics/scrape/attempt-N/<target>.jsonl  the [collector]'s scrapes of one /metrics (slurmrl.rundir.scrape)
+      metrics/endpoints/attempt-N/<comp>       the /metrics URL a program of ours serves (the collector reads it)
+      report/index.html report/*.png  `slurmrl report`: one page and its charts
       rollouts/ weights/ checkpoints/   RL and SFT outputs
       merged/                        a LoRA policy's final model: base + adapter, a plain HF folder
 """
@@ -65,6 +68,10 @@ class RunDir:
     BENCHMARK = "benchmark"  # the [benchmark] results (slurmrl.runtime.bench)
     METRICS = "metrics"
     EVAL_METRICS = "eval.jsonl"  # one line per evaluation of the policy ([eval])
+    SCRAPE = "scrape"  # metrics/scrape/attempt-N/<target>.jsonl: the [collector]'s scrapes
+    ENDPOINTS = "endpoints"  # metrics/endpoints/attempt-N/<component>: a /metrics URL of ours
+    REPORT = "report"  # `slurmrl report`: report/index.html and its PNGs
+    REPORT_PAGE = "index.html"
     MERGED = "merged"
     ROLLOUTS = "rollouts"
     WEIGHTS = "weights"
@@ -180,6 +187,35 @@ class RunDir:
     def eval_metrics(self) -> Path:
         """``metrics/eval.jsonl``: one JSON line per evaluation (the orchestrator writes, rundir.evals reads)."""
         return self.metrics_dir / self.EVAL_METRICS
+    def scrape_dir(self, attempt: int | str) -> Path:
+        return self.metrics_dir / self.SCRAPE / f"attempt-{attempt}"
+
+    def scrape_file(self, attempt: int | str, target: str) -> Path:
+        """One endpoint's scrapes (slurmrl.rundir.scrape): ``target`` is ``<component>.<task>`` or a name."""
+        return self.scrape_dir(attempt) / f"{target}.jsonl"
+
+    def scrape_files(self, attempt: int | str) -> list[Path]:
+        return sorted(self.scrape_dir(attempt).glob("*.jsonl"))
+
+    def scrape_attempts(self) -> list[int]:
+        """Attempts with a scrape folder, in order."""
+        found = [d.name.removeprefix("attempt-") for d in (self.metrics_dir / self.SCRAPE).glob("attempt-*")]
+        return sorted(int(a) for a in found if a.isdigit())
+
+    def metrics_endpoint(self, attempt: int | str, component: str) -> Path:
+        """The /metrics URL a program of ours serves (one line); the collector scrapes it."""
+        return self.metrics_dir / self.ENDPOINTS / f"attempt-{attempt}" / component
+
+    def metrics_endpoints(self, attempt: int | str) -> list[Path]:
+        return sorted(p for p in (self.metrics_dir / self.ENDPOINTS / f"attempt-{attempt}").glob("*")
+                      if not p.name.startswith("."))
+
+    def report_dir(self) -> Path:
+        return self.path / self.REPORT
+
+    def report_page(self) -> Path:
+        """`slurmrl report`'s page; its PNGs lie beside it."""
+        return self.report_dir() / self.REPORT_PAGE
 
     def merged_dir(self) -> Path:
         """A LoRA policy's final model, the adapter merged into the base (written after the last step)."""

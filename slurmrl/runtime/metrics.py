@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime import tracking
+from slurmrl.runtime import exposition, tracking
 from slurmrl.settings.wandb import WandbSettings
 
 
@@ -24,8 +24,10 @@ class Metrics:
         self.path = RunDir(run_dir).metrics(role)
         self.enabled, self.wandb, self.prefix, self._log = enabled, None, wandb_prefix, log
         self.own_axis = False  # True: W&B plots this file's keys against its own `<prefix>step`
+        self.exposition: exposition.Exposition | None = None
         if not enabled:
             return
+        self.exposition = exposition.from_env(role, log)  # /metrics for the [collector], when the plan asks
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.wandb = tracking.start(tracking_settings, Path(run_dir), role, config, log)
         if self.wandb is not None:
@@ -72,6 +74,8 @@ class Metrics:
             return
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+        if self.exposition is not None:
+            self.exposition.update(record)
         if self.wandb is not None:
             numbers = {self.prefix + k: v for k, v in record.items() if isinstance(v, (int, float))}
             try:

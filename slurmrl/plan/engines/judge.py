@@ -4,7 +4,8 @@
 after inference's and the trainer's (``"inference"``); ``tp`` GPUs per server, ``gpus_per_node / tp``
 servers per node, each on a port of the server block after the inference servers of its node. Its
 real vLLM command line stands in job.sbatch (``--runner pooling`` for a reward model). It starts
-with the inference servers, is ready when /health answers, fails the job when it exits, and the
+with the inference servers, is ready when /health answers, fails the job when it exits (unless
+``critical = false``: then its exit is only logged), and the
 orchestrator gets its URLs from its ready files (``--judge-urls "${judges[@]}"``).
 """
 
@@ -137,7 +138,7 @@ def command(ctx: Context) -> tuple[Arg, ...]:
                             f"{', '.join('judge.model.' + n for n in SERVED)}")
     if j.kind == "reward_model":
         args += ["--runner", "pooling"]  # *ForSequenceClassification: /classify returns the score
-    args += vllm.engine_args(j.model, j)
+    args += vllm.engine_args(j.model, j) + vllm.otlp_args(ctx.r.env, j.env)
     if ctx.inference.auth == "job_secret":
         args += ["--middleware", vllm.AUTH_MIDDLEWARE]
     return (*ctx.py, *vllm.ENTRY, *args, *j.extra_args)
@@ -162,7 +163,7 @@ def build(ctx: Context) -> None:
     completion = None if vllm.pooling(list(cmd)) else j.model.served_model_name
     ctx.add(Spec(
         name="judge", role="judge", group=where.group, slot=where, first_node=0, nodes=where.nodes,
-        tasks_per_node=per_node, gpus_per_node=len(where.gpus), stage=2, main=False, fail_fast=True,
+        tasks_per_node=per_node, gpus_per_node=len(where.gpus), stage=2, main=False, fail_fast=True, critical=j.critical,
         health=Health(kind="http", ports=tuple(f"server_{first + k}" for k in range(per_node)),
                       timeout=j.startup_timeout, urls_var="URLS_JUDGE"),
         instances=instances, reads_model=j.model.path == r.model.path,

@@ -78,7 +78,7 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
     multi = shape.span > 1
     prelude = [shell.HOST_LINE, f"port={shell.per_task('server', first_index)}"]
     names = ["host", "port"]
-    args = vllm.common_args(r.model, inf, tp, ctx.model_path())
+    args = [*vllm.common_args(r.model, inf, tp, ctx.model_path()), *vllm.otlp_args(r.env, inf.env, dict(role_env))]
     if hybrid:  # the orchestrator puts it to sleep while the trainer steps (slurmrl.runtime.orchestrator.hybrid)
         args.append("--enable-sleep-mode")
     env = vllm_env(ctx, role_env)

@@ -2,8 +2,8 @@
 
 Every program of the job that talks to a vLLM server (or to a front before several: vllm-router,
 Dynamo's frontend) goes through here: the supervisor's ready checks, the orchestrator's sampling,
-weight reloads, sleep mode and LoRA adapters, the judge client, the benchmark's endpoint check and
-``python -m slurmrl.runtime.vllm.admin``.
+weight reloads, sleep mode and LoRA adapters, the judge client, the benchmark's endpoint check,
+``python -m slurmrl.runtime.vllm.admin`` and the [collector]'s scrapes of ``GET /metrics``.
 
 - ``ask(method, url, body)``: one request that never raises: an ``Answer`` with the HTTP status
   (0 when nothing answered: refused, reset, timed out, cut short) and the body or the reason.
@@ -16,8 +16,8 @@ The routes (vLLM's OpenAI server; the admin ones need ``VLLM_SERVER_DEV_MODE=1``
 planner sets where a job uses them): ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
 ``POST /classify``, ``POST /pause?mode=wait``, ``POST /resume``, ``POST /collective_rpc``
 (``reload_weights``), ``POST /reset_prefix_cache``, ``POST /sleep``, ``POST /wake_up``,
-``GET /is_sleeping``, ``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``, and
-vllm-router's ``GET /list_workers``. Standard library only: the supervisor imports it.
+``GET /is_sleeping``, ``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``,
+``GET /metrics`` (Prometheus text; any endpoint's, through ``ask``), and vllm-router's ``GET /list_workers``. Standard library only: the supervisor imports it.
 """
 
 from __future__ import annotations

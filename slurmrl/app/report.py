@@ -1,0 +1,209 @@
+"""`slurmrl report RUN_DIR`: one self-contained HTML page, RUN_DIR/report/index.html (no server: the
+images are inside it, and beside it as PNGs), from what the job left in its run dir: throughput and
+latency (TTFT, inter-token latency) of every vLLM server, their queues and KV-cache use, the GPUs, the
+RL step's time split, reward / KL / eval curves, weight-sync time, the benchmark, and the phases of
+every attempt on one time axis (``slurmrl.app.report_data`` computes, ``slurmrl.charts`` draws).
+On a sweep dir: every point's report, and SWEEP_DIR/report/index.html with the points side by side.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from pathlib import Path
+
+from slurmrl import charts
+from slurmrl.app import report_data as rd
+from slurmrl.app.job_outputs import failed_reason, read_benchmark
+from slurmrl.app.sweep_dir import is_sweep_dir
+from slurmrl.errors import UserError
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.sweep_index import read_index
+
+XLABEL = "seconds since the job started"
+STYLE = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}img{max-width:100%;border:1px solid #ddd}"
+         "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}"
+         "th{background:#f4f4f4}.none{color:#777}section{margin-bottom:2em}")
+
+
+def _short(label: str) -> str:
+    return label.removeprefix("attempt-0/")
+
+
+def serving_panels(d: rd.RunData) -> dict[str, list[charts.Panel]]:
+    """Panel name -> its subplots, from the servers' (and GPUs') scrapes."""
+    def each(fn) -> list[charts.Series]:
+        out = []
+        for label, s in d.servers.items():
+            pts = fn(s)
+            out.append((_short(label), [d.x(t) for t, _ in pts], [v for _, v in pts]))
+        return out
+
+    panels = {
+        "throughput": [("generated tokens/s", each(lambda s: rd.rate(rd.summed(s, rd.GENERATION))), "line"),
+                       ("prompt tokens/s", each(lambda s: rd.rate(rd.summed(s, rd.PROMPT))), "line")],
+        "latency": [("TTFT, mean (s)", each(lambda s: rd.hist_mean(s, rd.TTFT)), "line"),
+                    ("inter-token latency, mean (s)", each(lambda s: rd.hist_mean(s, rd.ITL)), "line")],
+        "queue-kv": [("requests running", each(lambda s: rd.summed(s, rd.RUNNING)), "line"),
+                     ("requests waiting", each(lambda s: rd.summed(s, rd.WAITING)), "line"),
+                     ("KV cache used (0-1)", each(lambda s: rd.summed(s, rd.KV)), "line")],
+    }
+    gpu: list[charts.Panel] = []
+    for name, ylabel in (("gpu_utilization_percent", "GPU utilisation (%)"), ("gpu_memory_used_mib", "GPU memory (MiB)")):
+        series = []
+        for label, s in d.gpus.items():
+            for key in s.keys(name):
+                pts = s.series(key)
+                series.append((f"{_short(label)} {key.removeprefix(name)}", [d.x(t) for t, _ in pts], [v for _, v in pts]))
+        gpu.append((ylabel, series, "line"))
+    panels["gpus"] = gpu
+    return panels
+
+
+def training_panels(d: rd.RunData) -> dict[str, list[charts.Panel]]:
+    def split(records: dict[int, dict], fields) -> list[charts.Series]:
+        return [(label, *rd.step_field(records, key)) for key, label in fields]
+
+    evals = sorted({k for r in d.orchestrator.values() for k in r if k.startswith("eval")})
+    return {
+        "step-split": [("orchestrator, s per step", split(d.orchestrator, rd.ORCHESTRATOR_SPLIT), "stack"),
+                       ("trainer, s per step", split(d.trainer, rd.TRAINER_SPLIT), "stack")],
+        "curves": [("reward (mean)", [("reward", *rd.step_field(d.orchestrator, "reward_mean"))], "line"),
+                   ("KL", [(k, *rd.step_field(d.trainer, k)) for k in ("kl", "kl_inference")], "line"),
+                   ("eval", [(k, *rd.step_field(d.orchestrator, k)) for k in evals], "line"),
+                   ("tokens/s", [("orchestrator (generate)", *rd.step_field(d.orchestrator, "tokens_per_s")),
+                                 ("trainer", *rd.step_field(d.trainer, "tokens_per_s"))], "line")],
+        "weight-sync": [("seconds per step", [("trainer: publish", *rd.step_field(d.trainer, "publish_s")),
+                                              ("servers: load new weights", *rd.step_field(d.orchestrator, "reload_s"))],
+                         "line")],
+    }
+
+
+TITLES = {
+    "phases": "Phases of every attempt", "throughput": "Throughput per server", "latency": "Latency per server",
+    "queue-kv": "Queue and KV cache per server", "gpus": "GPUs of the collector's node",
+    "step-split": "The RL step's time split", "curves": "Reward, KL, eval and tokens/s",
+    "weight-sync": "Weight sync", "benchmark": "Benchmark",
+}
+EMPTY = {
+    "throughput": "no vLLM server was scraped: add a [collector] section to the recipe",
+    "step-split": "no step records (metrics/orchestrator.jsonl, metrics/trainer.jsonl)",
+    "gpus": "no GPU samples (no nvidia-smi on the collector's node, or no [collector])",
+}
+
+
+def draw(d: rd.RunData, out_dir: Path) -> dict[str, Path | None]:
+    """Every panel's PNG in ``out_dir`` (None where there is nothing to draw)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    name = d.run.name
+    made: dict[str, Path | None] = {}
+    rows = [(f"attempt {a}", [(d.x(t), what) for t, what in events]) for a, events in d.phases]
+    path = out_dir / "phases.png"
+    made["phases"] = path if charts.timeline_png(path, f"{name}: phases", rows, XLABEL) else None
+    for key, panels in {**serving_panels(d), **training_panels(d)}.items():
+        path = out_dir / f"{key}.png"
+        xlabel = "step" if key in ("step-split", "curves", "weight-sync") else XLABEL
+        made[key] = path if charts.panels_png(path, f"{name}: {TITLES[key]}", panels, xlabel) else None
+    bench = read_benchmark(d.run.path)
+    made["benchmark"] = None
+    if bench and bench.get("points"):
+        path = out_dir / RunDir.BENCHMARK_PLOT
+        made["benchmark"] = path if charts.benchmark_png(bench, path, f"{name}: benchmark") else None
+    for key, drawn in made.items():
+        if drawn is None:
+            (out_dir / (RunDir.BENCHMARK_PLOT if key == "benchmark" else f"{key}.png")).unlink(missing_ok=True)  # an earlier report's chart of data now gone
+    return made
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def latency_table(d: rd.RunData) -> str:
+    rows = []
+    for label, s in d.servers.items():
+        cells = []
+        for names in (rd.TTFT, rd.ITL):
+            q = rd.hist_quantiles(s, names) or {}
+            cells += [f"{q[x] * 1000:.1f}" if x in q else "-" for x in rd.QUANTILES]
+        rows.append(f"<tr><th>{html.escape(_short(label))}</th>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    if not rows:
+        return ""
+    head = "".join(f"<th>{m} p{int(q * 100)} (ms)</th>" for m in ("TTFT", "ITL") for q in rd.QUANTILES)
+    return f'<table id="latency-quantiles"><tr><th>server</th>{head}</tr>{"".join(rows)}</table>'
+
+
+def page(title: str, body: list[str]) -> str:
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body>\n<h1>{html.escape(title)}</h1>\n" + "\n".join(body)
+            + "\n</body></html>\n")
+
+
+def run_report(run_dir: Path) -> Path:
+    """Draw and write RUN_DIR/report/index.html; returns its path."""
+    run = RunDir(run_dir)
+    d = rd.read_run(run)
+    made = draw(d, run.report_dir())
+    body = [f"<p>run dir <code>{html.escape(str(run.path))}</code>, report of "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {len(d.phases)} attempt(s), "
+            f"{len(d.servers)} vLLM server scrape file(s), {len(d.orchestrator)} orchestrator and "
+            f"{len(d.trainer)} trainer step(s).</p>"]
+    for a, _ in d.phases:
+        why = failed_reason(run.path, a)
+        if why:
+            body.append(f'<p class="failed">attempt {a} FAILED: {html.escape(why)}</p>')
+    for key, title in TITLES.items():
+        path = made.get(key)
+        inner = _img(path, title) if path else f'<p class="none">{html.escape(EMPTY.get(key, "no data"))}</p>'
+        if key == "latency":
+            inner += latency_table(d)
+        body.append(f'<section id="panel-{key}"><h2>{html.escape(title)}</h2>{inner}</section>')
+    out = run.report_page()
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(page(f"slurmrl report: {run.name}", body))
+    tmp.replace(out)
+    return out
+
+
+def sweep_report(sweep_dir: Path) -> Path:
+    """Each point's report, then the sweep's page: one column per point, one row per panel."""
+    index = read_index(sweep_dir)
+    dirs = index.point_dirs(sweep_dir)
+    for d in dirs:
+        if d.is_dir():
+            run_report(d)
+    head = "".join(f"<th>{html.escape(p.name)}<br><small>{html.escape(str(p.values))}</small></th>"
+                   for p in index.points)
+    rows = []
+    for key, title in TITLES.items():
+        cells = []
+        for d in dirs:
+            png = RunDir(d).report_dir() / (RunDir.BENCHMARK_PLOT if key == "benchmark" else f"{key}.png")
+            cells.append(f"<td>{_img(png, f'{d.name}: {title}') if png.is_file() else '<span class=none>-</span>'}</td>")
+        rows.append(f'<tr id="panel-{key}"><th>{html.escape(title)}</th>{"".join(cells)}</tr>')
+    out = RunDir(sweep_dir).report_page()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page(f"slurmrl report: sweep {index.name}",
+                        [f"<table><tr><th></th>{head}</tr>{''.join(rows)}</table>"]))
+    return out
+
+
+def report(target: str) -> int:
+    path = Path(target)
+    if not path.is_dir():
+        raise UserError(target, "is not a run dir (no such folder)")
+    if is_sweep_dir(path):
+        out = sweep_report(path)
+    else:
+        run = RunDir(path)
+        if not run.plan.is_file() and not run.script.is_file():
+            raise UserError(target, "is not a run dir (no job.sbatch or plan.json): give a run dir or a sweep dir")
+        out = run_report(path)
+    print(f"wrote {out} (open it in a browser; the PNGs are beside it)")
+    return 0
+
+
+def cmd_report(args) -> int:
+    return report(args.run_dir)

@@ -1,0 +1,146 @@
+"""What `slurmrl report` draws, computed from a run dir's files: the [collector]'s scrapes (vLLM's
+counters as rates, its histograms as means per interval and quantiles over the run, queue and KV
+gauges, the GPUs), the trainer's and orchestrator's step records (the RL step's time split,
+reward, KL, weight sync) and the phases of every attempt. Times are seconds since the run's first
+phase (or first scrape)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from slurmrl.app.job_outputs import read_records
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.scrape import Scrapes, read_scrapes, split_key
+
+Points = list[tuple[float, float]]
+# vLLM's names, newest first where a release renamed one
+GENERATION = ("vllm:generation_tokens_total",)
+PROMPT = ("vllm:prompt_tokens_total",)
+TTFT = ("vllm:time_to_first_token_seconds",)
+ITL = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
+RUNNING = ("vllm:num_requests_running",)
+WAITING = ("vllm:num_requests_waiting",)
+KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+QUANTILES = (0.5, 0.9, 0.99)
+# the RL step's time split: (record field, what it is), per program
+ORCHESTRATOR_SPLIT = (("generate_s", "generate"), ("score_s", "score"), ("reload_s", "load new weights"),
+                      ("wait_s", "wait for the trainer"), ("sleep_s", "sleep (hybrid)"))
+TRAINER_SPLIT = (("step_time_s", "train"), ("publish_s", "publish weights"), ("wait_s", "wait for rollouts"))
+
+
+def summed(s: Scrapes, names: tuple[str, ...], suffix: str = "") -> Points:
+    """The metric's value summed over its labels at each scrape (the first of ``names`` it has)."""
+    for name in names:
+        keys = [k for k in s.keys(name + suffix) if split_key(k)[0] == name + suffix]
+        if keys:
+            out = []
+            for i, t in enumerate(s.times):
+                vals = [v for k in keys if (v := s.values[k][i]) is not None and math.isfinite(v)]
+                if vals:
+                    out.append((t, float(sum(vals))))
+            return out
+    return []
+
+
+def rate(points: Points) -> Points:
+    """Per second between two scrapes, at the second one (a counter that went down restarted: skipped)."""
+    return [(t1, (v1 - v0) / (t1 - t0)) for (t0, v0), (t1, v1) in zip(points, points[1:]) if t1 > t0 and v1 >= v0]
+
+
+def hist_mean(s: Scrapes, names: tuple[str, ...]) -> Points:
+    """A histogram's mean per interval between scrapes (Δsum / Δcount), where requests were observed."""
+    for name in names:
+        sums, counts = dict(summed(s, (name,), "_sum")), dict(summed(s, (name,), "_count"))
+        times = sorted(set(sums) & set(counts))
+        if times:
+            out = []
+            for t0, t1 in zip(times, times[1:]):
+                dc, ds = counts[t1] - counts[t0], sums[t1] - sums[t0]
+                if dc > 0 and ds >= 0:
+                    out.append((t1, ds / dc))
+            return out
+    return []
+
+
+def hist_quantiles(s: Scrapes, names: tuple[str, ...]) -> dict[float, float] | None:
+    """Quantiles over the server's life from its last scrape's buckets (as Prometheus' histogram_quantile)."""
+    for name in names:
+        buckets: dict[float, float] = {}
+        for key in s.keys(name + "_bucket"):
+            base, labels = split_key(key)
+            pts = s.series(key)
+            if base != name + "_bucket" or "le" not in labels or not pts:
+                continue
+            le = float(labels["le"])
+            buckets[le] = buckets.get(le, 0.0) + pts[-1][1]  # cumulative since the server started
+        if not buckets or buckets.get(math.inf, 0.0) <= 0:
+            continue
+        bounds = sorted(buckets)
+        total = buckets[math.inf]
+        out = {}
+        for q in QUANTILES:
+            rank, prev_le, prev_c = q * total, 0.0, 0.0
+            for le in bounds:
+                c = buckets[le]
+                if c >= rank:
+                    if math.isinf(le):
+                        out[q] = prev_le
+                    else:
+                        out[q] = prev_le + (le - prev_le) * ((rank - prev_c) / (c - prev_c) if c > prev_c else 1.0)
+                    break
+                prev_le, prev_c = le, c
+        return out
+    return None
+
+
+@dataclass
+class RunData:
+    """One run dir's numbers, ready to draw."""
+
+    run: RunDir
+    t0: float | None = None
+    phases: list[tuple[int, list[tuple[float, str]]]] = field(default_factory=list)  # attempt -> (t, what)
+    servers: dict[str, Scrapes] = field(default_factory=dict)  # "attempt-N/inference.0" -> its scrapes
+    gpus: dict[str, Scrapes] = field(default_factory=dict)
+    others: dict[str, Scrapes] = field(default_factory=dict)  # router, frontend, trainer, orchestrator
+    orchestrator: dict[int, dict] = field(default_factory=dict)
+    trainer: dict[int, dict] = field(default_factory=dict)
+
+    def x(self, t: float) -> float:
+        return t - (self.t0 or 0.0)
+
+
+def read_run(run: RunDir) -> RunData:
+    d = RunData(run)
+    for a in run.attempts():
+        found = [(float(t), what) for t, what in run.read_phases(a)]
+        if found:
+            d.phases.append((a, found))
+    for a in run.scrape_attempts():
+        for f in run.scrape_files(a):
+            s = read_scrapes(f)
+            label = f"attempt-{a}/{s.target}"
+            if s.target.startswith("gpus."):
+                d.gpus[label] = s
+            elif any(k.startswith("vllm:") for k in s.values):
+                d.servers[label] = s
+            else:
+                d.others[label] = s
+    d.orchestrator = read_records(run.metrics("orchestrator"))
+    d.trainer = read_records(run.metrics("trainer"))
+    starts = [p[0][0] for _, p in d.phases] + [s.times[0] for s in (*d.servers.values(), *d.gpus.values(),
+                                                                      *d.others.values()) if s.times]
+    d.t0 = min(starts) if starts else None
+    return d
+
+
+def step_field(records: dict[int, dict], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of the records' finite numbers in ``key``."""
+    xs, ys = [], []
+    for step in sorted(records):
+        v = records[step].get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            xs.append(float(step))
+            ys.append(float(v))
+    return xs, ys

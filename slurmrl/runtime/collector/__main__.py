@@ -1,0 +1,5 @@
+import sys
+
+from slurmrl.runtime.collector.loop import main
+
+sys.exit(main())
