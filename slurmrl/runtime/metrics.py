@@ -38,7 +38,7 @@ class Metrics:
         ``<prefix>step`` (its steps need not follow this run's); closing this run closes it."""
         other = Metrics.__new__(Metrics)
         other.path, other.enabled, other.wandb, other.prefix, other._log = path, self.enabled, self.wandb, prefix, self._log
-        other.own_axis = True
+        other.own_axis, other.exposition = True, None
         if self.enabled:
             path.parent.mkdir(parents=True, exist_ok=True)
         if self.wandb is not None:
