@@ -23,6 +23,11 @@ _ENTITY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _KEY_WORDS = ("key", "api_key", "apikey", "token", "secret", "password")
 
 
+def safe_name(text: str) -> str:
+    """A run dir's name as a W&B group or run name (the default of both): what W&B refuses becomes ``_``."""
+    return _FORBIDDEN.sub("_", text)[:128].strip() or "run"
+
+
 def _w_name(what: str, longest: int):
     def check(text: str) -> str:
         if not text.strip():
