@@ -143,9 +143,9 @@ def test_without_tables_nothing_changes(tmp_path):
     assert orch["wandb"] == trainer["wandb"] == {"project": "slurmrl", "group": "run", "name": "run", "tags": []}
 
 
-@pytest.mark.parametrize(("leaf", "group"), [("exp?v2:a#1", "exp-v2-a-1"), ("50%", "50-"), ("x" * 200, "x" * 128)])
+@pytest.mark.parametrize(("leaf", "group"), [("exp?v2:a#1", "exp_v2_a_1"), ("50%", "50_"), ("x" * 200, "x" * 128)])
 def test_the_default_group_is_the_run_dirs_name_in_a_form_wandb_takes(tmp_path, leaf, group):
-    """A run dir is a path: characters W&B refuses in a group or run name become '-', never an error."""
+    """A run dir is a path: characters W&B refuses in a group or run name become "_", never an error."""
     recipe = load_recipe(Path(__file__).resolve().parent.parent / "recipes" / "rl-debug.toml")
     w = wandb_settings(recipe, str(tmp_path / leaf))
     assert (w.group, w.name) == (group, group)

@@ -105,3 +105,6 @@ def test_mode_comes_from_the_recipe_else_the_jobs_environment_else_offline(tmp_p
         "project": "slurmrl", "entity": "team-a", "group": "run-7", "name": "run-7-trainer", "job_type": "trainer",
         "id": "run-7-trainer", "resume": "allow"}
     assert "api_key" not in args and "key" not in args  # W&B reads WANDB_API_KEY from the environment itself
+    # a run dir's name W&B would refuse (--run-dir takes any folder) still names the group, made safe
+    odd = tracking.init_args(None, tmp_path / "a:b#c\x02", "orchestrator", {})
+    assert odd["group"] == "a_b_c_" and odd["name"] == "a_b_c_-orchestrator"

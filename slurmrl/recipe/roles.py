@@ -10,7 +10,7 @@ from slurmrl.settings.eval import EvalKnobs, EvalSettings
 from slurmrl.settings.judge import JUDGE_TEMPLATES, JudgeKnobs, JudgeSettings
 from slurmrl.settings.orchestrator import OrchestratorKnobs, OrchestratorSettings
 from slurmrl.settings.trainer import TrainerKnobs, TrainerSettings
-from slurmrl.settings.wandb import FORBIDDEN, WandbSettings
+from slurmrl.settings.wandb import WandbSettings, safe_name
 
 
 def trainer_settings(recipe: Recipe, run_dir: str, world_size: int, global_batch: int) -> TrainerSettings:
@@ -67,7 +67,5 @@ def eval_settings(recipe: Recipe) -> EvalSettings | None:
 def wandb_settings(recipe: Recipe, run_dir: str) -> WandbSettings:
     """[wandb] with the group and the name resolved: the run dir's name, so the trainer's and the
     orchestrator's runs share one group."""
-    w = recipe.wandb
-    # a run dir's name may hold what W&B refuses in names (it is a path, not the user's W&B field)
-    name = FORBIDDEN.sub("-", PurePath(run_dir).name)[:128].strip() or "run"
+    w, name = recipe.wandb, safe_name(PurePath(run_dir).name)
     return WandbSettings(**{**w.model_dump(), "group": w.group or name, "name": w.name or name})

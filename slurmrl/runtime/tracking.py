@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from slurmrl.rundir.paths import RunDir
-from slurmrl.settings.wandb import WandbSettings
+from slurmrl.settings.wandb import WandbSettings, safe_name
 
 
 def mode(settings: WandbSettings | None, environ=os.environ) -> str:
@@ -28,9 +28,9 @@ def mode(settings: WandbSettings | None, environ=os.environ) -> str:
 def init_args(settings: WandbSettings | None, run_dir: Path, role: str, config: dict) -> dict:
     """The keyword arguments of ``wandb.init`` for ``role``'s run (what a test can read without wandb)."""
     w = settings or WandbSettings()
-    name = w.name or run_dir.name
+    name = w.name or safe_name(run_dir.name)
     return {
-        "project": w.project, "entity": w.entity, "group": w.group or run_dir.name, "name": f"{name}-{role}",
+        "project": w.project, "entity": w.entity, "group": w.group or safe_name(run_dir.name), "name": f"{name}-{role}",
         "job_type": role, "tags": list(w.tags), "dir": str(run_dir), "config": config, "resume": "allow",
         "id": f"{run_dir.name}-{role}", "mode": mode(settings),
     }

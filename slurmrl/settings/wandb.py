@@ -18,9 +18,14 @@ from slurmrl.errors import UserError
 from slurmrl.settings.section import Section
 
 # W&B refuses these in project names (and a group, an entity or a tag has no use for them either)
-FORBIDDEN = re.compile(r"[/\\#?%:\x00-\x1f\x7f]")
+_FORBIDDEN = re.compile(r"[/\\#?%:\x00-\x1f\x7f]")
 _ENTITY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _KEY_WORDS = ("key", "api_key", "apikey", "token", "secret", "password")
+
+
+def safe_name(text: str) -> str:
+    """A run dir's name as a W&B group or run name (the default of both): what W&B refuses becomes ``_``."""
+    return _FORBIDDEN.sub("_", text)[:128].strip() or "run"
 
 
 def _w_name(what: str, longest: int):
@@ -29,7 +34,7 @@ def _w_name(what: str, longest: int):
             raise ValueError(f"is empty{' (only spaces)' if text else ''}; give a {what} or leave the field out")
         if len(text) > longest:
             raise ValueError(f"is {len(text)} characters; W&B takes at most {longest}")
-        bad = FORBIDDEN.search(text)
+        bad = _FORBIDDEN.search(text)
         if bad:
             raise ValueError(f"contains {bad.group()!r}; W&B {what}s cannot contain / \\ # ? % : or control characters")
         return text
