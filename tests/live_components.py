@@ -30,9 +30,13 @@ TEST_SECRET = "test-secret-of-the-live-components"  # every LiveComponent's run 
 
 
 def serve_recipe(model, name: str = "serve", servers: int = 2, policy: str = "round_robin",
-                 max_lora_rank: int | None = None) -> str:
-    """An inference recipe for `servers` tiny-model vLLM servers on one node, admin endpoints on."""
+                 max_lora_rank: int | None = None, weight_transfer: str | None = None) -> str:
+    """An inference recipe for `servers` tiny-model vLLM servers on one node, admin endpoints on;
+    ``weight_transfer``: a backend their ``--weight-transfer-config`` names (an RL job's planner adds
+    it from trainer.weight_sync; an inference job takes it as an extra argument)."""
     lora = f"max_lora_rank = {max_lora_rank}\n" if max_lora_rank else ""
+    if weight_transfer:
+        lora += f"""extra_args = ["--weight-transfer-config", '{{"backend": "{weight_transfer}"}}']\n"""
     return f"""
 name = "{name}"
 kind = "inference"
@@ -66,6 +70,23 @@ def transformers_logprobs(model_dir, prompt_ids: list[int], completion_ids: list
     logp = torch.log_softmax(logits, dim=-1)
     n = len(prompt_ids)
     return [logp[n - 1 + i, t].item() for i, t in enumerate(completion_ids)]
+
+
+def vllm_plugin_on_path(tmp: Path) -> None:
+    """Make slurmrl's vLLM plugin (pyproject's ``vllm.general_plugins`` entry point) visible to the
+    servers this test process starts, also where the installed slurmrl predates that entry point
+    (an editable install whose metadata is older than the checkout): a dist-info that holds only the
+    entry point goes on PYTHONPATH. Where the install has it already, nothing changes."""
+    from importlib.metadata import entry_points
+
+    if any(e.name == "slurmrl" for e in entry_points(group="vllm.general_plugins")):
+        return
+    info = tmp / "slurmrl_vllm_plugin-0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: slurmrl-vllm-plugin\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[vllm.general_plugins]\nslurmrl = slurmrl.runtime.vllm.plugin:register\n")
+    paths = [str(tmp), str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
 
 
 def free_port_base(span: int = 80) -> int:
