@@ -44,6 +44,12 @@ def common_args(model: Model, inf: Inference, tp: int, path: str | Cat | None = 
     return args + extra_args(inf.vllm_extra)
 
 
+def weight_transfer(backend: str) -> list[Arg]:
+    """``trainer.weight_sync`` by broadcast: the engine each server's workers receive with (``gloo``:
+    slurmrl's, registered by its vLLM plugin; ``nccl``/``ipc``: vLLM's own)."""
+    return ["--weight-transfer-config", json.dumps({"backend": backend}, separators=(",", ":"))]
+
+
 def pooling(args: list[Arg]) -> bool:
     """A server run with ``--runner pooling`` (a reward model) has no completions to answer."""
     return next((b for a, b in zip(args, args[1:]) if a == "--runner"), None) == "pooling"

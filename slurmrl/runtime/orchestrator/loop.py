@@ -9,7 +9,8 @@ and renamed, so a reader never sees half a file):
 Asynchronous with bounded staleness: the batch for step s is generated with the newest weights
 the servers have loaded, v, and never when ``s - 1 - v > max_off_policy_steps``; then it waits
 for the trainer. When newer weights appear, every inference server reloads them (``slurmrl.runtime.vllm.client``)
-before the next batch; a LoRA policy's weights are an adapter, which every server hot-loads under
+before the next batch (with ``trainer.weight_sync`` by broadcast the trainer has already sent them
+to every server and ``weights/step-N/`` holds only its ``READY``: generation waits for that alone); a LoRA policy's weights are an adapter, which every server hot-loads under
 a new name (the previous one unloaded) and the requests name (``slurmrl.runtime.orchestrator.adapters``).
 ``max_off_policy_steps = 0`` is synchronous RL.
 
@@ -158,7 +159,10 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
         nonlocal loaded, reload_s
         reload_s = 0.0
         newest, path = latest_weights(run_dir)
-        if newest > loaded:
+        if newest > loaded and s.weight_sync != "filesystem":  # the trainer has sent them to every server itself
+            log(f"servers now on weights of step {newest} (broadcast by the trainer, {s.weight_sync})")
+            loaded = newest
+        elif newest > loaded:
             assert path is not None, "latest_weights names the folder of each step it finds"
             t = time.perf_counter()
             try:

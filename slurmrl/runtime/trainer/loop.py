@@ -152,8 +152,10 @@ def grad_norm_and_clip(model, max_norm: float) -> float:
 
 
 class Trainer:
-    def __init__(self, s: TrainerSettings):
+    def __init__(self, s: TrainerSettings, target=None):
+        """``target``: where weights go by broadcast (``weight_sync.Target``), None for filesystem sync."""
         self.s, self.run_dir = s, s.root
+        self.target, self.broadcaster = target, None
         self.kind = s.kind
         self.d = Dist(s.dtype)
         self.rank, self.world = self.d.rank, self.d.world
@@ -243,10 +245,11 @@ class Trainer:
         if dropped:
             self.log(f"metrics: dropped {dropped} line(s) of steps after {self.start} (they are redone)")
         if self.rank == 0:
-            for root in (self.weights_root, self.ckpt_root):
-                gone = state.drop_after(root, self.start)
+            # broadcast: (re)started servers hold the base model whatever the run dir says: no step is marked
+            for root, after in ((self.weights_root, -1 if self.target else self.start), (self.ckpt_root, self.start)):
+                gone = state.drop_after(root, after)
                 if gone:
-                    self.log(f"removed {', '.join(d.name for d in gone)} from {root} (after step {self.start}; redone)")
+                    self.log(f"removed {', '.join(d.name for d in gone)} from {root} (after step {after}; redone)")
         dist.barrier()
         n_params = sum(p.numel() for p in self.model.parameters())
         peak, source = rl_metrics.peak_tflops(self.d.device, self.d.bf16, s.peak_tflops)
@@ -254,6 +257,11 @@ class Trainer:
         self.log(f"MFU = 6·N·tokens/s (+ 2·N·tokens/s through the reference) / (peak x {self.world} device(s)), "
                  f"N = {self.flops.n / 1e6:.1f}M, peak {f'{peak:g} TFLOP/s' if peak else 'none'}: {source}")
         self.log(f"model loaded in {time.perf_counter() - t:.1f}s ({n_params / 1e6:.1f}M parameters)")
+        if self.target is not None:
+            self.broadcaster = sender = self.target.connect(self.model, self.rank, self.publish_dtype, self.log)
+            if self.start:  # after a requeue: the servers take the checkpoint's weights before any rollout
+                self.log(f"servers on the weights of checkpoint {self.start} "
+                         f"({self.sync(self.start):.2f}s, {sender.bytes / 1e9:.3f} GB)")
         mark_ready(self.run_dir)
 
     # ---- steps -----------------------------------------------------------------------
@@ -315,6 +323,16 @@ class Trainer:
         return norm
 
     # ---- saving ----------------------------------------------------------------------
+    def sync(self, step: int) -> float:
+        """The weights of ``step`` to the servers: broadcast (then marked for the orchestrator), or
+        published to the run dir (the orchestrator has every server reload them). Seconds."""
+        if self.broadcaster is None:
+            return self.publish(step)
+        took = self.broadcaster.sync(step)
+        if self.rank == 0:
+            state.mark_broadcast(self.weights_root, step, self.keep)
+        return took
+
     def publish(self, step: int) -> float:
         t = time.perf_counter()
         if self.lora:  # the adapter alone (megabytes); the servers hot-load it under a new name
@@ -386,10 +404,12 @@ class Trainer:
             out.update(self.flops.record(out["tokens"], out.pop("ref_tokens", 0), step_s))
             if self.s.hybrid and self.d.cuda:  # the servers wake into what the trainer leaves: return cached blocks
                 torch.cuda.empty_cache()
-            publish_s = self.publish(step) if self.kind == "rl" else 0.0
+            sync_s = self.sync(step) if self.kind == "rl" else 0.0
             record = {"step": step, "kind": self.kind, **out, "grad_norm": norm, "lr": lr,
                       "tokens_per_s": out["tokens"] / step_s if step_s > 0 else 0.0, "step_time_s": step_s,
-                      "wait_s": wait_s, "publish_s": publish_s, "time": time.time()}
+                      "wait_s": wait_s, "publish_s": 0.0 if self.broadcaster else sync_s, "sync_s": sync_s,
+                      "sync_share": sync_s / (step_s + sync_s) if step_s + sync_s > 0 else 0.0,
+                      "time": time.time()}
             if self.kind == "rl" and isinstance(out.get("policy_step"), int):
                 record["off_policy_lag"] = step - 1 - out["policy_step"]
             self.metrics.log(record)
@@ -426,10 +446,10 @@ class Trainer:
         return 0
 
 
-def run(s: TrainerSettings) -> int:
+def run(s: TrainerSettings, target=None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_signal)
-    trainer = Trainer(s)
+    trainer = Trainer(s, target)
     try:
         return trainer.run()
     finally:

@@ -37,8 +37,11 @@ BROADCAST_BACKENDS = ("nccl", "ipc", "gloo")
 GPU_BACKENDS = ("nccl", "ipc")
 
 
-class SyncFailed(RuntimeError):
-    """A broadcast did not reach every server; the message names what failed."""
+class SyncFailed(SystemExit):
+    """A broadcast did not reach every server: the trainer ends with one line naming what failed."""
+
+    def __init__(self, message: str):
+        super().__init__(f"slurmrl: trainer: {message}")
 
 
 class ModelSource(WeightSource):
@@ -68,6 +71,10 @@ class Target:
     master_port: int
     world_size: int  # what the plan says: 1 + every server's workers
     timeout_s: float = 600.0
+
+    def connect(self, model: torch.nn.Module, rank: int, dtype: torch.dtype, log=print) -> Broadcaster:
+        """Open the transfer group with every server (every trainer rank calls it)."""
+        return Broadcaster(self, model, rank, dtype, log)
 
     def check(self) -> WeightSync:
         sync = WeightSync(self.urls, self.ranks, timeout=self.timeout_s)
