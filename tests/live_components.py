@@ -24,6 +24,7 @@ from worker_ports import worker_order
 from slurmrl import secret
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.steps.supervise import http_ok
+from slurmrl.runtime.vllm import plugin
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_SECRET = "test-secret-of-the-live-components"  # every LiveComponent's run dir gets this secret
@@ -73,20 +74,8 @@ def transformers_logprobs(model_dir, prompt_ids: list[int], completion_ids: list
 
 
 def vllm_plugin_on_path(tmp: Path) -> None:
-    """Make slurmrl's vLLM plugin (pyproject's ``vllm.general_plugins`` entry point) visible to the
-    servers this test process starts, also where the installed slurmrl predates that entry point
-    (an editable install whose metadata is older than the checkout): a dist-info that holds only the
-    entry point goes on PYTHONPATH. Where the install has it already, nothing changes."""
-    from importlib.metadata import entry_points
-
-    if any(e.name == "slurmrl" for e in entry_points(group="vllm.general_plugins")):
-        return
-    info = tmp / "slurmrl_vllm_plugin-0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: slurmrl-vllm-plugin\nVersion: 0\n")
-    (info / "entry_points.txt").write_text("[vllm.general_plugins]\nslurmrl = slurmrl.runtime.vllm.plugin:register\n")
-    paths = [str(tmp), str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    """slurmrl's vLLM plugin visible to the servers this test process starts (``plugin.make_visible``)."""
+    plugin.make_visible(tmp)
 
 
 def free_port_base(span: int = 80) -> int:
