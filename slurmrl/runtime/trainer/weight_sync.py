@@ -48,16 +48,19 @@ class ModelSource(WeightSource):
     """The trainer's parameters as the servers load them: full tensors (an FSDP shard is gathered,
     a collective every rank runs in the same order), in ``dtype`` (bfloat16)."""
 
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype):
-        self.model, self.dtype = model, dtype
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, cast_in_engine: bool = False):
+        self.model, self.dtype, self.cast_in_engine = model, dtype, cast_in_engine
 
     def metadata(self) -> list[ParamMeta]:
         return [ParamMeta(name, self.dtype, tuple(p.shape)) for name, p in self.model.named_parameters()]
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full tensors as the model holds them: the engine casts to ``dtype`` as it packs (gloo) or
+        before it sends (vLLM's engines check the dtype: cast here for them)."""
         with torch.no_grad():
             for name, p in self.model.named_parameters():
-                yield name, materialize_full_tensor(p.detach()).to(self.dtype)
+                full = materialize_full_tensor(p.detach())
+                yield name, full if self.cast_in_engine else full.to(self.dtype)
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class Broadcaster:
         plugin.register()  # the gloo backend, in this process too
         self.target, self.rank, self.log = target, rank, log
         self.client = target.check()
-        self.source = ModelSource(model, dtype)
+        self.source = ModelSource(model, dtype, cast_in_engine=target.backend == "gloo")
         self.bytes = sum(m.dtype.itemsize * int(torch.Size(m.shape).numel()) for m in self.source.metadata())
         t = time.perf_counter()
         self.engine = self._guard(

@@ -43,7 +43,7 @@ from vllm.distributed.weight_transfer.base import (
 
 from slurmrl.runtime.vllm.plugin import BACKEND
 
-BUCKET_BYTES = 256 * 2**20
+BUCKET_BYTES = 64 * 2**20  # two in flight on each side: one on the wire while the other is packed or loaded
 TIMEOUT_S = 600.0
 STORE_PREFIX = "slurmrl-weight-transfer"
 
@@ -55,10 +55,11 @@ def open_group(address: str, port: int, rank: int, world_size: int, timeout_s: f
     return ProcessGroupGloo(PrefixStore(STORE_PREFIX, store), rank, world_size, timeout)
 
 
-def broadcast(group, buffer: torch.Tensor) -> None:
+def broadcast(group, buffer: torch.Tensor):
+    """Start broadcasting ``buffer`` from rank 0 (into it on the others); ``.wait()`` on what it returns."""
     opts = BroadcastOptions()
     opts.rootRank, opts.rootTensor = 0, 0
-    group.broadcast([buffer], opts).wait()
+    return group.broadcast([buffer], opts)
 
 
 def nbytes(dtype: torch.dtype, shape) -> int:
@@ -140,15 +141,23 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
             raise RuntimeError("gloo weight transfer not initialized: call /init_weight_transfer_engine first")
         dtypes = [getattr(torch, d) for d in update_info.dtype_names]
         sizes = [nbytes(d, s) for d, s in zip(dtypes, update_info.shapes)]
+        loading = None  # the bucket that arrived last: loaded while the next one is on the wire
         for idx in buckets(sizes, self.bucket_bytes):
             flat = torch.empty(sum(sizes[i] for i in idx), dtype=torch.uint8)
-            broadcast(self.group, flat)
-            weights, at = [], 0
-            for i in idx:
-                chunk = flat[at : at + sizes[i]]
-                weights.append((update_info.names[i], chunk.view(dtypes[i]).view(update_info.shapes[i])))
-                at += sizes[i]
-            self.model.load_weights(weights)
+            arriving = broadcast(self.group, flat)
+            if loading is not None:
+                self._load(update_info, dtypes, sizes, *loading)
+            arriving.wait()
+            loading = (idx, flat)
+        if loading is not None:
+            self._load(update_info, dtypes, sizes, *loading)
+
+    def _load(self, info: GlooUpdateInfo, dtypes, sizes, idx: range, flat: torch.Tensor) -> None:
+        weights, at = [], 0
+        for i in idx:
+            weights.append((info.names[i], flat[at : at + sizes[i]].view(dtypes[i]).view(info.shapes[i])))
+            at += sizes[i]
+        self.model.load_weights(weights)
 
     def shutdown(self) -> None:
         self.group = None
@@ -221,6 +230,7 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         assert self.group is not None and self.source is not None, "trainer_init opened the group"
         sizes = [nbytes(m.dtype, m.shape) for m in meta]
         pairs = checked(iter(self.source), meta)
+        sending = None  # the bucket on the wire while the next one is gathered and packed
         for idx in buckets(sizes, self.bucket_bytes):
             if receiving.done():
                 receiving.result()  # the servers refused the update: say why rather than wait in the broadcast
@@ -228,9 +238,14 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
             at = 0
             for i in idx:
                 _, tensor = next(pairs)
-                flat[at : at + sizes[i]].copy_(tensor.detach().contiguous().view(-1).view(torch.uint8))
+                m = meta[i]
+                flat[at : at + sizes[i]].view(m.dtype).view(m.shape).copy_(tensor)  # packs (and casts) in one pass
                 at += sizes[i]
-            broadcast(self.group, flat)
+            if sending is not None:
+                sending.wait()
+            sending = broadcast(self.group, flat)
+        if sending is not None:
+            sending.wait()
         for extra, _ in pairs:
             raise ValueError(f"the weight source yielded {extra!r} beyond what its metadata declared")
 
@@ -239,11 +254,12 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
 
 
 def checked(pairs: Iterator[tuple[str, torch.Tensor]], meta: list[ParamMeta]) -> Iterator[tuple[str, torch.Tensor]]:
-    """The source's pairs, each checked against what the servers were told to expect."""
+    """The source's pairs, each checked against what the servers were told to expect (the dtype
+    aside: packing casts to the declared one)."""
     for expected in meta:
         name, tensor = next(pairs)
-        if name != expected.name or tensor.dtype != expected.dtype or tuple(tensor.shape) != expected.shape:
-            raise ValueError(f"the weight source yielded {name!r} {tensor.dtype} {tuple(tensor.shape)} where its "
-                             f"metadata declared {expected.name!r} {expected.dtype} {expected.shape}")
+        if name != expected.name or tuple(tensor.shape) != expected.shape:
+            raise ValueError(f"the weight source yielded {name!r} {tuple(tensor.shape)} where its "
+                             f"metadata declared {expected.name!r} {expected.shape}")
         yield name, tensor
     yield from pairs
