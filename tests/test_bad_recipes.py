@@ -157,6 +157,8 @@ CASES = [
     ("dbo-role-without-ep", PD, ["inference.enable_dbo=true"], "inference.enable_dbo",
      "prefill.expert_parallel and decode.expert_parallel"),
     ("routed-experts-pd", PD, ["inference.return_routed_experts=true"], "inference.return_routed_experts", "P/D"),
+    ("routed-experts-dense", INF, ["inference.return_routed_experts=true"], "inference.return_routed_experts",
+     "mixture-of-experts"),
     ("routed-experts-offload", INF, ["inference.return_routed_experts=true", 'inference.kv_offload.kind="cpu"',
                                      "inference.kv_offload.cpu_gb=8"], "inference.return_routed_experts", "offload"),
     ("vllm-extra-owned", INF, ["inference.vllm_extra={port=1}"], "inference.vllm_extra", "port table"),

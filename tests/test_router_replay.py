@@ -84,3 +84,25 @@ def test_replay_keeps_the_routers_gradient(moe):
     with pytest.raises(ValueError, match="3 MoE layers"):
         with router_replay.replay(model, torch.zeros(5, 3, 2, dtype=torch.int64)):
             pass
+
+
+def b64(arr: np.ndarray) -> str:
+    buf = io.BytesIO()
+    np.save(buf, arr.astype(np.uint8), allow_pickle=False)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_a_packed_row_carries_each_samples_experts_at_its_tokens():
+    """The orchestrator keeps vLLM's routed_experts with each sample; the trainer's packed row has them
+    at that sample's tokens (its last token, never forwarded by vLLM, and samples without any: -1)."""
+    from slurmrl.runtime.trainer import rollouts
+
+    a = np.arange(4 * 2 * 2).reshape(4, 2, 2) % 8  # 3 prompt + 2 completion tokens: 4 rows
+    samples = [
+        {"prompt_ids": [1, 2, 3], "completion_ids": [4, 5], "logprobs": [-1.0, -1.0], "advantage": 1.0,
+         "routed_experts": b64(a)},
+        {"prompt_ids": [1, 2], "completion_ids": [6], "logprobs": [-1.0], "advantage": -1.0},
+    ]
+    (row,) = rollouts.split(samples, rank=0, world=1, micro=2, seq_len=64)
+    assert row.experts is not None and tuple(row.experts.shape) == (8, 2, 2)
+    assert row.experts[:4].tolist() == a.tolist() and (row.experts[4:] == -1).all()

@@ -57,6 +57,8 @@ def vllm_env(ctx: Context, role_env: dict) -> list:
         env.append(("VLLM_SERVER_DEV_MODE", "1"))  # pause / reload_weights / resume endpoints
     if inf.max_lora_rank:
         env.append(("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True"))
+    if inf.return_routed_experts:  # vLLM 0.32 returns routed experts from its V2 model runner only
+        env.append(("VLLM_USE_V2_MODEL_RUNNER", "1"))
     return env
 
 

@@ -99,6 +99,8 @@ class Sampler:
                 "completion_ids": [int(t.split(":", 1)[1]) for t in lp["tokens"]],
                 "logprobs": lp["token_logprobs"],
                 "text": choice["text"],
+                # return_routed_experts: the experts each token went to (base64 .npy), for the trainer's replay
+                **({"routed_experts": choice["routed_experts"]} if choice.get("routed_experts") else {}),
             })
         return samples
 
@@ -196,7 +198,8 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
         for task, group in zip(tasks, groups):
             rs = [next(scored) for _ in group]
             for g, r, a in zip(group, rs, advantages(rs)):
-                samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs")},
+                samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs", "routed_experts")
+                                   if k in g},
                                 "reward": r, "advantage": a})
             rewards += rs
         # hybrid: the GPUs go to the trainer before it sees the batch

@@ -26,7 +26,7 @@ from slurmrl import heartbeat
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import step_files as steps
 from slurmrl.runtime.metrics import Metrics
-from slurmrl.runtime.trainer import dataset, losses, numerics, packing, rl_metrics, rollouts, state
+from slurmrl.runtime.trainer import dataset, losses, numerics, packing, rl_metrics, rollouts, router_replay, state
 from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env
 from slurmrl.runtime.trainer.lora import AdaptersOff
 from slurmrl.runtime.trainer.lora import Policy as LoRAPolicy
@@ -205,6 +205,7 @@ class Trainer:
         if self.lora:
             self.log(self.lora.describe(self.model))
         self.config = self.model.config
+        self.moe = router_replay.is_moe(self.model)  # rows with recorded experts are replayed
         try:
             self.gen_config = GenerationConfig.from_pretrained(self.model_id)
         except Exception:
@@ -294,24 +295,28 @@ class Trainer:
         tokens = sum(min(len(x["prompt_ids"]) + len(x["completion_ids"]), self.seq_len) for x in samples)
         stats = rl_metrics.RLStats(self.d.device)
         for row in rollouts.split(samples, self.rank, self.world, self.micro, self.seq_len):
-            logp, entropy = self.logprobs(self.model, row)
-            old = row.at_targets("old_logp", self.d.device)
-            adv = row.at_targets("advantage", self.d.device)
-            ref_logp = None
-            if self.ref is not None:
-                with torch.no_grad():
-                    ref_logp, _ = self.logprobs(self.ref, row)
-            terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool),
-                                          self.s.clip_eps, ref_logp, self.kl_coef)
-            (terms["loss"] * self.world / n_tgt).backward()
-            stats.add_tokens(terms, entropy, logp, old, ref_logp)  # KL, entropy, clip: no second forward pass
-            del logp, entropy
+            with router_replay.replay(self.model, row.experts if self.moe else None):  # forward and backward
+                self.rl_row(row, stats, n_tgt)
         rewards = [float(x.get("reward", 0.0)) for x in samples]
         return {
             **stats.finish(n_tgt), "tokens": tokens, "target_tokens": n_tgt, "samples": len(samples),
             "ref_tokens": tokens if stats.has_ref else 0,
             **rl_metrics.reward_stats(rewards), "policy_step": batch.get("policy_step"),
         }
+
+    def rl_row(self, row: packing.PackedRow, stats: rl_metrics.RLStats, n_tgt: int) -> None:
+        """One packed row's forward and backward (under router replay when it carries experts)."""
+        logp, entropy = self.logprobs(self.model, row)
+        old = row.at_targets("old_logp", self.d.device)
+        adv = row.at_targets("advantage", self.d.device)
+        ref_logp = None
+        if self.ref is not None:
+            with torch.no_grad():
+                ref_logp, _ = self.logprobs(self.ref, row)
+        terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool),
+                                      self.s.clip_eps, ref_logp, self.kl_coef)
+        (terms["loss"] * self.world / n_tgt).backward()
+        stats.add_tokens(terms, entropy, logp, old, ref_logp)  # KL, entropy, clip: no second forward pass
 
     def optimizer_step(self) -> float:
         norm = grad_norm_and_clip(self.model, self.s.max_grad_norm)
