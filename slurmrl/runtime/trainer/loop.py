@@ -333,7 +333,9 @@ class Trainer:
         published to the run dir (the orchestrator has every server reload them). Seconds."""
         if self.broadcaster is None:
             return self.publish(step)
-        took = self.broadcaster.sync(step)
+        took = self.broadcaster.sync(step, stopping=STOP.is_set)
+        if took is None:  # a planned stop took the servers down mid-sync: the checkpoint has the weights
+            return 0.0
         if self.rank == 0:
             state.mark_broadcast(self.weights_root, step, self.keep)
         return took

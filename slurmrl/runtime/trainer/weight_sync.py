@@ -121,14 +121,27 @@ class Broadcaster:
             log(f"weight transfer ({target.backend}) to {len(target.urls)} server(s), group of {target.world_size} "
                 f"at {target.master_address}:{target.master_port}, opened in {time.perf_counter() - t:.2f}s")
 
-    def sync(self, step: int) -> float:
-        """Every server on this model's weights; seconds. Collective over the trainer's ranks."""
+    def sync(self, step: int, stopping=lambda: False) -> float | None:
+        """Every server on this model's weights; seconds. Collective over the trainer's ranks.
+        None when it failed while ``stopping()`` (a planned stop takes the servers down too: the
+        checkpoint keeps the weights, and the next attempt broadcasts them first)."""
         t = time.perf_counter()
-        if self.rank == 0:
-            self._guard("pausing", self.client.pause)
-        self._guard(f"sending the weights of step {step}", self.engine.send_weights)
-        if self.rank == 0:
-            self._guard("resuming", self.client.resume)
+        try:
+            if self.rank == 0:
+                try:
+                    self._guard("pausing", self.client.pause)
+                except SyncFailed:
+                    for _ in self.source:  # the other ranks' gathers still need this rank's shards
+                        pass
+                    raise
+            self._guard(f"sending the weights of step {step}", self.engine.send_weights)
+            if self.rank == 0:
+                self._guard("resuming", self.client.resume)
+        except SyncFailed as e:
+            if not stopping():
+                raise
+            self.log(f"weights of step {step} not sent, the job is stopping ({e.code})")
+            return None
         return time.perf_counter() - t
 
     def _guard(self, what: str, fn):
