@@ -97,3 +97,22 @@ def test_the_trainer_refuses_a_broadcast_without_its_servers(tmp_path):
     p = subprocess.run([sys.executable, "-m", "slurmrl.runtime.trainer", "--config", str(cfg)],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--weight-servers" in p.stderr.strip().splitlines()[-1], p.stderr
+
+
+def test_ipc_handles_travel_pickled_to_servers_that_accept_them(tmp_path):
+    import base64
+    import pickle
+
+    from slurmrl.runtime.vllm.client import http_safe
+
+    sets = ['trainer.weight_sync="ipc"', "placement.colocate=true", "placement.share_gpus=true",
+            "inference.nodes=1", "trainer.nodes=1", "inference.gpus_per_node=8", "trainer.gpus_per_node=8"]
+    out = built(tmp_path, "rl-nccl", sets)
+    server = expand(out.script, out.plan, "inference")
+    assert server.env["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
+    nccl = built(tmp_path, "rl-nccl", [])
+    assert "VLLM_ALLOW_INSECURE_SERIALIZATION" not in expand(nccl.script, nccl.plan, "inference").env
+    info = {"names": ["w"], "ipc_handles": [{"gpu-uuid": ("handle", 3)}]}
+    sent = http_safe(info)
+    assert "ipc_handles" not in sent and pickle.loads(base64.b64decode(sent["ipc_handles_pickled"])) == info["ipc_handles"]
+    assert http_safe({"names": ["w"]}) == {"names": ["w"]}

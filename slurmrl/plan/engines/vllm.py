@@ -100,6 +100,8 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
         args.append("--enable-expert-parallel")
     if r.kind == "rl" and r.trainer is not None and r.trainer.weight_sync != "filesystem":
         args += vllm.weight_transfer(r.trainer.weight_sync)
+        if r.trainer.weight_sync == "ipc":  # the CUDA IPC handles travel pickled over HTTP (vLLM's HTTP client)
+            env.append(("VLLM_ALLOW_INSECURE_SERIALIZATION", "1"))
     transfer = None
     if pd_role:
         p, transfer, e = vllm.pd(inf, pd_role, slot.gpus[0], shape.gpus, first_index, multi)

@@ -24,8 +24,10 @@ vllm-router's ``GET /list_workers``. Standard library only: the supervisor impor
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+import pickle
 import time
 import urllib.error
 import urllib.parse
@@ -242,6 +244,17 @@ def each(urls: list[str], fn: Callable[[Server], T], timeout: float = TIMEOUT_S)
     return out
 
 
+def http_safe(update_info: dict) -> dict:
+    """vLLM's IPC engine puts CUDA IPC handles in ``ipc_handles``; over HTTP they travel pickled in
+    ``ipc_handles_pickled`` (as vLLM's own HTTP client sends them; the server needs
+    ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``, which the planner sets for ``ipc``)."""
+    if update_info.get("ipc_handles") is None:
+        return update_info
+    out = {k: v for k, v in update_info.items() if k != "ipc_handles"}
+    out["ipc_handles_pickled"] = base64.b64encode(pickle.dumps(update_info["ipc_handles"])).decode()
+    return out
+
+
 class WeightSync:
     """vLLM's weight-sync control plane (its ``VLLMWeightSyncClient`` protocol: the four methods
     below) over every server of a job at once, for a trainer-side weight-transfer engine.
@@ -271,7 +284,8 @@ class WeightSync:
         self._each(lambda s: s.start_weight_update())
 
     def update_weights(self, update_info: dict | list) -> None:
-        self._each(lambda s: s.update_weights(update_info))
+        info = [http_safe(i) for i in update_info] if isinstance(update_info, list) else http_safe(update_info)
+        self._each(lambda s: s.update_weights(info))
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         self._each(lambda s: s.finish_weight_update(weight_version))
