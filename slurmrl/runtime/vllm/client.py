@@ -278,7 +278,11 @@ class WeightSync:
         each(self.urls, fn, self.timeout)
 
     def init_weight_transfer_engine(self, init_info: dict) -> None:
-        self._each(lambda s: s.init_weight_transfer({**init_info, "rank_offset": self.offsets[s.base]}))
+        """A group's init info (it has a ``world_size``) gets each server's ``rank_offset``; IPC's has none."""
+        if "world_size" not in init_info:
+            self._each(lambda s: s.init_weight_transfer(init_info))
+        else:
+            self._each(lambda s: s.init_weight_transfer({**init_info, "rank_offset": self.offsets[s.base]}))
 
     def start_weight_update(self) -> None:
         self._each(lambda s: s.start_weight_update())
