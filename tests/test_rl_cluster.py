@@ -171,8 +171,11 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_cluster, 
 
     trainer = {rec["step"]: rec for rec in lines(trainer_log)}
     assert sorted(trainer) == list(range(1, BROADCAST_STEPS + 1)), f"steps lost or repeated: {sorted(trainer)}"
+    # a step whose sync the requeue cut short (its servers stop first) is kept by its checkpoint: sync_s 0
+    synced = {step: rec for step, rec in trainer.items() if rec["sync_s"] > 0}
+    assert len(trainer) - len(synced) <= 1, trainer
     for step, rec in trainer.items():
-        assert rec["sync_s"] > 0 and 0 < rec["sync_share"] < 1 and rec["publish_s"] == 0, (step, rec)
+        assert rec["publish_s"] == 0 and (step not in synced or 0 < rec["sync_share"] < 1), (step, rec)
     marks = sorted((run_dir / "weights").glob("step-*/*"))
     assert marks and {p.name for p in marks} == {"READY"}, marks  # no safetensors: nothing published
     orch = {rec["step"]: rec for rec in lines(run_dir / "metrics" / "orchestrator.jsonl")}
