@@ -90,12 +90,14 @@ def test_vllm_parses_a_multi_node_worker_leader_and_follower(vllm_python):
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize("backend", ["nccl", "ipc", "gloo"])
-def test_vllm_parses_the_weight_transfer_config(vllm_python, backend):
-    sets = [f'trainer.weight_sync="{backend}"']
-    if backend == "ipc":  # trainer and server on one GPU
-        sets += ["placement.colocate=true", "placement.share_gpus=true", "inference.nodes=1", "trainer.nodes=1",
-                 "inference.gpus_per_node=8", "trainer.gpus_per_node=8"]
-    cmd = command("rl-nccl", sets, "inference")
-    (got,) = vllm_reads(vllm_python, [cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:]])
-    assert got["weights"] == backend
+def test_vllm_parses_the_weight_transfer_config(vllm_python):
+    """trainer.weight_sync by broadcast: each backend's server command line, read by vLLM's parser (one import)."""
+    argvs = []
+    for backend in ("nccl", "ipc", "gloo"):
+        sets = [f'trainer.weight_sync="{backend}"']
+        if backend == "ipc":  # trainer and server on one GPU
+            sets += ["placement.colocate=true", "placement.share_gpus=true", "inference.nodes=1", "trainer.nodes=1",
+                     "inference.gpus_per_node=8", "trainer.gpus_per_node=8"]
+        cmd = command("rl-nccl", sets, "inference")
+        argvs.append(cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:])
+    assert [got["weights"] for got in vllm_reads(vllm_python, argvs)] == ["nccl", "ipc", "gloo"]
