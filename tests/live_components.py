@@ -24,15 +24,20 @@ from worker_ports import worker_order
 from slurmrl import secret
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.steps.supervise import http_ok
+from slurmrl.runtime.vllm import plugin
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_SECRET = "test-secret-of-the-live-components"  # every LiveComponent's run dir gets this secret
 
 
 def serve_recipe(model, name: str = "serve", servers: int = 2, policy: str = "round_robin",
-                 max_lora_rank: int | None = None) -> str:
-    """An inference recipe for `servers` tiny-model vLLM servers on one node, admin endpoints on."""
+                 max_lora_rank: int | None = None, weight_transfer: str | None = None) -> str:
+    """An inference recipe for `servers` tiny-model vLLM servers on one node, admin endpoints on;
+    ``weight_transfer``: a backend their ``--weight-transfer-config`` names (an RL job's planner adds
+    it from trainer.weight_sync; an inference job takes it as an extra argument)."""
     lora = f"max_lora_rank = {max_lora_rank}\n" if max_lora_rank else ""
+    if weight_transfer:
+        lora += f"""extra_args = ["--weight-transfer-config", '{{"backend": "{weight_transfer}"}}']\n"""
     return f"""
 name = "{name}"
 kind = "inference"
@@ -66,6 +71,11 @@ def transformers_logprobs(model_dir, prompt_ids: list[int], completion_ids: list
     logp = torch.log_softmax(logits, dim=-1)
     n = len(prompt_ids)
     return [logp[n - 1 + i, t].item() for i, t in enumerate(completion_ids)]
+
+
+def vllm_plugin_on_path(tmp: Path) -> None:
+    """slurmrl's vLLM plugin visible to the servers this test process starts (``plugin.make_visible``)."""
+    plugin.make_visible(tmp)
 
 
 def free_port_base(span: int = 80) -> int:

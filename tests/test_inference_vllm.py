@@ -9,7 +9,15 @@ import urllib.error
 import urllib.request
 
 import pytest
-from live_components import TEST_SECRET, LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
+from live_components import (
+    TEST_SECRET,
+    LiveComponent,
+    free_port_base,
+    post_json,
+    serve_recipe,
+    transformers_logprobs,
+    vllm_plugin_on_path,
+)
 
 from slurmrl.app import report_data as rd
 from slurmrl.rundir.paths import RunDir
@@ -32,13 +40,14 @@ def _render(tmp, model, policy):
     from slurmrl.app.build import render
 
     recipe = tmp / f"{policy}.toml"
-    recipe.write_text(serve_recipe(model, policy=policy))
+    recipe.write_text(serve_recipe(model, policy=policy, weight_transfer="gloo"))  # slurmrl's vLLM plugin
     return render(recipe, run_dir=tmp / f"run-{policy}")
 
 
 class Servers:
     def __init__(self, tmp, model):
         self.tmp, self.model = tmp, model
+        vllm_plugin_on_path(tmp / "plugin")
         self.out = _render(tmp, model, "consistent_hash")
         self.base = free_port_base()
         self.procs = [LiveComponent(self.out.run_dir, "inference", self.base, local=i, tasks=2) for i in range(2)]
@@ -183,3 +192,32 @@ def test_weight_reload_matches_the_new_checkpoint(servers, models):
         client.reload_weights([url], str(models[0]))
     ids, served = _server_logprobs(url)
     assert served == pytest.approx(transformers_logprobs(models[0], prompt_ids, ids), abs=2e-3)
+
+
+def test_broadcast_through_vllms_weight_transfer_routes_changes_the_served_logprobs(servers, models, tmp_path):
+    """The trainer's side of vLLM's four-phase protocol over slurmrl's gloo engine (the vLLM plugin),
+    to both servers at once (one group of 3: the trainer, then each server's worker at its offset):
+    the served logprobs become the new model's, then the old model's again."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slurmrl.runtime.trainer.weight_sync import Broadcaster, SyncFailed, Target
+
+    prompt_ids = AutoTokenizer.from_pretrained(models[0])("reload check")["input_ids"]
+    new = AutoModelForCausalLM.from_pretrained(models[1], dtype=torch.float32)
+    port = free_port_base() + 7  # the port table's weight_broadcast
+    target = Target("gloo", servers.urls, [1, 1], "127.0.0.1", port, world_size=3, timeout_s=120)
+    sender = Broadcaster(target, new, rank=0, dtype=torch.float32)  # float32: the servers serve float32
+    sender.sync(1)
+    for url in servers.urls:
+        ids, served = _server_logprobs(url)
+        assert served == pytest.approx(transformers_logprobs(models[1], prompt_ids, ids), abs=2e-3), url
+        old = transformers_logprobs(models[0], prompt_ids, ids)
+        assert max(abs(a - b) for a, b in zip(served, old)) > 0.05, f"{url} still answers with the old weights"
+    with torch.no_grad():  # a changed weight changes what is served after the next sync
+        new.load_state_dict(AutoModelForCausalLM.from_pretrained(models[0], dtype=torch.float32).state_dict())
+    sender.sync(2)
+    ids, served = _server_logprobs(servers.urls[0])
+    assert served == pytest.approx(transformers_logprobs(models[0], prompt_ids, ids), abs=2e-3)
+    with pytest.raises(SyncFailed, match="plan says 4"):  # a group the plan does not describe is refused
+        Target("gloo", servers.urls, [1, 1], "127.0.0.1", port, world_size=4).check()

@@ -244,7 +244,11 @@ def listens(job: Job, c: Component, inst: Instance, e: Expanded) -> dict[str, in
         return {"client": int(e.after("-p")), "monitor": int(e.after("-m"))}
     if c.role == "trainer":  # the c10d store runs where the endpoint's host is this task's host
         host, _, p = prefixed(cmd, "--rdzv-endpoint=").rpartition(":")
-        return {"rdzv": int(p)} if host == job.host(c, inst) else {}
+        out = {"rdzv": int(p)} if host == job.host(c, inst) else {}
+        if "--weight-master" in cmd:  # the weight-transfer group: hosted by torchrun's rank 0, on its own node
+            host, _, p = e.after("--weight-master").rpartition(":")
+            out.update({"weights": int(p)} if host == job.host(c, inst) else {})
+        return out
     return {}
 
 

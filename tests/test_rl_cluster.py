@@ -9,6 +9,7 @@ and leaves what `slurmrl report` turns into a page.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -191,3 +192,56 @@ def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny):
         losses = [rec["loss"] for rec in lines(run_dir / "metrics" / "trainer.jsonl")]
         assert len(losses) == 30, nodes
         assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, (nodes, losses)
+
+
+BROADCAST_STEPS = 6
+
+
+def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_cluster, tmp_path, tiny):
+    """trainer.weight_sync = "gloo": the same job, its weights sent by the trainer through vLLM's
+    weight-transfer routes (slurmrl's gloo engine, loaded in the servers by the vLLM plugin) instead
+    of the run dir. Few steps and a requeue: no weights are written (only each step's READY mark),
+    every step is synced and timed, and after the requeue the restarted servers get the newest
+    checkpoint by broadcast before any rollout."""
+    from live_components import vllm_plugin_on_path
+
+    vllm_plugin_on_path(tmp_path / "plugin")  # the job's steps inherit PYTHONPATH from sbatch
+    r = slurm_cluster.slurmrl(
+        "submit", str(ROOT / "recipes" / "rl-debug.toml"), "--set", 'name="rl-broadcast"',
+        "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
+        "--set", f"trainer.max_steps={BROADCAST_STEPS}", "--set", "trainer.checkpoint_every=2",
+        "--set", 'trainer.weight_sync="gloo"', "--set", "trainer.weight_sync_timeout=300",
+        cwd=tmp_path, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    run_dir = tmp_path / "runs" / "rl-broadcast"
+    job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
+    trainer_log = run_dir / "metrics" / "trainer.jsonl"
+    try:
+        wait_until(lambda: len(lines(trainer_log)) >= 3, 900, "3 trainer steps", run_dir)
+        rq = slurm_cluster.run(["scontrol", "requeue", job_id])
+        assert rq.returncode == 0, rq.stderr
+        wait_until(lambda: (run_dir / "logs" / "attempt-1").exists(), 300, "the second attempt", run_dir)
+        wait_until(lambda: job_state(slurm_cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
+                   1200, "the job to end", run_dir)
+        logs = slurm_cluster.slurmrl("logs", str(run_dir), cwd=tmp_path).stdout[-4000:]
+        assert job_state(slurm_cluster, job_id) == "COMPLETED", logs
+    finally:
+        slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
+
+    trainer = {rec["step"]: rec for rec in lines(trainer_log)}
+    assert sorted(trainer) == list(range(1, BROADCAST_STEPS + 1)), f"steps lost or repeated: {sorted(trainer)}"
+    # a step whose sync the requeue cut short (its servers stop first) is kept by its checkpoint: sync_s 0
+    synced = {step: rec for step, rec in trainer.items() if rec["sync_s"] > 0}
+    assert len(trainer) - len(synced) <= 1, trainer
+    for step, rec in trainer.items():
+        assert rec["publish_s"] == 0 and (step not in synced or 0 < rec["sync_share"] < 1), (step, rec)
+    marks = sorted((run_dir / "weights").glob("step-*/*"))
+    assert marks and {p.name for p in marks} == {"READY"}, marks  # no safetensors: nothing published
+    orch = {rec["step"]: rec for rec in lines(run_dir / "metrics" / "orchestrator.jsonl")}
+    assert all(orch[s]["reload_s"] == 0 for s in orch), orch
+    assert max(orch[s]["policy_step"] for s in orch) >= BROADCAST_STEPS - 2
+    log = "\n".join(p.read_text(errors="replace") for p in (run_dir / "logs" / "attempt-1").glob("trainer*.log"))
+    assert "servers on the weights of checkpoint" in log, log[-3000:]
+    server_log = "\n".join(p.read_text(errors="replace") for p in (run_dir / "logs").rglob("inference*.log"))
+    assert "GlooWeightTransferEngine" in server_log

@@ -177,13 +177,14 @@ def test_resolved_rl_recipe_keeps_batch_size_out(tmp_path):
     rules.check(validate(tomllib.loads(dumps(data)), resolved=True))
 
 
-# ---- weight_sync = nccl -------------------------------------------------------------------------
-def test_weight_sync_nccl_is_refused(tmp_path):
+# ---- weight_sync by broadcast ---------------------------------------------------------------------
+def test_weight_sync_broadcast_is_planned_and_a_bad_one_is_one_line(tmp_path):
+    rules.check(recipe(RL, tmp_path, ['trainer.weight_sync="nccl"']))
     with pytest.raises(UserError) as e:
-        rules.check(recipe(RL, tmp_path, ['trainer.weight_sync="nccl"']))
-    assert e.value.field == "trainer.weight_sync" and "not implemented" in str(e.value)
+        rules.check(recipe(RL, tmp_path, ['trainer.weight_sync="ipc"']))
+    assert e.value.field == "trainer.weight_sync" and "share_gpus" in str(e.value)
     path = tmp_path / "recipe.toml"
-    out = subprocess.run([sys.executable, "-m", "slurmrl", "plan", str(path), "--set", 'trainer.weight_sync="nccl"'],
+    out = subprocess.run([sys.executable, "-m", "slurmrl", "plan", str(path), "--set", 'trainer.weight_sync="ipc"'],
                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert out.returncode == 2, out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()

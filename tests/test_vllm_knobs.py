@@ -55,7 +55,8 @@ for argv in json.load(sys.stdin):  # one vLLM import for every command line
     out.append({"headless": getattr(args, "headless", None), "dp": e.data_parallel_size,
                 "dp_local": e.data_parallel_size_local, "start": e.data_parallel_start_rank,
                 "address": e.data_parallel_address, "ep": e.enable_expert_parallel, "eplb": e.enable_eplb,
-                "dbo": e.enable_dbo, "seed": e.seed, "kv": e.kv_transfer_config is not None})
+                "dbo": e.enable_dbo, "seed": e.seed, "kv": e.kv_transfer_config is not None,
+                "weights": e.weight_transfer_config.backend if e.weight_transfer_config else None})
 print(json.dumps(out))
 """
 
@@ -86,3 +87,17 @@ def test_vllm_parses_a_multi_node_worker_leader_and_follower(vllm_python):
     assert (follow["dp"], follow["dp_local"], follow["start"]) == (16, 8, 8)
     assert lead["address"] == follow["address"] == "g1n0"  # the worker's first node
     assert all(g["ep"] and g["eplb"] and g["dbo"] and g["kv"] and g["seed"] == 96 for g in (lead, follow)), json.dumps(got)
+
+
+@pytest.mark.vllm
+def test_vllm_parses_the_weight_transfer_config(vllm_python):
+    """trainer.weight_sync by broadcast: each backend's server command line, read by vLLM's parser (one import)."""
+    argvs = []
+    for backend in ("nccl", "ipc", "gloo"):
+        sets = [f'trainer.weight_sync="{backend}"']
+        if backend == "ipc":  # trainer and server on one GPU
+            sets += ["placement.colocate=true", "placement.share_gpus=true", "inference.nodes=1", "trainer.nodes=1",
+                     "inference.gpus_per_node=8", "trainer.gpus_per_node=8"]
+        cmd = command("rl-nccl", sets, "inference")
+        argvs.append(cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:])
+    assert [got["weights"] for got in vllm_reads(vllm_python, argvs)] == ["nccl", "ipc", "gloo"]

@@ -126,6 +126,9 @@ def check_inference(r: Recipe) -> None:
     if inf.return_routed_experts and inf.kv_offload.kind != "none":
         raise UserError("inference.return_routed_experts", "vLLM does not return routed experts with KV offload; "
                         "set inference.kv_offload.kind = 'none'")
+    if inf.return_routed_experts and not MOE_NAME.search(r.model.path):
+        raise UserError("inference.return_routed_experts", f"{r.model.path!r} does not name a mixture-of-experts "
+                        "model (no MoE, -A3B, Mixtral, DeepSeek-V3, ... in its name): there are no experts to replay")
     for name in ("enable_eplb", "enable_dbo"):
         if getattr(inf, name):
             if inf.mode == "pd":
@@ -142,6 +145,11 @@ def check_inference(r: Recipe) -> None:
         raise UserError("inference.kv_buffer_device", "only applies to kv_connector 'NixlConnector'")
 
 
+# Router replay needs a mixture-of-experts model; plan does no I/O, so its name must say so
+MOE_NAME = re.compile(r"moe|mixtral|-a\d+(\.\d+)?b\b|deepseek-(v[23]|r1)|qwen3-next|gpt-oss|jamba|dbrx|arctic|"
+                      r"glm-4\.[56]|kimi-k2|minimax-m|llama-4|ernie-4\.5", re.I)
+
+
 def check_trainer(r: Recipe) -> None:
     t = r.trainer
     if t is None:
@@ -156,21 +164,32 @@ def check_trainer(r: Recipe) -> None:
         )
     if t.micro_batch_size > batch:
         raise UserError("trainer.micro_batch_size", f"{t.micro_batch_size} is larger than the batch of {batch}")
-    if t.weight_sync == "nccl":
-        if r.kind != "rl":
-            raise UserError("trainer.weight_sync", "NCCL weight broadcast only applies to kind 'rl'")
-        if r.placement.share_gpus:
-            raise UserError(
-                "trainer.weight_sync",
-                "NCCL cannot broadcast between trainer and inference on the same GPU; use 'filesystem' with share_gpus",
-            )
-        assert r.inference is not None, "kind rl has [inference] (check_sections)"
-        if r.inference.mode != "replicas":
-            raise UserError("trainer.weight_sync", "NCCL weight broadcast supports inference mode 'replicas' only")
-        raise UserError(
-            "trainer.weight_sync",
-            "'nccl' is not implemented yet (the trainer publishes weights to the run dir); use 'filesystem'",
-        )
+    if t.weight_sync != "filesystem":
+        check_broadcast(r, t.weight_sync)
+
+
+def check_broadcast(r: Recipe, backend: str) -> None:
+    """``trainer.weight_sync`` by broadcast (vLLM's weight-transfer routes): where it can run."""
+    if r.kind != "rl":
+        raise UserError("trainer.weight_sync", f"{backend!r} broadcasts weights to inference: kind 'rl' only")
+    assert r.inference is not None and r.trainer is not None, "kind rl has both (check_sections)"
+    if backend == "nccl" and r.placement.share_gpus:
+        raise UserError("trainer.weight_sync", "NCCL cannot broadcast between trainer and inference on the same "
+                        "GPU (placement.share_gpus); use 'ipc'")
+    if backend == "ipc" and not r.placement.share_gpus:
+        raise UserError("trainer.weight_sync", "'ipc' hands GPU memory over on the same GPU: it needs "
+                        "placement.share_gpus = true; use 'nccl' between different GPUs")
+    if r.placement.colocate == "hybrid":
+        raise UserError("trainer.weight_sync", "the hybrid engine's servers sleep while the trainer steps and "
+                        "reload on waking; use 'filesystem' with colocate = 'hybrid'")
+    if r.trainer.lora is not None:
+        raise UserError("trainer.weight_sync", "a LoRA policy's servers hot-load each step's adapter from the "
+                        "run dir; use 'filesystem' with [trainer.lora]")
+    if r.inference.backend == "dynamo":
+        raise UserError("trainer.weight_sync", "Dynamo's workers have no weight-transfer routes; use 'filesystem'")
+    if r.inference.admin_endpoints is False:
+        raise UserError("inference.admin_endpoints", f"trainer.weight_sync = {backend!r} drives vLLM's "
+                        "weight-transfer routes, which are admin endpoints; remove admin_endpoints = false")
 
 
 def check_orchestrator(r: Recipe) -> None:

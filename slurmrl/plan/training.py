@@ -31,28 +31,61 @@ def trainer(ctx: Context) -> None:
             f"x {world} trainer GPUs",
         )
     head = shell.head(slot.group).sh
+    prelude, weight_args = broadcast_words(ctx)
     command: tuple[Arg, ...] = (
         *shell.tool(ctx.py, "torchrun"),
         f"--nnodes={slot.nodes}", f"--nproc-per-node={len(slot.gpus)}", "--rdzv-backend=c10d",
         Sh(sh=f"--rdzv-endpoint={head}:{shell.var('torch_rdzv').sh}"), Sh(sh="--rdzv-id=${SLURM_JOB_ID}"),
         f"--shutdown-timeout={r.slurm.grace_seconds}",  # time workers get after TERM to checkpoint
-        "-m", "slurmrl.runtime.trainer", "--config", config("trainer"),
+        "-m", "slurmrl.runtime.trainer", "--config", config("trainer"), *weight_args,
     )
     settings = trainer_settings(r, ctx.run_dir, world, batch).model_dump(mode="json", exclude_none=True)
     ctx.add(Spec(
         name="trainer", role="trainer", group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
         tasks_per_node=1, gpus_per_node=len(slot.gpus), stage=4, main=True, health=None,
         instances=tuple(
-            Instance(rank=n, node=n, local=0, gpus=slot.gpus, ports={"rdzv": "torch_rdzv"} if n == 0 else {})
+            Instance(rank=n, node=n, local=0, gpus=slot.gpus,  # torchrun's rank 0 (the group's host) on any node
+                     ports={**({"rdzv": "torch_rdzv"} if n == 0 else {}),
+                            **({"weights": "weight_broadcast"} if weight_args else {})})
             for n in range(slot.nodes)
         ),
         task=ctx.task(
             Supervisor("trainer", gpus=shell.gpu_slice(slot.gpus[0], len(slot.gpus), False),
                        heartbeat=r.slurm.heartbeat_timeout),
-            env=[*sorted(t.env.items()), *metrics_env(ctx, "trainer_metrics")], command=command,
+            prelude=prelude, env=[*sorted(t.env.items()), *metrics_env(ctx, "trainer_metrics")], command=command,
         ),
         settings=settings,
     ))
+
+
+def broadcast_words(ctx: Context) -> tuple[list[str], list[Arg]]:
+    """``trainer.weight_sync`` by broadcast: the trainer's task reads each server component's URLs
+    and gets, per component, how many worker processes each of its servers has (``--weight-servers
+    RANKS URL...``; every TP/DP rank joins the transfer group: both roles in P/D), where it hosts the
+    group (its own node: torchrun's rank 0 uses the value of the task it runs in; the port table's
+    ``weight_broadcast``) and the group's size."""
+    r = ctx.r
+    backend = ctx.trainer.weight_sync
+    if r.kind != "rl" or backend == "filesystem":
+        return [], []
+    inf = ctx.inference
+    prelude: list[str] = []
+    args: list[Arg] = []
+    workers = 0
+    names = server_names(r)
+    for name in names:
+        spec = ctx.spec(name)
+        leads = sum(1 for i in spec.instances if "http" in i.ports)
+        shape = getattr(inf, name) if inf.mode == "pd" else inf
+        gpus = sum(len(i.gpus) for i in spec.instances)
+        ranks = gpus // leads if gpus else shape.tp * shape.dp  # a CPU node: the parallel layout alone
+        prelude.append(f'read -ra servers_{name} <<<"${{URLS_{name.upper()}}}"')
+        args += ["--weight-servers", str(ranks), Sh(sh=f"${{servers_{name}[@]}}")]
+        workers += leads * ranks
+    args += ["--weight-master", Sh(sh=f"${{host}}:{shell.var('weight_broadcast').sh}"),
+             "--weight-world-size", str(1 + workers)]
+    arrays = tuple(f"servers_{n}" for n in names)
+    return [*shell.declare("host", arrays=arrays), shell.HOST_LINE, *prelude], args
 
 
 def orchestrator(ctx: Context) -> None:

@@ -59,6 +59,12 @@ def otlp_args(*envs: dict[str, str]) -> list[Arg]:
     return ["--otlp-traces-endpoint", url] if url else []
 
 
+def weight_transfer(backend: str) -> list[Arg]:
+    """``trainer.weight_sync`` by broadcast: the engine each server's workers receive with (``gloo``:
+    slurmrl's, registered by its vLLM plugin; ``nccl``/``ipc``: vLLM's own)."""
+    return ["--weight-transfer-config", json.dumps({"backend": backend}, separators=(",", ":"))]
+
+
 def pooling(args: list[Arg]) -> bool:
     """A server run with ``--runner pooling`` (a reward model) has no completions to answer."""
     return next((b for a, b in zip(args, args[1:]) if a == "--runner"), None) == "pooling"

@@ -179,8 +179,10 @@ class Inference(Section):
     )
     return_routed_experts: bool = Field(
         False,
-        description="`--enable-return-routed-experts`: responses carry the experts each token was routed to (router "
-        "replay for MoE RL); not with mode `pd` or KV offload, which vLLM does not support with it.",
+        description="`--enable-return-routed-experts` (with `VLLM_USE_V2_MODEL_RUNNER=1`): responses carry the "
+        "experts each token was routed to, and the RL trainer routes those tokens to them (router replay, "
+        "docs/rl.md); a mixture-of-experts model only (by its name); not with mode `pd` or KV offload, which vLLM "
+        "does not support with it.",
     )
     vllm_extra: VllmExtra = Field(
         default_factory=dict,

@@ -32,7 +32,7 @@ def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
         run_dir=run_dir, model=recipe.model.path, served_model_name=recipe.model.served_model_name,
         trust_remote_code=recipe.model.trust_remote_code,
         max_steps=recipe.trainer.max_steps,
-        judge=judge_settings(recipe),
+        judge=judge_settings(recipe), weight_sync=recipe.trainer.weight_sync,
         hybrid=recipe.placement.colocate == "hybrid",
         eval=eval_settings(recipe),
         wandb=wandb_settings(recipe, run_dir),

@@ -3,7 +3,7 @@ what the planner places it with."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field
 
@@ -25,10 +25,5 @@ class Trainer(TrainerKnobs):
         None,
         description=f"Sequences per optimizer step (global; 1-{2**20}). Kind `sft`: {SFT_BATCH_SIZE} when left out. "
         "Kind `rl`: always orchestrator.prompts_per_step x rollouts_per_prompt; leave it out or give that number.",
-    )
-    weight_sync: Literal["filesystem", "nccl"] = Field(
-        "filesystem",
-        description="RL: how new weights reach inference: safetensors in the run dir. `nccl` (broadcast) "
-        "is refused by `plan` until the trainer implements it.",
     )
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the trainer step.")

@@ -58,6 +58,10 @@ class OrchestratorSettings(OrchestratorKnobs):
     judge: JudgeSettings | None = Field(
         None, description="How rewards are scored through the job's judge ([judge]); None without one."
     )
+    weight_sync: str = Field(
+        "filesystem", description="trainer.weight_sync: 'filesystem' (the servers reload each published step), or "
+        "a broadcast backend (the trainer sends the weights itself and marks the step; generation waits for it).",
+    )
     hybrid: bool = Field(
         False, description="placement.colocate = 'hybrid': put the servers to sleep before each batch is handed "
         "to the trainer, wake them and reload the new weights before the next (slurmrl.runtime.orchestrator.hybrid).",

@@ -87,6 +87,19 @@ class TrainerKnobs(Section):
         "at most 1000000); default: the datasheet figure of known GPUs in bfloat16 (A100, H100, H200, B200, "
         "GB200), else none and MFU is not reported.",
     )
+    weight_sync: Literal["filesystem", "nccl", "ipc", "gloo"] = Field(
+        "filesystem",
+        description="RL: how new weights reach the servers after each step. `filesystem`: safetensors in the run "
+        "dir, which every server reloads. `nccl`: broadcast through vLLM's weight-transfer routes from the "
+        "trainer's rank 0 to every server GPU (trainer and servers on different GPUs). `ipc`: the same on a GPU "
+        "the trainer shares with the server (`placement.share_gpus`). `gloo`: the same over the network without "
+        "GPUs (slurmrl's engine, for CPU nodes and tests). See docs/rl.md.",
+    )
+    weight_sync_timeout: int = Field(
+        600, ge=10, le=86400,
+        description="RL, broadcast: seconds one weight sync (or opening the transfer group) may take before the "
+        "trainer fails naming the servers that do not answer (10-86400).",
+    )
     lora: Lora | None = Field(
         None,
         description="RL: train a LoRA adapter instead of the full weights (`[trainer.lora]`); the servers hot-load "

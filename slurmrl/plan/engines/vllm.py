@@ -57,6 +57,8 @@ def vllm_env(ctx: Context, role_env: dict) -> list:
         env.append(("VLLM_SERVER_DEV_MODE", "1"))  # pause / reload_weights / resume endpoints
     if inf.max_lora_rank:
         env.append(("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True"))
+    if inf.return_routed_experts:  # vLLM 0.32 returns routed experts from its V2 model runner only
+        env.append(("VLLM_USE_V2_MODEL_RUNNER", "1"))
     return env
 
 
@@ -96,6 +98,10 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
         args += a
     if expert_parallel:
         args.append("--enable-expert-parallel")
+    if r.kind == "rl" and r.trainer is not None and r.trainer.weight_sync != "filesystem":
+        args += vllm.weight_transfer(r.trainer.weight_sync)
+        if r.trainer.weight_sync == "ipc":  # the CUDA IPC handles travel pickled over HTTP (vLLM's HTTP client)
+            env.append(("VLLM_ALLOW_INSECURE_SERIALIZATION", "1"))
     transfer = None
     if pd_role:
         p, transfer, e = vllm.pd(inf, pd_role, slot.gpus[0], shape.gpus, first_index, multi)

@@ -9,7 +9,8 @@ and renamed, so a reader never sees half a file):
 Asynchronous with bounded staleness: the batch for step s is generated with the newest weights
 the servers have loaded, v, and never when ``s - 1 - v > max_off_policy_steps``; then it waits
 for the trainer. When newer weights appear, every inference server reloads them (``slurmrl.runtime.vllm.client``)
-before the next batch; a LoRA policy's weights are an adapter, which every server hot-loads under
+before the next batch (with ``trainer.weight_sync`` by broadcast the trainer has already sent them
+to every server and ``weights/step-N/`` holds only its ``READY``: generation waits for that alone); a LoRA policy's weights are an adapter, which every server hot-loads under
 a new name (the previous one unloaded) and the requests name (``slurmrl.runtime.orchestrator.adapters``).
 ``max_off_policy_steps = 0`` is synchronous RL.
 
@@ -98,6 +99,8 @@ class Sampler:
                 "completion_ids": [int(t.split(":", 1)[1]) for t in lp["tokens"]],
                 "logprobs": lp["token_logprobs"],
                 "text": choice["text"],
+                # return_routed_experts: the experts each token went to (base64 .npy), for the trainer's replay
+                **({"routed_experts": choice["routed_experts"]} if choice.get("routed_experts") else {}),
             })
         return samples
 
@@ -160,7 +163,10 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
         nonlocal loaded, reload_s
         reload_s = 0.0
         newest, path = latest_weights(run_dir)
-        if newest > loaded:
+        if newest > loaded and s.weight_sync != "filesystem":  # the trainer has sent them to every server itself
+            log(f"servers now on weights of step {newest} (broadcast by the trainer, {s.weight_sync})")
+            loaded = newest
+        elif newest > loaded:
             assert path is not None, "latest_weights names the folder of each step it finds"
             t = time.perf_counter()
             try:
@@ -196,7 +202,8 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
         for task, group in zip(tasks, groups):
             rs = [next(scored) for _ in group]
             for g, r, a in zip(group, rs, advantages(rs)):
-                samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs")},
+                samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs", "routed_experts")
+                                   if k in g},
                                 "reward": r, "advantage": a})
             rewards += rs
         # hybrid: the GPUs go to the trainer before it sees the batch

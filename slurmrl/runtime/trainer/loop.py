@@ -26,7 +26,7 @@ from slurmrl import heartbeat
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import step_files as steps
 from slurmrl.runtime.metrics import Metrics
-from slurmrl.runtime.trainer import dataset, losses, numerics, packing, rl_metrics, rollouts, state
+from slurmrl.runtime.trainer import dataset, losses, numerics, packing, rl_metrics, rollouts, router_replay, state
 from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env
 from slurmrl.runtime.trainer.lora import AdaptersOff
 from slurmrl.runtime.trainer.lora import Policy as LoRAPolicy
@@ -152,8 +152,10 @@ def grad_norm_and_clip(model, max_norm: float) -> float:
 
 
 class Trainer:
-    def __init__(self, s: TrainerSettings):
+    def __init__(self, s: TrainerSettings, target=None):
+        """``target``: where weights go by broadcast (``weight_sync.Target``), None for filesystem sync."""
         self.s, self.run_dir = s, s.root
+        self.target, self.broadcaster = target, None
         self.kind = s.kind
         self.d = Dist(s.dtype)
         self.rank, self.world = self.d.rank, self.d.world
@@ -203,6 +205,7 @@ class Trainer:
         if self.lora:
             self.log(self.lora.describe(self.model))
         self.config = self.model.config
+        self.moe = router_replay.is_moe(self.model)  # rows with recorded experts are replayed
         try:
             self.gen_config = GenerationConfig.from_pretrained(self.model_id)
         except Exception:
@@ -243,10 +246,11 @@ class Trainer:
         if dropped:
             self.log(f"metrics: dropped {dropped} line(s) of steps after {self.start} (they are redone)")
         if self.rank == 0:
-            for root in (self.weights_root, self.ckpt_root):
-                gone = state.drop_after(root, self.start)
+            # broadcast: (re)started servers hold the base model whatever the run dir says: no step is marked
+            for root, after in ((self.weights_root, -1 if self.target else self.start), (self.ckpt_root, self.start)):
+                gone = state.drop_after(root, after)
                 if gone:
-                    self.log(f"removed {', '.join(d.name for d in gone)} from {root} (after step {self.start}; redone)")
+                    self.log(f"removed {', '.join(d.name for d in gone)} from {root} (after step {after}; redone)")
         dist.barrier()
         n_params = sum(p.numel() for p in self.model.parameters())
         peak, source = rl_metrics.peak_tflops(self.d.device, self.d.bf16, s.peak_tflops)
@@ -254,6 +258,11 @@ class Trainer:
         self.log(f"MFU = 6·N·tokens/s (+ 2·N·tokens/s through the reference) / (peak x {self.world} device(s)), "
                  f"N = {self.flops.n / 1e6:.1f}M, peak {f'{peak:g} TFLOP/s' if peak else 'none'}: {source}")
         self.log(f"model loaded in {time.perf_counter() - t:.1f}s ({n_params / 1e6:.1f}M parameters)")
+        if self.target is not None:
+            self.broadcaster = sender = self.target.connect(self.model, self.rank, self.publish_dtype, self.log)
+            if self.start:  # after a requeue: the servers take the checkpoint's weights before any rollout
+                self.log(f"servers on the weights of checkpoint {self.start} "
+                         f"({self.sync(self.start):.2f}s, {sender.bytes / 1e9:.3f} GB)")
         mark_ready(self.run_dir)
 
     # ---- steps -----------------------------------------------------------------------
@@ -286,24 +295,28 @@ class Trainer:
         tokens = sum(min(len(x["prompt_ids"]) + len(x["completion_ids"]), self.seq_len) for x in samples)
         stats = rl_metrics.RLStats(self.d.device)
         for row in rollouts.split(samples, self.rank, self.world, self.micro, self.seq_len):
-            logp, entropy = self.logprobs(self.model, row)
-            old = row.at_targets("old_logp", self.d.device)
-            adv = row.at_targets("advantage", self.d.device)
-            ref_logp = None
-            if self.ref is not None:
-                with torch.no_grad():
-                    ref_logp, _ = self.logprobs(self.ref, row)
-            terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool),
-                                          self.s.clip_eps, ref_logp, self.kl_coef)
-            (terms["loss"] * self.world / n_tgt).backward()
-            stats.add_tokens(terms, entropy, logp, old, ref_logp)  # KL, entropy, clip: no second forward pass
-            del logp, entropy
+            with router_replay.replay(self.model, row.experts if self.moe else None):  # forward and backward
+                self.rl_row(row, stats, n_tgt)
         rewards = [float(x.get("reward", 0.0)) for x in samples]
         return {
             **stats.finish(n_tgt), "tokens": tokens, "target_tokens": n_tgt, "samples": len(samples),
             "ref_tokens": tokens if stats.has_ref else 0,
             **rl_metrics.reward_stats(rewards), "policy_step": batch.get("policy_step"),
         }
+
+    def rl_row(self, row: packing.PackedRow, stats: rl_metrics.RLStats, n_tgt: int) -> None:
+        """One packed row's forward and backward (under router replay when it carries experts)."""
+        logp, entropy = self.logprobs(self.model, row)
+        old = row.at_targets("old_logp", self.d.device)
+        adv = row.at_targets("advantage", self.d.device)
+        ref_logp = None
+        if self.ref is not None:
+            with torch.no_grad():
+                ref_logp, _ = self.logprobs(self.ref, row)
+        terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool),
+                                      self.s.clip_eps, ref_logp, self.kl_coef)
+        (terms["loss"] * self.world / n_tgt).backward()
+        stats.add_tokens(terms, entropy, logp, old, ref_logp)  # KL, entropy, clip: no second forward pass
 
     def optimizer_step(self) -> float:
         norm = grad_norm_and_clip(self.model, self.s.max_grad_norm)
@@ -315,6 +328,18 @@ class Trainer:
         return norm
 
     # ---- saving ----------------------------------------------------------------------
+    def sync(self, step: int) -> float:
+        """The weights of ``step`` to the servers: broadcast (then marked for the orchestrator), or
+        published to the run dir (the orchestrator has every server reload them). Seconds."""
+        if self.broadcaster is None:
+            return self.publish(step)
+        took = self.broadcaster.sync(step, stopping=STOP.is_set)
+        if took is None:  # a planned stop took the servers down mid-sync: the checkpoint has the weights
+            return 0.0
+        if self.rank == 0:
+            state.mark_broadcast(self.weights_root, step, self.keep)
+        return took
+
     def publish(self, step: int) -> float:
         t = time.perf_counter()
         if self.lora:  # the adapter alone (megabytes); the servers hot-load it under a new name
@@ -386,10 +411,12 @@ class Trainer:
             out.update(self.flops.record(out["tokens"], out.pop("ref_tokens", 0), step_s))
             if self.s.hybrid and self.d.cuda:  # the servers wake into what the trainer leaves: return cached blocks
                 torch.cuda.empty_cache()
-            publish_s = self.publish(step) if self.kind == "rl" else 0.0
+            sync_s = self.sync(step) if self.kind == "rl" else 0.0
             record = {"step": step, "kind": self.kind, **out, "grad_norm": norm, "lr": lr,
                       "tokens_per_s": out["tokens"] / step_s if step_s > 0 else 0.0, "step_time_s": step_s,
-                      "wait_s": wait_s, "publish_s": publish_s, "time": time.time()}
+                      "wait_s": wait_s, "publish_s": 0.0 if self.broadcaster else sync_s, "sync_s": sync_s,
+                      "sync_share": sync_s / (step_s + sync_s) if step_s + sync_s > 0 else 0.0,
+                      "time": time.time()}
             if self.kind == "rl" and isinstance(out.get("policy_step"), int):
                 record["off_policy_lag"] = step - 1 - out["policy_step"]
             self.metrics.log(record)
@@ -426,10 +453,10 @@ class Trainer:
         return 0
 
 
-def run(s: TrainerSettings) -> int:
+def run(s: TrainerSettings, target=None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _on_signal)
-    trainer = Trainer(s)
+    trainer = Trainer(s, target)
     try:
         return trainer.run()
     finally:

@@ -23,6 +23,7 @@ class PackedRow:
     targets: torch.Tensor  # [1, N] bool: token t is a loss target (predicted from t - 1)
     cu_seqlens: torch.Tensor  # [D + 1] int32, CPU
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> [1, N] float32
+    experts: torch.Tensor | None = None  # [N, MoE layers, top_k] int64: the experts inference used, -1: none
 
     @property
     def tokens(self) -> int:

@@ -3,7 +3,9 @@
 A sample is ``prompt_ids + completion_ids`` (cut to ``seq_len``); a micro-batch's samples are
 packed end to end into one row (``packing.PackedRow``: no padding, attention per sample).
 Targets are the completion tokens; the row's ``old_logp`` column holds the inference logprob at
-each completion token (NaN where it is missing), its ``advantage`` column the sample's advantage.
+each completion token (NaN where it is missing), its ``advantage`` column the sample's advantage,
+and its ``experts`` the experts vLLM routed each token to, when the samples carry them
+(``router_replay``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
+
+from slurmrl.runtime.trainer import router_replay
 from slurmrl.runtime.trainer.packing import PackedRow, pack_documents
 
 
@@ -37,7 +42,12 @@ def _packed(samples: list[dict], seq_len: int, dummy: bool) -> PackedRow:
         docs.append((ids, ([False] * len(p) + [not dummy] * len(c))[:seq_len]))
         old.append(([math.nan] * len(p) + lp[: len(c)])[:seq_len])
         adv.append([float(s.get("advantage", 0.0))] * len(ids))
-    return pack_documents(docs, {"old_logp": old, "advantage": adv})
+    row = pack_documents(docs, {"old_logp": old, "advantage": adv})
+    if any(s.get("routed_experts") for s in samples):  # return_routed_experts: what the MoE replays
+        recorded = [router_replay.decode(s["routed_experts"]) if s.get("routed_experts") else None for s in samples]
+        shape = next(np.shape(r) for r in recorded if r)
+        row.experts = router_replay.per_token(recorded, [len(ids) for ids, _ in docs], shape[1], shape[2])
+    return row
 
 
 def target_tokens(samples: list[dict], seq_len: int) -> int:

@@ -111,6 +111,16 @@ def publish_weights(root: Path, step: int, model, config, generation_config, tok
     return final
 
 
+def mark_broadcast(root: Path, step: int, keep: int) -> Path:
+    """Rank 0, after every server took the weights of ``step`` by broadcast: ``root/step-N/READY``
+    with no weights beside it (what the orchestrator waits for, as for published weights)."""
+    final = root / step_name(step)
+    final.mkdir(parents=True, exist_ok=True)
+    (final / "READY").write_text(f"{step} broadcast\n")
+    prune(root, "READY", keep)
+    return final
+
+
 def rng_state() -> dict:
     st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():

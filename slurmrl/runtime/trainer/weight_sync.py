@@ -1,0 +1,173 @@
+"""Weights to the servers by broadcast: vLLM's weight-transfer protocol, driven by the trainer.
+
+With ``trainer.weight_sync`` = ``nccl`` (trainer and servers on different GPUs), ``ipc`` (on the
+same GPU) or ``gloo`` (no GPU: slurmrl's engine, ``slurmrl.runtime.vllm.gloo_transfer``) the servers
+start with ``--weight-transfer-config '{"backend": ...}'`` and, after each step, the trainer
+
+1. pauses every server (running requests finish; new ones wait),
+2. runs vLLM's trainer-side engine for the backend: ``/start_weight_update``, ``/update_weights``
+   on every server while rank 0 broadcasts the weights (every rank gathers its FSDP shards, in
+   bfloat16; the engine sends them in buckets), ``/finish_weight_update``,
+3. drops every server's prefix cache and resumes them,
+4. writes ``weights/step-N/READY`` (no weights in it): generation of the next batch waits for it.
+
+The group is opened once (``/init_weight_transfer_engine`` on every server, the trainer rank 0 at
+``master_address:master_port``, every worker of server i at ``rank_offset`` 1 + the workers of the
+servers before it: ``slurmrl.runtime.vllm.client.WeightSync``). A sync that does not finish within
+``timeout_s``, or a server that stops answering during one, ends the trainer with a message naming
+the servers that are down (or the timeout).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource, materialize_full_tensor
+from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+from slurmrl.runtime.vllm import plugin
+from slurmrl.runtime.vllm.client import VLLMError, WeightSync
+from slurmrl.runtime.vllm.gloo_transfer import GlooTrainerInitInfo
+
+BROADCAST_BACKENDS = ("nccl", "ipc", "gloo")
+GPU_BACKENDS = ("nccl", "ipc")
+
+
+class SyncFailed(SystemExit):
+    """A broadcast did not reach every server: the trainer ends with one line naming what failed."""
+
+    def __init__(self, message: str):
+        super().__init__(f"slurmrl: trainer: {message}")
+
+
+class ModelSource(WeightSource):
+    """The trainer's parameters as the servers load them: full tensors (an FSDP shard is gathered,
+    a collective every rank runs in the same order), in ``dtype`` (bfloat16)."""
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, cast_in_engine: bool = False):
+        self.model, self.dtype, self.cast_in_engine = model, dtype, cast_in_engine
+
+    def metadata(self) -> list[ParamMeta]:
+        return [ParamMeta(name, self.dtype, tuple(p.shape)) for name, p in self.model.named_parameters()]
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full tensors as the model holds them: the engine casts to ``dtype`` as it packs (gloo) or
+        before it sends (vLLM's engines check the dtype: cast here for them)."""
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                full = materialize_full_tensor(p.detach())
+                yield name, full if self.cast_in_engine else full.to(self.dtype)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the weights go: the backend, the servers (and their workers), the group's address."""
+
+    backend: str
+    urls: list[str]
+    ranks: list[int]  # worker processes per server, in the order of urls
+    master_address: str
+    master_port: int
+    world_size: int  # what the plan says: 1 + every server's workers
+    timeout_s: float = 600.0
+
+    def connect(self, model: torch.nn.Module, rank: int, dtype: torch.dtype, log=print) -> Broadcaster:
+        """Open the transfer group with every server (every trainer rank calls it)."""
+        return Broadcaster(self, model, rank, dtype, log)
+
+    def check(self) -> WeightSync:
+        sync = WeightSync(self.urls, self.ranks, timeout=self.timeout_s)
+        if sync.world_size != self.world_size:
+            raise SyncFailed(f"{len(self.urls)} servers with {sum(self.ranks)} workers make a transfer group of "
+                             f"{sync.world_size}, but the plan says {self.world_size}")
+        return sync
+
+
+def init_info(t: Target, rank: int):
+    """The trainer-side init info of vLLM's engine for ``t.backend`` (gloo: ours)."""
+    if t.backend == "gloo":
+        return GlooTrainerInitInfo(master_address=t.master_address, master_port=t.master_port,
+                                   world_size=t.world_size, timeout_s=t.timeout_s, rank=rank)
+    if t.backend == "nccl":
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+        return NCCLTrainerInitInfo(master_address=t.master_address, master_port=t.master_port,
+                                   world_size=t.world_size, rank=rank)
+    from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
+
+    return IPCTrainerInitInfo(rank=rank)
+
+
+class Broadcaster:
+    """One trainer's connection to every server; ``sync()`` on every rank after each step."""
+
+    def __init__(self, target: Target, model: torch.nn.Module, rank: int, dtype: torch.dtype = torch.bfloat16,
+                 log=print):
+        plugin.register()  # the gloo backend, in this process too
+        self.target, self.rank, self.log = target, rank, log
+        self.client = target.check()
+        self.source = ModelSource(model, dtype, cast_in_engine=target.backend == "gloo")
+        self.bytes = sum(m.dtype.itemsize * int(torch.Size(m.shape).numel()) for m in self.source.metadata())
+        t = time.perf_counter()
+        self.engine = self._guard(
+            "opening the transfer group",
+            lambda: WeightTransferTrainerFactory.trainer_init(init_info(target, rank), client=self.client,
+                                                              source=self.source))
+        if rank == 0:
+            log(f"weight transfer ({target.backend}) to {len(target.urls)} server(s), group of {target.world_size} "
+                f"at {target.master_address}:{target.master_port}, opened in {time.perf_counter() - t:.2f}s")
+
+    def sync(self, step: int, stopping=lambda: False) -> float | None:
+        """Every server on this model's weights; seconds. Collective over the trainer's ranks.
+        None when it failed while ``stopping()`` (a planned stop takes the servers down too: the
+        checkpoint keeps the weights, and the next attempt broadcasts them first)."""
+        t = time.perf_counter()
+        try:
+            if self.rank == 0:
+                try:
+                    self._guard("pausing", self.client.pause)
+                except SyncFailed:
+                    for _ in self.source:  # the other ranks' gathers still need this rank's shards
+                        pass
+                    raise
+            self._guard(f"sending the weights of step {step}", self.engine.send_weights)
+            if self.rank == 0:
+                self._guard("resuming", self.client.resume)
+        except SyncFailed as e:
+            if not stopping():
+                raise
+            self.log(f"weights of step {step} not sent, the job is stopping ({e.code})")
+            return None
+        return time.perf_counter() - t
+
+    def _guard(self, what: str, fn):
+        """``fn()`` within the timeout; a failure or a hang names the servers that are down."""
+        done, out, err = threading.Event(), [], []
+
+        def run():
+            try:
+                out.append(fn())
+            except BaseException as e:  # noqa: BLE001 - carried to the caller's thread
+                err.append(e)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"weight-sync: {what}", daemon=True).start()
+        if not done.wait(self.target.timeout_s):
+            raise SyncFailed(f"weight transfer ({self.target.backend}): {what} did not finish within "
+                             f"{self.target.timeout_s:g}s{self._down()}")
+        if err:
+            e = err[0]
+            reason = str(e) if isinstance(e, VLLMError) else f"{e.__class__.__name__}: {e}"
+            raise SyncFailed(f"weight transfer ({self.target.backend}): {what} failed: {reason}{self._down()}") from e
+        return out[0] if out else None
+
+    def _down(self) -> str:
+        if self.rank != 0:
+            return ""
+        dead = self.client.dead()
+        return f"; server(s) not answering: {', '.join(dead)}" if dead else ""
