@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from slurmrl.recipe.fields import EnvMap
+from slurmrl.recipe.fields import FAIL_ON_HELP, EnvMap, FailOn
 from slurmrl.recipe.model import Model
 from slurmrl.settings.judge import JudgeKnobs
 from slurmrl.settings.limits import MAX_GPUS_PER_NODE, MAX_NODES
@@ -36,6 +36,7 @@ class Judge(JudgeKnobs):
     enforce_eager: bool = Field(False, description="Disable CUDA graphs / torch.compile in the judge's vLLM.")
     extra_args: list[str] = Field(default_factory=list, description="Extra arguments for the judge's vLLM server.")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the judge's step.")
+    fail_on: FailOn = Field(default_factory=list, description=FAIL_ON_HELP.format(what="the judge"))
     startup_timeout: int = Field(
         1800, ge=1, le=86400, description="Seconds to wait for the judge to answer /health (1-86400, one day)."
     )
