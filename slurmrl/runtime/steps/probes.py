@@ -48,7 +48,7 @@ BUILTIN = (
         r"Engine core proc \S+ died unexpectedly|EngineCore encountered a fatal error|\bEngineDeadError\b"), fatal=False),
 )
 
-PREFIX = re.compile(r"^(?:\[(?:rank|default)?\d+\]:\s?|\(\w+(?:\s+pid=\d+)?\)\s+)")
+PREFIX = re.compile(r"^(?:\[(?:rank|default)?\d+\]: ?|\(\w+(?: pid=\d+)?\) )")
 HEADER = "Traceback (most recent call last):"
 CHAINED = ("During handling of the above exception, another exception occurred:",
            "The above exception was the direct cause of the following exception:")
