@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-MAX_LINE = 1 << 16  # a "line" longer than this (a progress bar without newlines) is cut here
+MAX_LINE = 4096  # characters of a line the probes read (a progress bar without newlines is cut here)
 MAX_TEXT = 200  # characters of a log line quoted in a cause
 
 
@@ -39,11 +39,11 @@ BUILTIN = (
         r"\bNCCL error\b|\bnccl(?:InternalError|SystemError|UnhandledCudaError|InvalidUsage|InvalidArgument|RemoteError)\b"
         r"|Watchdog caught collective operation timeout|\bDistBackendError\b")),
     Probe("model not found", re.compile(
-        r"""(?:OSError: |^)(\S+) is not a local folder and is not a valid model identifier"""
+        r"""(\S{1,512}) is not a local folder and is not a valid model identifier"""
         r"""|Repo id must be in the form 'repo_name' or 'namespace/repo_name': '([^']*)'"""
         r"""|Invalid repository ID or local directory specified: '([^']*)'"""
         r"""|RepositoryNotFoundError|Repository Not Found for url"""
-        r"""|(\S+) does not appear to have a file named config\.json""")),
+        r"""|(\S{1,512}) does not appear to have a file named config\.json""")),
     Probe("vLLM's engine process died", re.compile(
         r"Engine core proc \S+ died unexpectedly|EngineCore encountered a fatal error|\bEngineDeadError\b"), fatal=False),
 )
@@ -135,12 +135,12 @@ class ProbeStream:
             lines.append(self.partial[:MAX_LINE])
             self.partial = b""
         for raw in lines:
-            self.line(raw.decode("utf-8", errors="replace"))
+            self.line(raw[:MAX_LINE].decode("utf-8", errors="replace"))
         return chunk
 
     def flush(self) -> bytes:
         if self.partial:
-            self.line(self.partial.decode("utf-8", errors="replace"))
+            self.line(self.partial[:MAX_LINE].decode("utf-8", errors="replace"))
         self.partial = b""
         return b""
 
