@@ -156,7 +156,8 @@ stop_all() {
     wait 2>/dev/null || true
 }
 
-# first_failure: set BLAME to "COMPONENT: CAUSE" for the task that failed first, from the end records
+# first_failure: set BLAME to "COMPONENT CAUSE" for the task that failed first ("trainer exited with code 3",
+# "orchestrator: ZeroDivisionError in env.py:36: ..." when a failure probe named it), from the end records
 # the steps write as their commands end (LOG_DIR/ended/<component>.<task>: "<time ns> <code> <state>
 # <tasks> <cause>", slurmrl.rundir.ended); empty when none did. A task of a step that serves on
 # without it (SERVES_ON) counts once its whole step has ended.
@@ -172,7 +173,10 @@ first_failure() {
         if [[ -z ${first} ]] || ((t < first)); then
             first=${t}
             ((ntasks > 1)) || name=${name%.*}
-            BLAME="${name}: ${cause:-exited with code ${code}}"
+            case ${cause:=exited with code ${code}} in
+                "exited "* | "killed "* | hung* | "ended "*) BLAME="${name} ${cause}" ;;  # slurmrl.rundir.ended.phrase
+                *) BLAME="${name}: ${cause}" ;;
+            esac
         fi
     done
 }

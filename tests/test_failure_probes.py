@@ -281,7 +281,7 @@ def test_a_dead_server_is_shown_dead_and_left_out_of_the_endpoints(replicas):
     assert 2 not in inference["ready"] and 5 not in inference["ready"] and len(inference["ready"]) == 14
     assert [(d["task"], d["cause"]) for d in inference["dead"]] == [(2, killed.cause), (5, quiet.cause)]
     shown = status_mod.text(rep)
-    assert "  dead: inference.2: killed by SIGKILL (exit 137)" in shown
+    assert "  dead: inference.2 killed by SIGKILL (exit 137)" in shown
     assert "  dead: inference.5: vLLM's engine process died" in shown
     assert "14/16 (ranks 0,1,3,4,6,7,8,9,10,11,12,13,14,15; dead: 2,5)" in shown
     json.dumps(rep)  # --json prints the same report

@@ -162,11 +162,11 @@ def end_record(log_dir: Path, name: str, line: str) -> None:
     # a killed server, then the orchestrator that lost it: the server is named, not the orchestrator
     ({"inference.3": "100 137 failed 6 killed by SIGKILL (exit 137)",
       "orchestrator.0": "200 1 failed 1 VLLMError in loop.py:80: connection refused"},
-     "inference.3: killed by SIGKILL (exit 137)"),
+     "inference.3 killed by SIGKILL (exit 137)"),
     ({"orchestrator.0": "200 1 failed 1 ZeroDivisionError in env.py:36: division by zero",
       "trainer.0": "300 143 stopped 1", "inference.0": "50 143 stopped 1"},
      "orchestrator: ZeroDivisionError in env.py:36: division by zero"),
-    ({"orchestrator.0": "200 1 failed 1"}, "orchestrator: exited with code 1"),
+    ({"orchestrator.0": "200 1 failed 1"}, "orchestrator exited with code 1"),
     ({"trainer.0": "100 0 finished 1"}, "router exited with code 3"),  # nothing failed: what the script saw
     ({}, "router exited with code 3"),
     ({"router.0": "oops", "x.y": "1 1 failed 1 bad name", "trainer.0": "1 1 failed x bad count", "judge.0": "9999999999999999999999 1 failed 1 huge"},
@@ -191,7 +191,7 @@ def test_a_dead_replica_of_a_step_that_serves_on_is_not_blamed_for_what_fails_la
     body = ("launch inference bash -c 'sleep 30' --kill-on-bad-exit=0\n"
             "launch router bash -c 'exit 1'\nsupervise inference")
     r, log_dir = run_helper(tmp_path, body, 'echo "RUNNING 0"')
-    assert r.returncode == 1 and (log_dir / "FAILED").read_text().strip() == "router: exited with code 1", r.stderr
+    assert r.returncode == 1 and (log_dir / "FAILED").read_text().strip() == "router exited with code 1", r.stderr
     body = "launch inference bash -c 'exit 1' --kill-on-bad-exit=0\nsupervise inference"
     r, log_dir = run_helper(tmp_path, body, 'echo "RUNNING 0"')
     assert (log_dir / "FAILED").read_text().strip() == "inference.2: vLLM's engine process died", r.stderr

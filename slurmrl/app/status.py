@@ -279,7 +279,7 @@ def dead_lines(rep: dict) -> list[str]:
     for c in rep.get("components") or []:
         for d in c.get("dead") or []:
             who = c["name"] if c["instances"] <= 1 else f"{c['name']}.{d['task']}"
-            out.append(f"  dead: {who}: {d['cause']}")
+            out.append(f"  dead: {ended.phrase(who, d['cause'])}")
     return out
 
 

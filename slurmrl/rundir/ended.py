@@ -124,3 +124,12 @@ def first_failure(records: dict[tuple[str, int], Ended]) -> tuple[str, int, Ende
 def who(name: str, task: int, ended: Ended) -> str:
     """How FAILED and status name a task: the component, with its task when its step has several."""
     return name if ended.ntasks <= 1 else f"{name}.{task}"
+
+
+VERBS = ("exited ", "killed ", "hung", "ended ")  # a cause that reads on from the name (the job script's own words)
+
+
+def phrase(name: str, cause: str) -> str:
+    """"trainer exited with code 3", "orchestrator: ZeroDivisionError in env.py:36" (as the job script's
+    first_failure writes FAILED)."""
+    return f"{name} {cause}" if cause.startswith(VERBS) else f"{name}: {cause}"

@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
 
     def on_signal(signum, _frame):
         if os.getppid() != parent:  # PDEATHSIG: the supervisor is gone; nobody else will clean up
-            write_end(args, ended.record(128 + signum, "failed", "its supervisor was killed", ntasks()), replace=False)
+            write_end(args, ended.record(128 + signum, "failed", "killed with its supervisor", ntasks()), replace=False)
             tree.end(grace=5.0)
             os._exit(128 + signum)
         if signum in (signal.SIGTERM, signal.SIGINT):

@@ -247,7 +247,7 @@ def write_fallback(path: Path, code: int, hung: bool, asked: bool, args: argpars
     elif asked:
         rec = ended.record(code, "stopped", "", ntasks)
     else:
-        rec = ended.record(code, "failed", f"its guard ended with code {code}", ntasks)
+        rec = ended.record(code, "failed", f"ended with code {code} (its guard was killed)", ntasks)
     try:
         ended.write_ended(path, rec, replace=hung)
     except OSError as e:
