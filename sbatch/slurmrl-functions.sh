@@ -168,7 +168,7 @@ first_failure() {
         [[ -f ${f} ]] || continue
         t="" code="" state="" ntasks="" cause="" name=${f##*/}
         read -r t code state ntasks cause <"${f}" || true
-        [[ ${state} == failed && ${t} =~ ^[0-9]{1,18}$ && ${ntasks} =~ ^[0-9]{1,9}$ && ${name##*.} =~ ^[0-9]+$ ]] || continue
+        [[ ${state} == failed && ${t} =~ ^[0-9]{1,19}$ && ${ntasks} =~ ^[0-9]{1,9}$ && ${name##*.} =~ ^[0-9]+$ ]] || continue
         if [[ -n ${SERVES_ON[${name%.*}]:-} ]] && kill -0 "${PID_OF[${name%.*}]}" 2>/dev/null; then continue; fi
         if [[ -z ${first} ]] || ((t < first)); then
             first=${t}
