@@ -280,7 +280,7 @@ def test_the_requeue_limit_ends_the_job_after_a_checkpoint(slurm_cluster, job, t
     run_dir = job("slurm.max_requeues=0", SLURMRL_TEST_HOLD="trainer")
     rep = wait_for(lambda: (r := status_json(slurm_cluster, run_dir))["state"] == "RUNNING"
                    and {c["name"]: c for c in r["components"]}["trainer"]["ready"] == [0] and r,
-                   "the trainer to be up")
+                   "the trainer to be up", timeout=300)
     sig = slurm_cluster.run(["scancel", "--batch", "--signal=USR1", rep["job_id"]])
     assert sig.returncode == 0, sig.stderr
     preempted = run_dir / "logs" / "attempt-0" / "PREEMPTED"
