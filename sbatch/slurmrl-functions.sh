@@ -19,7 +19,7 @@ phase() {
 
 # begin_attempt: folders, the job's end time and secret for the task functions, the first phase.
 begin_attempt() {
-    rm -rf "${READY_DIR}"  # readiness markers of an earlier run of this attempt
+    rm -rf "${READY_DIR}" "${LOG_DIR}/ended"  # readiness markers and end records of an earlier run of this attempt
     mkdir -p "${LOG_DIR}" "${READY_DIR}"
     export RUN_DIR SLURMRL_RUN_DIR="${RUN_DIR}" SLURMRL_ATTEMPT="${ATTEMPT}"  # task functions read them
     # when Slurm ends this attempt, in epoch seconds (empty without a time limit): the trainer saves

@@ -210,3 +210,13 @@ def test_a_warning_that_does_not_requeue_never_exits_0(tmp_path, env, code, note
     r, log_dir = run_helper(tmp_path, f"{sets}on_warning", 'echo "RUNNING 0"')
     assert r.returncode == code, r.stdout + r.stderr
     assert note in (log_dir / "PREEMPTED").read_text()
+
+
+def test_a_new_run_of_an_attempt_starts_without_the_last_runs_end_records(tmp_path):
+    """Inside salloc, `bash job.sbatch` again runs the same attempt: a failure recorded by the last run
+    must not be blamed for this one's."""
+    _, log_dir = run_helper(tmp_path, "true", 'echo "RUNNING 0"')
+    end_record(log_dir, "orchestrator.0", "100 1 failed 1 ZeroDivisionError in env.py:2")
+    body = f'READY_DIR={str(tmp_path / "ready")!r}\nENVIRONMENT=BATCH\nbegin_attempt\nls "$LOG_DIR"'
+    r, log_dir = run_helper(tmp_path, body, 'echo "RUNNING 0"')
+    assert r.returncode == 0 and not (log_dir / "ended").exists(), r.stdout + r.stderr
