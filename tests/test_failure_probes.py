@@ -176,13 +176,13 @@ def test_the_first_failure_is_the_earliest_failed_record_and_the_first_writer_wi
     assert ended.read_ended(tmp_path / "none.0") is None
     (tmp_path / "empty.0").write_text("")  # being written
     ended.write_ended(tmp_path / "orchestrator.0", ended.Ended(300, 1, "failed", 1, "VLLMError in loop.py:9"))
-    ended.write_ended(tmp_path / "inference.2", ended.Ended(200, 137, "failed", 4, "killed by SIGKILL (exit 137)"))
+    ended.write_ended(tmp_path / "inference.2", ended.Ended(200, 137, "failed", 4, "exited with code 137 (SIGKILL)"))
     ended.write_ended(tmp_path / "trainer.0", ended.Ended(100, 143, "stopped", 1, ""))
     assert not ended.write_ended(tmp_path / "inference.2", ended.Ended(500, 0, "failed", 4, "later"), replace=False)
     found = ended.first_failure(ended.read_all(tmp_path))
     assert found is not None
     name, task, rec = found
-    assert ended.who(name, task, rec) == "inference.2" and rec.cause.startswith("killed by SIGKILL")
+    assert ended.who(name, task, rec) == "inference.2" and rec.cause.startswith("exited with code 137")
     assert ended.who("orchestrator", 0, ended.Ended(1, 1, "failed", 1, "")) == "orchestrator"
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
 
@@ -272,7 +272,7 @@ def serving_report(run_dir: Path, records: dict[int, ended.Ended], state: str = 
 
 
 def test_a_dead_server_is_shown_dead_and_left_out_of_the_endpoints(replicas):
-    killed = ended.Ended(10, 137, "failed", 16, "killed by SIGKILL (exit 137)")
+    killed = ended.Ended(10, 137, "failed", 16, "exited with code 137 (SIGKILL)")
     quiet = ended.Ended(20, 0, "failed", 16, "vLLM's engine process died")
     rep = serving_report(replicas, {2: killed, 5: quiet})
     urls = {e["url"] for e in rep["endpoints"] if e["component"] == "inference"}
@@ -281,7 +281,7 @@ def test_a_dead_server_is_shown_dead_and_left_out_of_the_endpoints(replicas):
     assert 2 not in inference["ready"] and 5 not in inference["ready"] and len(inference["ready"]) == 14
     assert [(d["task"], d["cause"]) for d in inference["dead"]] == [(2, killed.cause), (5, quiet.cause)]
     shown = status_mod.text(rep)
-    assert "  dead: inference.2 killed by SIGKILL (exit 137)" in shown
+    assert "  dead: inference.2 exited with code 137 (SIGKILL)" in shown
     assert "  dead: inference.5: vLLM's engine process died" in shown
     assert "14/16 (ranks 0,1,3,4,6,7,8,9,10,11,12,13,14,15; dead: 2,5)" in shown
     json.dumps(rep)  # --json prints the same report

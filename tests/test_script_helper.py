@@ -160,9 +160,9 @@ def end_record(log_dir: Path, name: str, line: str) -> None:
 
 @pytest.mark.parametrize(("records", "failed"), [
     # a killed server, then the orchestrator that lost it: the server is named, not the orchestrator
-    ({"inference.3": "1795634147766291363 137 failed 6 killed by SIGKILL (exit 137)",
+    ({"inference.3": "1795634147766291363 137 failed 6 exited with code 137 (SIGKILL)",
       "orchestrator.0": "1795634147766291364 1 failed 1 VLLMError in loop.py:80: connection refused"},
-     "inference.3 killed by SIGKILL (exit 137)"),
+     "inference.3 exited with code 137 (SIGKILL)"),
     ({"orchestrator.0": "200 1 failed 1 ZeroDivisionError in env.py:36: division by zero",
       "trainer.0": "300 143 stopped 1", "inference.0": "50 143 stopped 1"},
      "orchestrator: ZeroDivisionError in env.py:36: division by zero"),

@@ -7,7 +7,7 @@ the batch shell reads it with ``read``:
 ``state`` is ``finished`` (exit 0, not a server), ``stopped`` (it was asked to stop: a planned stop),
 or ``failed`` (a non-zero exit, a failure probe matched its log, or a server that ended without being
 asked, whatever its code: vLLM's API server exits 0 when its engine dies). ``cause`` says why in a
-few words ("ZeroDivisionError in env.py:36: division by zero", "killed by SIGKILL").
+few words ("ZeroDivisionError in env.py:36: division by zero", "exited with code 137 (SIGKILL)").
 
 The job script's ``abort`` names the task that failed first (the earliest ``failed`` record), and
 ``slurmrl status`` shows a failed server as dead and leaves it out of the endpoints while the job

@@ -142,10 +142,10 @@ def ntasks() -> int:
 
 
 def exit_cause(code: int) -> str:
-    """An exit code in words: "exited with code 1", "killed by SIGKILL"."""
+    """An exit code in words: "exited with code 1", "exited with code 137 (SIGKILL)"."""
     if code > 128:
         try:
-            return f"killed by {signal.Signals(code - 128).name} (exit {code})"
+            return f"exited with code {code} ({signal.Signals(code - 128).name})"
         except ValueError:
             pass
     return f"exited with code {code}"
