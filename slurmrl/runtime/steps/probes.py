@@ -30,22 +30,32 @@ class Probe:
     what: str  # how the cause starts: "CUDA out of memory"
     pattern: re.Pattern[str]
     fatal: bool = True
-    detail: int = 0  # the regex group quoted after ``what`` (0: none)
+    needles: tuple[str, ...] = ()  # the regex runs only on a line holding one of these (none: every line)
+
+    def search(self, line: str) -> re.Match[str] | None:
+        if self.needles and not any(n in line for n in self.needles):
+            return None
+        return self.pattern.search(line)
 
 
 BUILTIN = (
-    Probe("CUDA out of memory", re.compile(r"CUDA out of memory|CUDA error: out of memory|\bOutOfMemoryError\b")),
+    Probe("CUDA out of memory", re.compile(r"CUDA out of memory|CUDA error: out of memory|\bOutOfMemoryError\b"),
+          needles=("out of memory", "OutOfMemoryError")),
     Probe("NCCL error", re.compile(
         r"\bNCCL error\b|\bnccl(?:InternalError|SystemError|UnhandledCudaError|InvalidUsage|InvalidArgument|RemoteError)\b"
-        r"|Watchdog caught collective operation timeout|\bDistBackendError\b")),
+        r"|Watchdog caught collective operation timeout|\bDistBackendError\b"),
+          needles=("NCCL", "nccl", "Watchdog caught", "DistBackendError")),
     Probe("model not found", re.compile(
         r"""(\S{1,512}) is not a local folder and is not a valid model identifier"""
         r"""|Repo id must be in the form 'repo_name' or 'namespace/repo_name': '([^']*)'"""
         r"""|Invalid repository ID or local directory specified: '([^']*)'"""
         r"""|RepositoryNotFoundError|Repository Not Found for url"""
-        r"""|(\S{1,512}) does not appear to have a file named config\.json""")),
+        r"""|(\S{1,512}) does not appear to have a file named config\.json"""),
+          needles=("is not a local folder", "Repo id must be", "Invalid repository ID", "RepositoryNotFoundError",
+                   "Repository Not Found", "does not appear to have a file named config.json")),
     Probe("vLLM's engine process died", re.compile(
-        r"Engine core proc \S+ died unexpectedly|EngineCore encountered a fatal error|\bEngineDeadError\b"), fatal=False),
+        r"Engine core proc \S+ died unexpectedly|EngineCore encountered a fatal error|\bEngineDeadError\b"), fatal=False,
+          needles=("Engine core proc", "EngineCore encountered", "EngineDeadError")),
 )
 
 PREFIX = re.compile(r"^(?:\[(?:rank|default)?\d+\]: ?|\(\w+(?: pid=\d+)?\) )")
@@ -160,7 +170,7 @@ class ProbeStream:
             self.in_traceback = False
             exc = EXCEPTION.match(stripped)
             for probe in self.probes.probes:  # "torch.OutOfMemoryError: CUDA out of memory ...": a probe, located
-                m = probe.pattern.search(stripped)
+                m = probe.search(stripped)
                 if m:
                     self.probes.found(probe, m, stripped, self.frames)
                     return
@@ -168,7 +178,7 @@ class ProbeStream:
                 self.probes.raised(exc[2], exc[3] or "", self.frames)
             return
         for probe in self.probes.probes:
-            m = probe.pattern.search(stripped)
+            m = probe.search(stripped)
             if m:
                 self.probes.found(probe, m, stripped, [])
                 return
