@@ -83,7 +83,12 @@ def main(argv: list[str]) -> int:
     stopping = threading.Event()  # a stop was passed on: torchrun's SignalException tracebacks are left out
     name = os.path.basename(command[0])
 
+    probed = threading.Event()  # a fatal probe ended the command
+
     def fatal(cause: str) -> None:  # a fatal probe matched (from a pump thread): end the command now
+        if stopping.is_set():  # a planned stop is under way: what it says as it stops (NCCL, the engine) is not a failure
+            return
+        probed.set()
         print(f"slurmrl: failure probe: {cause}; ending {name}", file=sys.stderr, flush=True)
         stopping.set()  # what it prints as it stops (torchrun's SignalException) is our TERM's noise
         if child.poll() is None:
@@ -117,14 +122,15 @@ def main(argv: list[str]) -> int:
     for t in pumps:  # its last words (a traceback) before the record; a child that holds the pipe: not long
         t.join(timeout=0.5)
     code = code if code >= 0 else 128 - code
-    write_end(args, end_record(code, probes, stopping.is_set(), args.serves, at))
+    write_end(args, end_record(code, probes.fatal if probed.is_set() else None, probes.cause, stopping.is_set(),
+                               args.serves, at))
     left = tree.end()
     for t in pumps:  # what the command wrote last, then EOF (the tree that held the pipe is gone)
         t.join(timeout=10)
     dropped = [f.dropped for f in filters.values() if f.dropped]
-    if code == 1 and dropped and not probes.fatal:  # torchrun's SignalException after a planned stop: the stop's code
+    if code == 1 and dropped and not probed.is_set():  # torchrun's SignalException after a planned stop: the stop's code
         code = 128 + dropped[-1]
-    if probes.fatal and code == 0:
+    if probed.is_set() and code == 0:
         code = 1  # ended by a failure probe: never a success
     if left:
         print(f"slurmrl: ended {len(left)} process(es) {command[0]} left behind: {' '.join(map(str, left))}",
@@ -151,17 +157,18 @@ def exit_cause(code: int) -> str:
     return f"exited with code {code}"
 
 
-def end_record(code: int, probes: Probes, stopping: bool, serves: bool, at_ns: int) -> ended.Ended:
-    """How the command ended: a failure probe matched, it was asked to stop, it exited non-zero, a
-    server ended on its own (whatever its code), or it finished."""
-    if probes.fatal:
-        state, cause = "failed", probes.fatal
+def end_record(code: int, fatal: str | None, found: str | None, stopping: bool, serves: bool, at_ns: int) -> ended.Ended:
+    """How the command ended: a fatal probe ended it (``fatal``), it was asked to stop, it exited
+    non-zero, a server ended on its own (whatever its code), or it finished; ``found``: what the
+    probes said (a traceback, a note)."""
+    if fatal:
+        state, cause = "failed", fatal
     elif stopping:
         state, cause = "stopped", ""
     elif code != 0:
-        state, cause = "failed", probes.cause or exit_cause(code)
+        state, cause = "failed", found or exit_cause(code)
     elif serves:
-        state, cause = "failed", probes.cause or "exited with code 0 while serving, though nothing asked it to stop"
+        state, cause = "failed", found or "exited with code 0 while serving, though nothing asked it to stop"
     else:
         state, cause = "finished", ""
     return ended.record(code, state, cause, ntasks(), at_ns)

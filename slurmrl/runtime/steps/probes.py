@@ -2,14 +2,16 @@
 
 Built-in probes, in the order a cause is chosen:
 - **fatal** (the task is ended at once, the job with it; the cause goes to FAILED and `status`):
-  CUDA out of memory, an NCCL error, a model path that does not exist, and every pattern of the
-  component's ``fail_on`` list in the recipe;
+  CUDA out of memory, an NCCL error, a model path that does not exist, vLLM's engine process died
+  (its API server may then exit 0), and every pattern of the component's ``fail_on`` list in the
+  recipe. Once a stop was asked (the guard passed a TERM on) they end nothing: what a command says
+  as it stops is not a failure;
 - **a Python traceback**: its exception line and the innermost frame of ours to blame, as
   "ZeroDivisionError in env.py:36: division by zero". A traceback alone ends nothing (a server logs
   one for a bad request and serves on); it is the cause when the task then exits (non-zero, or a
   server at all). The first traceback wins (torchrun's ChildFailedError, which only wraps a worker's,
   and planned-stop SignalExceptions are not causes);
-- **notes**: vLLM's engine process died (its API server may then exit 0).
+- **notes** (a probe with ``fatal=False``): the cause when nothing better was said; none built in.
 
 Lines may carry the prefixes torchrun (``[rank0]:``) and vLLM (``(EngineCore_DP0 pid=12)``) put in
 front of a process's output. Standard library only (it runs in the step's guard)."""
@@ -54,7 +56,7 @@ BUILTIN = (
           needles=("is not a local folder", "Repo id must be", "Invalid repository ID", "RepositoryNotFoundError",
                    "Repository Not Found", "does not appear to have a file named config.json")),
     Probe("vLLM's engine process died", re.compile(
-        r"Engine core proc \S+ died unexpectedly|EngineCore encountered a fatal error|\bEngineDeadError\b"), fatal=False,
+        r"Engine core proc \S+ died unexpectedly|EngineCore encountered a fatal error|\bEngineDeadError\b"),
           needles=("Engine core proc", "EngineCore encountered", "EngineDeadError")),
 )
 
@@ -98,7 +100,6 @@ class Probes:
     @property
     def cause(self) -> str | None:
         return self.fatal or self.exception or self.note
-
     def stream(self) -> ProbeStream:
         return ProbeStream(self)
 
