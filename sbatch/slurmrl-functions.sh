@@ -230,7 +230,7 @@ requeue_refusal() {
 # checkpoint on TERM; then the job goes back to the queue and resumes from the checkpoint, unless
 # requeue_refusal says why not: then the run stopped before its end and the job exits STOPPED_EARLY
 # (never 0: Slurm's COMPLETED, an afterok dependency and `status --watch` mean the run finished).
-STOPPED_EARLY=75  # EX_TEMPFAIL: checkpointed, `slurmrl submit --again` resumes it
+STOPPED_EARLY=75  # EX_TEMPFAIL: checkpointed; submitting the run dir again resumes it (docs/rl.md)
 on_warning() {
     trap '' TERM "${WARN_SIGNAL}"  # a second signal must not cut the stop short
     requeue_refusal
