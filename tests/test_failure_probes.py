@@ -219,7 +219,8 @@ def test_a_server_that_exits_0_on_its_own_is_dead(tmp_path):
     """vLLM's API server exits 0 when its engine dies: a server's end it was not asked for is a failure,
     and the engine's death in its log is the cause (and would have ended it at once)."""
     code, _, rec = supervise(tmp_path, "inference", [PY, "-c", "pass"], "--ready", "http://127.0.0.1:9")
-    assert rec is not None and rec.state == "failed" and rec.code == 0 and code == 0 and "while serving" in rec.cause
+    assert rec is not None and rec.state == "failed" and rec.code == 0 and "while serving" in rec.cause
+    assert code == 1  # srun (its --kill-on-bad-exit) and the script see a failure too
     script = ("import time\nprint('Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.', flush=True)"
               "\ntime.sleep(600)")
     code, _, rec = supervise(tmp_path, "router", [PY, "-c", script], "--ready", "tcp://127.0.0.1:9")

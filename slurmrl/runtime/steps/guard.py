@@ -14,10 +14,11 @@ When the step writes to a file (srun's --output, not a terminal), the command's 
 the guard, which drops terminal colour codes (slurmrl.rundir.plain): logs are plain text; and after a
 stop it passed on, torchrun's SignalException tracebacks (slurmrl.runtime.steps.planned_stop).
 The output is also read by the failure probes (slurmrl.runtime.steps.probes): a fatal one (CUDA out of
-memory, NCCL, a model that is not there, a ``--fail-on`` pattern) ends the command at once. With
-``--ended FILE`` the guard writes the task's end record there (slurmrl.rundir.ended) the moment the
-command ends: when, its code, finished/stopped/failed and the cause; ``--serves``: the command is a
-server, so ending without being asked to is a failure whatever its code.
+memory, NCCL, a model that is not there, vLLM's engine died, a ``--fail-on`` pattern) ends the command
+at once. With ``--ended FILE`` the guard writes the task's end record there (slurmrl.rundir.ended) the
+moment the command ends: when, its code, finished/stopped/failed and the cause; ``--serves``: the
+command is a server, so ending without being asked to is a failure whatever its code. A failed task
+never exits 0 (1 in place of 0), so srun and the script see the failure too.
 """
 
 from __future__ import annotations
@@ -122,16 +123,16 @@ def main(argv: list[str]) -> int:
     for t in pumps:  # its last words (a traceback) before the record; a child that holds the pipe: not long
         t.join(timeout=0.5)
     code = code if code >= 0 else 128 - code
-    write_end(args, end_record(code, probes.fatal if probed.is_set() else None, probes.cause, stopping.is_set(),
-                               args.serves, at))
+    record = end_record(code, probes.fatal if probed.is_set() else None, probes.cause, stopping.is_set(), args.serves, at)
+    write_end(args, record)
     left = tree.end()
     for t in pumps:  # what the command wrote last, then EOF (the tree that held the pipe is gone)
         t.join(timeout=10)
     dropped = [f.dropped for f in filters.values() if f.dropped]
     if code == 1 and dropped and not probed.is_set():  # torchrun's SignalException after a planned stop: the stop's code
         code = 128 + dropped[-1]
-    if probed.is_set() and code == 0:
-        code = 1  # ended by a failure probe: never a success
+    if record.failed and code == 0:
+        code = 1  # ended by a failure probe, or a server that ended unasked: never a success (srun, the script see it)
     if left:
         print(f"slurmrl: ended {len(left)} process(es) {command[0]} left behind: {' '.join(map(str, left))}",
               flush=True)
