@@ -318,3 +318,39 @@ def test_a_stopped_task_is_not_dead_but_serves_no_more(replicas):
 ])
 def test_watch_exits_0_only_for_a_run_that_finished(state, failed, stopped, done):
     assert status_mod.finished({"state": state, "failed": failed, "stopped": stopped}) is done
+
+
+# ---- our own programs' last line, and environments that do not load ------------------------------------
+@pytest.mark.parametrize(("line", "cause"), [
+    ("slurmrl: environment 'pkg.envs:Env' with arguments {}: ZeroDivisionError in env.py:3: division by zero",
+     "environment 'pkg.envs:Env' with arguments {}: ZeroDivisionError in env.py:3: division by zero"),
+    ("slurmrl: cannot load environment 'nothere:Env': ModuleNotFoundError: No module named 'nothere'",
+     "cannot load environment 'nothere:Env': ModuleNotFoundError: No module named 'nothere'"),
+    ("slurmrl: orchestrator: sampling failed: http://n1:8000: connection refused",
+     "sampling failed: http://n1:8000: connection refused"),
+    ("slurmrl: orchestrator: scoring failed: judge answered 500", "scoring failed: judge answered 500"),
+    ("slurmrl: trainer stopped on signal 15 as asked (a planned stop); its 2 SignalException traceback(s) left out", None),
+    ("slurmrl: orchestrator.0 on n1: exec: python -m x", None),
+])
+def test_our_programs_last_line_is_the_cause_when_no_traceback_says_more(line, cause):
+    p, fired = probe(f"step 1\n{line}\n")
+    assert p.cause == cause and fired == []
+    if cause is not None:  # a traceback says more
+        assert probe(f"{line}\n{TRACEBACK}")[0].cause == "ZeroDivisionError in env.py:36: division by zero"
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("class Env:\n    def __init__(self):\n        self.n = 1 / 0\n", "ZeroDivisionError in {mod}.py:3: division by zero"),
+    ("import json\nx = {}['missing']\n", "KeyError in {mod}.py:2: 'missing'"),
+    (None, "ModuleNotFoundError: No module named '{mod}'"),
+])
+def test_an_environment_that_does_not_load_says_where(tmp_path, monkeypatch, source, said):
+    from slurmrl import envs
+
+    mod = f"env_{abs(hash((str(tmp_path), source))) % 10**8}"
+    if source is not None:
+        (tmp_path / f"{mod}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as e:
+        envs.load(f"{mod}:Env")
+    assert said.format(mod=mod) in str(e.value.code) and "\n" not in str(e.value.code)

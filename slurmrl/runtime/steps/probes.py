@@ -11,7 +11,8 @@ Built-in probes, in the order a cause is chosen:
   one for a bad request and serves on); it is the cause when the task then exits (non-zero, or a
   server at all). The first traceback wins (torchrun's ChildFailedError, which only wraps a worker's,
   and planned-stop SignalExceptions are not causes);
-- **notes** (a probe with ``fatal=False``): the cause when nothing better was said; none built in.
+- **notes** (a probe with ``fatal=False``): the cause when nothing better was said: the one line
+  our own programs end with in place of a traceback ("cannot load environment ...").
 
 Lines may carry the prefixes torchrun (``[rank0]:``) and vLLM (``(EngineCore_DP0 pid=12)``) put in
 front of a process's output. Standard library only (it runs in the step's guard)."""
@@ -58,6 +59,10 @@ BUILTIN = (
     Probe("vLLM's engine process died", re.compile(
         r"Engine core proc \S+ died unexpectedly|EngineCore encountered a fatal error|\bEngineDeadError\b"),
           needles=("Engine core proc", "EngineCore encountered", "EngineDeadError")),
+    # the one line our programs end with instead of a traceback (an environment that does not load,
+    # a server that failed the orchestrator): the cause when no traceback says more
+    Probe("", re.compile(r"^slurmrl: (?:orchestrator: )?((?:cannot load )?environment .+|(?:sampling|weight update|scoring)"
+                         r" failed.*)$"), fatal=False, needles=("slurmrl: ",)),
 )
 
 PREFIX = re.compile(r"^(?:\[(?:rank|default)?\d+\]: ?|\(\w+(?: pid=\d+)?\) )")
@@ -106,7 +111,7 @@ class Probes:
     def found(self, probe: Probe, m: re.Match[str], line: str, frames: list[tuple[str, int]]) -> None:
         detail = next((g for g in m.groups() if g), "") if probe.pattern.groups else ""
         at = where(frames)
-        cause = probe.what + (f": {detail}" if detail else "") + (f" in {at}" if at else "")
+        cause = ": ".join(filter(None, (probe.what, detail))) + (f" in {at}" if at else "")
         if probe.what.startswith("log matched"):
             cause += f": {line.strip()[:MAX_TEXT]}"
         fire = False
