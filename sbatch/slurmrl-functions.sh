@@ -8,6 +8,7 @@
 ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)) || { echo "slurmrl: needs bash 5.1 or newer" >&2; exit 1; }
 declare -A PID_OF=()    # component -> its srun pid
 declare -A NAME_OF=()   # srun pid -> component
+declare -A SERVES_ON=() # components whose step serves on when one of its tasks dies (srun --kill-on-bad-exit=0)
 UP=0                    # 1 once every component is ready (job.sbatch sets it)
 NONCRITICAL=()          # components with critical = false (job.sbatch sets them): an exit is only logged
 
@@ -19,7 +20,7 @@ phase() {
 
 # begin_attempt: folders, the job's end time and secret for the task functions, the first phase.
 begin_attempt() {
-    rm -rf "${READY_DIR}"  # readiness markers of an earlier run of this attempt
+    rm -rf "${READY_DIR}" "${LOG_DIR}/ended"  # readiness markers and end records of an earlier run of this attempt
     mkdir -p "${LOG_DIR}" "${READY_DIR}"
     export RUN_DIR SLURMRL_RUN_DIR="${RUN_DIR}" SLURMRL_ATTEMPT="${ATTEMPT}"  # task functions read them
     # when Slurm ends this attempt, in epoch seconds (empty without a time limit): the trainer saves
@@ -47,6 +48,7 @@ group_nodes() {
 launch() {
     local name=$1
     shift
+    [[ " $* " != *" --kill-on-bad-exit=0 "* ]] || SERVES_ON[$name]=1
     "$@" &
     PID_OF[$name]=$!
     NAME_OF[$!]=$name
@@ -155,14 +157,43 @@ stop_all() {
     wait 2>/dev/null || true
 }
 
-# abort REASON: fail fast. Record why, stop everything, exit non-zero; unless Slurm is ending the
-# job (a step, a staging or port srun it ended): then it is a stop (STOPPED, slurm_stopped).
+# first_failure: set BLAME to "COMPONENT CAUSE" for the task that failed first ("trainer exited with code 3",
+# "orchestrator: ZeroDivisionError in env.py:36: ..." when a failure probe named it), from the end records
+# the steps write as their commands end (LOG_DIR/ended/<component>.<task>: "<time ns> <code> <state>
+# <tasks> <cause>", slurmrl.rundir.ended); empty when none did. A task of a step that serves on
+# without it (SERVES_ON) counts once its whole step has ended.
+first_failure() {
+    local f t code state ntasks cause name first=""
+    BLAME=""
+    for f in "${LOG_DIR}/ended/"*; do
+        [[ -f ${f} ]] || continue
+        t="" code="" state="" ntasks="" cause="" name=${f##*/}
+        read -r t code state ntasks cause <"${f}" || true
+        [[ ${state} == failed && ${t} =~ ^[0-9]{1,19}$ && ${ntasks} =~ ^[0-9]{1,9}$ && ${name##*.} =~ ^[0-9]+$ ]] || continue
+        if [[ -n ${SERVES_ON[${name%.*}]:-} ]] && kill -0 "${PID_OF[${name%.*}]}" 2>/dev/null; then continue; fi
+        [[ " ${NONCRITICAL[*]} " != *" ${name%.*} "* ]] || continue  # critical = false: never the cause
+        if [[ -z ${first} ]] || ((t < first)); then
+            first=${t}
+            ((ntasks > 1)) || name=${name%.*}
+            case ${cause:=exited with code ${code}} in
+                "exited "* | "killed "* | hung* | "ended "*) BLAME="${name} ${cause}" ;;  # slurmrl.rundir.ended.phrase
+                *) BLAME="${name}: ${cause}" ;;
+            esac
+        fi
+    done
+}
+
+# abort REASON: fail fast. Record why (the task that failed first and its cause when the steps'
+# end records say, else REASON), stop everything, exit non-zero; unless Slurm is ending the job (a
+# step, a staging or port srun it ended): then it is a stop (STOPPED, slurm_stopped).
 abort() {
     trap '' TERM "${WARN_SIGNAL}"  # a second signal must not cut the stop short
     slurm_ending
     [[ -z ${ENDING} ]] || slurm_stopped "$1, as Slurm ended the job"
-    echo "slurmrl: FAILED: $1" >&2
-    echo "$1" >"${LOG_DIR}/FAILED"
+    sleep 1  # the end records of tasks that ended just before this one
+    first_failure
+    echo "slurmrl: FAILED: ${BLAME:-$1}${BLAME:+ (the script saw: $1)}" >&2
+    echo "${BLAME:-$1}" >"${LOG_DIR}/FAILED"
     stop_all
     exit 1
 }
@@ -199,20 +230,23 @@ requeue_refusal() {
 
 # on_warning: the time limit or a preemption is near (sbatch --signal, WARN_SIGNAL). Components
 # checkpoint on TERM; then the job goes back to the queue and resumes from the checkpoint, unless
-# requeue_refusal says why not.
+# requeue_refusal says why not: then the run stopped before its end and the job exits STOPPED_EARLY
+# (never 0: Slurm's COMPLETED, an afterok dependency and `status --watch` mean the run finished).
+STOPPED_EARLY=75  # EX_TEMPFAIL: checkpointed; submitting the run dir again resumes it (docs/rl.md)
 on_warning() {
     trap '' TERM "${WARN_SIGNAL}"  # a second signal must not cut the stop short
     requeue_refusal
     echo "slurmrl: got SIG${WARN_SIGNAL}: checkpoint and ${REFUSAL:+stop: }${REFUSAL:-requeue}"
-    echo "warning signal: ${REFUSAL:-requeued as attempt $((ATTEMPT + 1))}" >"${LOG_DIR}/PREEMPTED"
+    echo "warning signal: ${REFUSAL:+stopped before the end, not requeued: }${REFUSAL:-requeued as attempt $((ATTEMPT + 1))}" >"${LOG_DIR}/PREEMPTED"
     stop_all
     if [[ -z ${REFUSAL} ]]; then
         scontrol requeue "${SLURM_JOB_ID}"
+        exit 0
     elif ((!UP)); then
         echo "warning signal before the job was up: ${REFUSAL}" >"${LOG_DIR}/FAILED"
         exit 1
     fi
-    exit 0
+    exit "${STOPPED_EARLY}"
 }
 
 # slurm_ending: set ENDING when Slurm itself is ending this job (scancel, the time limit, a

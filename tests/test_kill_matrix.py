@@ -96,8 +96,14 @@ def test_kill_9_at_any_level_of_a_replica(slurm_cluster, tmp_path, level):
         for name, pid in pids.items():
             wait(lambda pid=pid: gone(pid), f"{name} (pid {pid}) to end after kill -9 of the {level}")
         wait(lambda: not answers(node_address(slurm_cluster, host), int(port)), "the dead replica's port to close")
-        # the other replica serves on: the job is still running
+        # the other replica serves on: the job is still running, and status says the replica is dead
+        # and no longer lists it among the endpoints
         assert "RUNNING" in slurm_cluster.run(["squeue", "-h", "-j", job_id, "-o", "%T"]).stdout
+        rep = json.loads(slurm_cluster.slurmrl("status", str(run_dir), "--json", cwd=tmp_path).stdout)
+        assert url not in [e["url"] for e in rep["endpoints"]] and url not in rep["serving"]["urls"], rep["endpoints"]
+        inference = {c["name"]: c for c in rep["components"]}["inference"]
+        assert [d["task"] for d in inference["dead"]] == [0] and 0 not in inference["ready"], inference
+        assert "code 137" in inference["dead"][0]["cause"] or "killed" in inference["dead"][0]["cause"], inference
     finally:
         slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=120)
     assert not slurm_cluster.wait_no_job_processes(job_id)

@@ -150,3 +150,84 @@ def test_a_step_that_ended_before_supervise_is_still_its_failure(tmp_path, pause
 def test_a_main_step_that_ended_before_supervise_is_a_success(tmp_path):
     r, _ = run_helper(tmp_path, "launch trainer true\nsleep 0.5\nsupervise trainer", 'echo "RUNNING 0"')
     assert r.returncode == 0 and "trainer finished" in r.stdout, r.stdout + r.stderr
+
+
+# ---- the task that failed first is the one named (its end record, slurmrl.rundir.ended) ----------------
+def end_record(log_dir: Path, name: str, line: str) -> None:
+    (log_dir / "ended").mkdir(parents=True, exist_ok=True)
+    (log_dir / "ended" / name).write_text(line + "\n")
+
+
+@pytest.mark.parametrize(("records", "failed"), [
+    # a killed server, then the orchestrator that lost it: the server is named, not the orchestrator
+    ({"inference.3": "1795634147766291363 137 failed 6 exited with code 137 (SIGKILL)",
+      "orchestrator.0": "1795634147766291364 1 failed 1 VLLMError in loop.py:80: connection refused"},
+     "inference.3 exited with code 137 (SIGKILL)"),
+    ({"orchestrator.0": "200 1 failed 1 ZeroDivisionError in env.py:36: division by zero",
+      "trainer.0": "300 143 stopped 1", "inference.0": "50 143 stopped 1"},
+     "orchestrator: ZeroDivisionError in env.py:36: division by zero"),
+    ({"orchestrator.0": "200 1 failed 1"}, "orchestrator exited with code 1"),
+    ({"trainer.0": "100 0 finished 1"}, "router exited with code 3"),  # nothing failed: what the script saw
+    ({}, "router exited with code 3"),
+    ({"router.0": "oops", "x.y": "1 1 failed 1 bad name", "trainer.0": "1 1 failed x bad count", "judge.0": "9999999999999999999999 1 failed 1 huge"},
+     "router exited with code 3"),  # what is not a record is passed over, not a crash
+])
+def test_abort_names_the_task_that_failed_first(tmp_path, records, failed):
+    _, log_dir = run_helper(tmp_path, "true", 'echo "RUNNING 0"')
+    for name, line in records.items():
+        end_record(log_dir, name, line)
+    r, log_dir = run_helper(tmp_path, "launch router bash -c 'exit 3'\nsupervise trainer", 'echo "RUNNING 0"')
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (log_dir / "FAILED").read_text().strip() == failed
+    assert "unbound" not in r.stderr
+
+
+def test_a_dead_replica_of_a_step_that_serves_on_is_not_blamed_for_what_fails_later(tmp_path):
+    """A replicas job serves on when one server dies (srun --kill-on-bad-exit=0): when the router fails
+    later, the router is named; once the servers' whole step has ended, its first dead server is."""
+    _, log_dir = run_helper(tmp_path, "true", 'echo "RUNNING 0"')
+    end_record(log_dir, "inference.2", "100 0 failed 4 vLLM's engine process died")
+    end_record(log_dir, "router.0", "200 1 failed 1 exited with code 1")
+    body = ("launch inference bash -c 'sleep 30' --kill-on-bad-exit=0\n"
+            "launch router bash -c 'exit 1'\nsupervise inference")
+    r, log_dir = run_helper(tmp_path, body, 'echo "RUNNING 0"')
+    assert r.returncode == 1 and (log_dir / "FAILED").read_text().strip() == "router exited with code 1", r.stderr
+    body = "launch inference bash -c 'exit 1' --kill-on-bad-exit=0\nsupervise inference"
+    r, log_dir = run_helper(tmp_path, body, 'echo "RUNNING 0"')
+    assert (log_dir / "FAILED").read_text().strip() == "inference.2: vLLM's engine process died", r.stderr
+
+
+
+def test_a_noncritical_component_that_died_earlier_is_never_the_cause(tmp_path):
+    """critical = false (the collector): its earlier death was logged; the failure that ends the job is named."""
+    _, log_dir = run_helper(tmp_path, "true", 'echo "RUNNING 0"')
+    end_record(log_dir, "collector.0", "100 137 failed 1 exited with code 137 (SIGKILL)")
+    end_record(log_dir, "orchestrator.0", "200 1 failed 1 ZeroDivisionError in env.py:36: division by zero")
+    r, log_dir = run_helper(tmp_path, "NONCRITICAL=(collector)\nlaunch orchestrator bash -c 'exit 1'\nsupervise trainer",
+                            'echo "RUNNING 0"')
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (log_dir / "FAILED").read_text().strip() == "orchestrator: ZeroDivisionError in env.py:36: division by zero"
+
+@pytest.mark.parametrize(("env", "code", "note"), [
+    # out of requeues, or requeue off: the run stopped before its end; never 0 (COMPLETED, afterok)
+    ({"MAX_REQUEUES": "0", "ENVIRONMENT": "BATCH", "UP": "1"}, 75, "stopped before the end, not requeued: requeued 0"),
+    ({"MAX_REQUEUES": "", "ENVIRONMENT": "BATCH", "UP": "1"}, 75, "stopped before the end, not requeued: slurm.requeue is off"),
+    ({"MAX_REQUEUES": "3", "ENVIRONMENT": "BATCH", "UP": "0"}, 1, "it came before every component was ready"),
+])
+def test_a_warning_that_does_not_requeue_never_exits_0(tmp_path, env, code, note):
+    sets = "".join(f"{k}={v!r}\n" for k, v in env.items())
+    (tmp_path / "logs" / "attempt-0").mkdir(parents=True)
+    (tmp_path / "logs" / "attempt-0" / "phases").write_text("1000 allocation\n")
+    r, log_dir = run_helper(tmp_path, f"{sets}on_warning", 'echo "RUNNING 0"')
+    assert r.returncode == code, r.stdout + r.stderr
+    assert note in (log_dir / "PREEMPTED").read_text()
+
+
+def test_a_new_run_of_an_attempt_starts_without_the_last_runs_end_records(tmp_path):
+    """Inside salloc, `bash job.sbatch` again runs the same attempt: a failure recorded by the last run
+    must not be blamed for this one's."""
+    _, log_dir = run_helper(tmp_path, "true", 'echo "RUNNING 0"')
+    end_record(log_dir, "orchestrator.0", "100 1 failed 1 ZeroDivisionError in env.py:2")
+    body = f'READY_DIR={str(tmp_path / "ready")!r}\nENVIRONMENT=BATCH\nbegin_attempt\nls "$LOG_DIR"'
+    r, log_dir = run_helper(tmp_path, body, 'echo "RUNNING 0"')
+    assert r.returncode == 0 and not (log_dir / "ended").exists(), r.stdout + r.stderr

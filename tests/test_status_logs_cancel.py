@@ -6,7 +6,8 @@ group 1, the real stages and readiness waits), with ``python.executable`` pointi
 ports the readiness checks poll and writes the ready file). Two switches, passed through the job's environment, make
 one component misbehave: SLURMRL_TEST_HOLD=<component> keeps running after its probe (a job that
 stays up), SLURMRL_TEST_FAIL=<component> exits 3 at once, SLURMRL_TEST_STALL=<component> never
-becomes ready.
+becomes ready, SLURMRL_TEST_RAISE=<component> runs the Python file SLURMRL_TEST_PROGRAM under the real
+step supervisor.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ FAKE_PYTHON = f"""#!/bin/bash
 [[ $1 == -m && $2 == slurmrl.runtime.steps.supervise ]] || {{ echo "unexpected: $*"; exit 9; }}
 name=$3
 if [[ $name == "${{SLURMRL_TEST_FAIL:-}}" ]]; then echo "$name: failing on purpose"; exit 3; fi
+if [[ $name == "${{SLURMRL_TEST_RAISE:-}}" ]]; then  # the real supervisor, running a program that raises
+    exec {sys.executable} -m slurmrl.runtime.steps.supervise "$name" -- {sys.executable} "$SLURMRL_TEST_PROGRAM"
+fi
 if [[ $name == "${{SLURMRL_TEST_STALL:-}}" ]]; then echo "$name: never ready"; exec sleep 600; fi
 if [[ $name == "${{SLURMRL_TEST_HOLD:-}}" ]]; then
     {sys.executable} -m slurmrl.runtime.steps.probe "$name" || exit $?
@@ -257,18 +261,38 @@ def test_a_warning_before_the_job_is_up_does_not_requeue(slurm_cluster, job, tmp
 
 
 @pytest.mark.cluster
+def test_a_program_that_raises_says_why_in_one_line(slurm_cluster, job, tmp_path):
+    """The orchestrator's environment raises: FAILED and `status` name the exception and where, not
+    "orchestrator exited with code 1" (the step's guard read the traceback, its end record says it)."""
+    program = tmp_path / "env.py"
+    program.write_text("def reward(answers):\n    return 1 / len(answers)\n\n\nprint(reward([]))\n")
+    run_dir = job(SLURMRL_TEST_RAISE="orchestrator", SLURMRL_TEST_PROGRAM=str(program))
+    r = slurm_cluster.slurmrl("status", str(run_dir), "--watch", cwd=tmp_path, timeout=240)
+    assert r.returncode == 1, r.stdout + r.stderr
+    final = ("\n" + r.stdout).rsplit("\njob ", 1)[-1]
+    assert "FAILED: orchestrator: ZeroDivisionError in env.py:2: division by zero" in final.splitlines(), final
+    assert status_json(slurm_cluster, run_dir)["failed"] == "orchestrator: ZeroDivisionError in env.py:2: division by zero"
+    assert "ZeroDivisionError: division by zero" in (run_dir / "logs" / "attempt-0" / "orchestrator.0.log").read_text()
+
+
+@pytest.mark.cluster
 def test_the_requeue_limit_ends_the_job_after_a_checkpoint(slurm_cluster, job, tmp_path):
     run_dir = job("slurm.max_requeues=0", SLURMRL_TEST_HOLD="trainer")
     rep = wait_for(lambda: (r := status_json(slurm_cluster, run_dir))["state"] == "RUNNING"
                    and {c["name"]: c for c in r["components"]}["trainer"]["ready"] == [0] and r,
-                   "the trainer to be up")
+                   "the trainer to be up", timeout=300)
     sig = slurm_cluster.run(["scancel", "--batch", "--signal=USR1", rep["job_id"]])
     assert sig.returncode == 0, sig.stderr
     preempted = run_dir / "logs" / "attempt-0" / "PREEMPTED"
     wait_for(preempted.exists, "the warning to be handled")
     assert "slurm.max_requeues" in preempted.read_text()
-    wait_for(lambda: "COMPLETED" in slurm_cluster.run(["sacct", "-X", "-n", "-o", "State", "-j", rep["job_id"]]).stdout,
-             "the job to complete", timeout=90)
+    # it stopped before its last step: never COMPLETED 0:0 (an afterok dependency would run), and
+    # `status --watch` exits 1
+    watch = slurm_cluster.slurmrl("status", str(run_dir), "--watch", cwd=tmp_path, timeout=120)
+    assert watch.returncode == 1, watch.stdout + watch.stderr
+    end = slurm_cluster.run(["sacct", "-X", "-n", "-P", "-o", "State,ExitCode", "-j", rep["job_id"]]).stdout.split()
+    assert end[:1] == ["FAILED|75:0"], end
+    assert "STOPPED: warning signal: stopped before the end, not requeued" in watch.stdout
     assert "Restarts=0" in slurm_cluster.run(["scontrol", "show", "job", rep["job_id"]]).stdout
 
 

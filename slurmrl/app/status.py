@@ -22,7 +22,7 @@ from slurmrl.plan import Plan
 from slurmrl.plan.stored import load_plan
 from slurmrl.plan.vllm import AUTH_MIDDLEWARE
 from slurmrl.render.summary import table
-from slurmrl.rundir import jobs
+from slurmrl.rundir import ended, jobs
 from slurmrl.rundir.links import read_links
 from slurmrl.rundir.notes import read_note
 from slurmrl.rundir.paths import RunDir
@@ -60,8 +60,23 @@ def find_run_dir(job_id: str) -> Path | None:
     return run_dir if job_id in ids else None
 
 
-def ready_ranks(run_dir: Path, attempt: int, name: str) -> list[int]:
-    return list(RunDir(run_dir).ready_tasks(attempt, name))
+def ready_ranks(run_dir: Path, attempt: int, name: str, gone: Ends | None = None) -> list[int]:
+    """Tasks of ``name`` that passed their readiness check and whose command has not ended since."""
+    return [t for t in RunDir(run_dir).ready_tasks(attempt, name) if (name, t) not in (gone or {})]
+
+
+Ends = dict[tuple[str, int], ended.Ended]
+
+
+def ends(run_dir: Path, attempt: int) -> Ends:
+    """(component, task) -> how its command ended (slurmrl.rundir.ended), for the tasks that have."""
+    return ended.read_all(RunDir(run_dir).ended_dir(attempt))
+
+
+def dead_tasks(name: str, gone: Ends) -> list[dict]:
+    """The tasks of ``name`` that failed (a server that ended on its own is dead, whatever its code)."""
+    return [{"task": task, "code": e.code, "cause": e.cause or f"exited with code {e.code}"}
+            for (n, task), e in sorted(gone.items()) if n == name and e.failed]
 
 
 # What Slurm's state says about a job the script saw end with SIGTERM (its STOPPED file).
@@ -97,11 +112,14 @@ def own_requeues(run_dir: Path, attempt: int) -> int:
     return sum("requeued as attempt" in (read_note(paths.preempted_file(a)) or "") for a in range(attempt))
 
 
-def endpoints(run_dir: Path, attempt: int, plan: Plan) -> list[dict]:
-    """Every ready task of the attempt that serves a URL (its ready file's first line), in plan order."""
+def endpoints(run_dir: Path, attempt: int, plan: Plan, gone: Ends | None = None) -> list[dict]:
+    """Every ready task of the attempt that serves a URL (its ready file's first line), in plan order;
+    a task whose command has ended (``gone``: its end record) serves no more and is left out."""
     out = []
     for c in plan.components:
         for task, f in RunDir(run_dir).ready_tasks(attempt, c.name).items():
+            if (c.name, task) in (gone or {}):
+                continue
             url = read_ready(f).url
             if url:
                 out.append({"component": c.name, "task": task, "url": url})
@@ -210,13 +228,14 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out["links"] = read_links(run_dir).to_json()  # submit --again and sweeps (links.json)
     out["training"] = latest_training(run_dir)
     out["report"] = report_where(run_dir)
+    gone = ends(run_dir, attempt)
     if plan is not None:
         out["model"] = served_model(run_dir, plan) if any(c.role in SERVER_ROLES for c in plan.components) else None
         out["secret_file"] = secret_file(run_dir)
         # ready files outlive the job (and a requeued job's wait in the queue): only a running
         # job serves at them
         if snap.state == "RUNNING":
-            out["endpoints"] = endpoints(run_dir, attempt, plan)
+            out["endpoints"] = endpoints(run_dir, attempt, plan, gone)
         out["serving"] = serving(plan, out["endpoints"])
         out["serving_url"] = out["serving"]["url"]
     stopped_by_script = torn_down(out["phases"])
@@ -227,7 +246,8 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
             "name": c.name, "group": c.group, "main": c.main, "critical": c.critical, "instances": len(c.instances),
             "step": None if step is None else {"id": step.id, "state": step.state, "exit_code": step.exit_code,
                                                "elapsed": step.elapsed, "nodes": step.nodes},
-            "ready": ready_ranks(run_dir, attempt, c.name),
+            "ready": ready_ranks(run_dir, attempt, c.name, gone),
+            "dead": dead_tasks(c.name, gone),
         })
     return out
 
@@ -253,6 +273,16 @@ def serving_lines(rep: dict) -> list[str]:
         lines.append("  auth: none (the servers run without the job's secret: inference.auth = \"none\")")
         lines.append(f"  try:  curl {first}/v1/models")
     return lines + [""]
+
+
+def dead_lines(rep: dict) -> list[str]:
+    """One line per task that failed, with its cause (its end record), under the components' table."""
+    out = []
+    for c in rep.get("components") or []:
+        for d in c.get("dead") or []:
+            who = c["name"] if c["instances"] <= 1 else f"{c['name']}.{d['task']}"
+            out.append(f"  dead: {ended.phrase(who, d['cause'])}")
+    return out
 
 
 def phase_lines(rep: dict) -> list[str]:
@@ -345,8 +375,11 @@ def text(rep: dict) -> str:
         for c in rep["components"]:
             s = c["step"] or {}
             ready = f"{len(c['ready'])}/{c['instances']}"
-            if 0 < len(c["ready"]) < c["instances"]:
-                ready += f" (ranks {','.join(map(str, c['ready']))})"
+            dead = ",".join(str(d["task"]) for d in c.get("dead") or [])
+            notes = [f"ranks {','.join(map(str, c['ready']))}"] if 0 < len(c["ready"]) < c["instances"] else []
+            notes += [f"dead: {dead}"] if dead else []
+            if notes:
+                ready += f" ({'; '.join(notes)})"
             # no step yet but a ready file: it runs, sacct has not listed its step yet
             state = s.get("state") or ("started" if c["ready"] else "not started")
             if c.get("torn_down") and state not in ("COMPLETED", "RUNNING"):
@@ -356,6 +389,7 @@ def text(rep: dict) -> str:
                          s.get("exit_code") or "-", s.get("elapsed") or "-", ready])
         lines.append("")
         lines += table(rows)
+        lines += dead_lines(rep)
     elif rep["steps"]:  # a job id without its run dir: the steps, named after components
         rows = [["step", "name", "state", "exit", "elapsed", "nodes"]]
         rows += [[s["id"], s["name"], s["state"], s["exit_code"] or "-", s["elapsed"] or "-", s["nodes"] or "-"]
@@ -446,7 +480,12 @@ def status(target: str | None, watch: bool = False, as_json: bool = False) -> in
             last = key
         if not snap.parts and time.monotonic() - started > NOT_FOUND_AFTER_S:
             raise not_known(job_id, run_dir)
-    return 0 if snap.state == "COMPLETED" else 1
+    return 0 if finished(rep) else 1
+
+
+def finished(rep: dict) -> bool:
+    """The run truly finished: Slurm says COMPLETED and its last attempt neither failed nor stopped early."""
+    return rep["state"] == "COMPLETED" and not rep.get("failed") and not rep.get("stopped")
 
 
 def cmd_status(args) -> int:

@@ -18,6 +18,7 @@ as keyword arguments.
 from __future__ import annotations
 
 import importlib
+import traceback
 
 from slurmrl.envs.judge import PROMPT_SOURCES, Judge
 from slurmrl.envs.text import answer_line  # noqa: F401  (envs.answer_line: custom environments use it)
@@ -44,12 +45,20 @@ def load(name: str, args: dict | None = None):
         try:
             cls = getattr(importlib.import_module(module), attr)
         except Exception as e:  # noqa: BLE001 - any failure importing user code is the user's to read
-            raise SystemExit(f"slurmrl: cannot load environment {name!r}: {type(e).__name__}: {e} "
+            raise SystemExit(f"slurmrl: cannot load environment {name!r}: {raised(e)} "
                              "(is its package on PYTHONPATH or installed in the job's Python?)") from None
     try:
         return cls(**(args or {}))
     except Exception as e:  # noqa: BLE001
-        raise SystemExit(f"slurmrl: environment {name!r} with arguments {args or {}}: {type(e).__name__}: {e}") from None
+        raise SystemExit(f"slurmrl: environment {name!r} with arguments {args or {}}: {raised(e)}") from None
+
+
+def raised(e: BaseException) -> str:
+    """"ZeroDivisionError in env.py:36: division by zero": the exception and where the user's code raised it."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__)[1:]  # not load() itself, nor importlib's own
+              if not f.filename.startswith("<") and "/importlib/" not in f.filename]
+    at = f" in {frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else ""
+    return f"{type(e).__name__}{at}: {e}"
 
 
 def rewards(env, tasks: list[dict], completions: list[str]) -> list[float]:

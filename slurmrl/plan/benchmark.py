@@ -92,5 +92,5 @@ def benchmark(ctx: Context) -> None:
         cpus_per_task=BENCH_CPUS, gpus_per_node=0, stage=STAGE, main=bench.then == "stop", health=None,
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={}),),
         reads_model=True,
-        task=ctx.task(Supervisor("benchmark", ready="started"), command=tuple(command)),
+        task=ctx.task(Supervisor("benchmark", ready="started", fail_on=tuple(bench.fail_on)), command=tuple(command)),
     ))

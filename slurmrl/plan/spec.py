@@ -45,6 +45,7 @@ class Supervisor:
     ready_instances: int | None = None
     ready_workers: Arg | None = None
     ready_completion: str | None = None
+    fail_on: tuple[str, ...] = ()  # the recipe's failure probes for this component (regexes)
 
 
 def supervisor_argv(python: tuple[str, ...], s: Supervisor) -> tuple[Arg, ...]:
@@ -66,6 +67,8 @@ def supervisor_argv(python: tuple[str, ...], s: Supervisor) -> tuple[Arg, ...]:
         argv += ["--ready-workers", s.ready_workers]
     if s.ready_completion is not None:
         argv += ["--ready-completion", s.ready_completion]
+    for pattern in s.fail_on:
+        argv += ["--fail-on", pattern]
     return (*argv, "--")
 
 

@@ -51,7 +51,7 @@ def trainer(ctx: Context) -> None:
         ),
         task=ctx.task(
             Supervisor("trainer", gpus=shell.gpu_slice(slot.gpus[0], len(slot.gpus), False),
-                       heartbeat=r.slurm.heartbeat_timeout),
+                       heartbeat=r.slurm.heartbeat_timeout, fail_on=tuple(t.fail_on)),
             prelude=prelude, env=[*sorted(t.env.items()), *metrics_env(ctx, "trainer_metrics")], command=command,
         ),
         settings=settings,
@@ -108,7 +108,7 @@ def orchestrator(ctx: Context) -> None:
         cpus_per_task=o.cpus, gpus_per_node=0, stage=4, main=True, health=None,
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={}),),
         task=ctx.task(
-            Supervisor("orchestrator", heartbeat=r.slurm.heartbeat_timeout),
+            Supervisor("orchestrator", heartbeat=r.slurm.heartbeat_timeout, fail_on=tuple(o.fail_on)),
             prelude=prelude, env=[*sorted(o.env.items()), *metrics_env(ctx, "orchestrator_metrics")],
             command=(
                 *ctx.py, "-m", "slurmrl.runtime.orchestrator", "--config", config("orchestrator"),

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from slurmrl.errors import UserError
+from slurmrl.recipe.fields import FAIL_ON_HELP, FailOn
 from slurmrl.settings.limits import MAX_TOKENS
 from slurmrl.settings.section import Section
 
@@ -57,6 +58,7 @@ class Benchmark(Section):
         description="Extra `vllm bench serve` arguments for every point, e.g. `--temperature 0` or "
         "`--num-warmups 4`; the flags the grid sets itself are refused.",
     )
+    fail_on: FailOn = Field(default_factory=list, description=FAIL_ON_HELP.format(what="the benchmark"))
 
     @field_validator("extra_args")
     @classmethod

@@ -44,3 +44,25 @@ def _check_single_line(values: list[str], what: str) -> list[str]:
 
 
 EnvMap = Annotated[dict[str, str], AfterValidator(_check_env)]
+
+MAX_FAIL_ON = 64
+
+
+def _check_patterns(values: list[str]) -> list[str]:
+    if len(values) > MAX_FAIL_ON:
+        raise ValueError(f"at most {MAX_FAIL_ON} patterns")
+    for v in _check_single_line(values, "failure patterns"):
+        try:
+            compiled = re.compile(v)
+        except re.error as e:
+            raise ValueError(f"{v!r} is not a regular expression (Python's re): {e}") from None
+        if compiled.search("") is not None:
+            raise ValueError(f"{v!r} matches an empty line, so every line of the log")
+    return values
+
+
+# Failure probes of one component (slurmrl.runtime.steps.probes): a log line matching one ends the job.
+FailOn = Annotated[list[str], AfterValidator(_check_patterns)]
+FAIL_ON_HELP = ("Failure probes: regular expressions (Python's `re`); a line of {what}'s log that matches one "
+                "ends the job at once, the line quoted in FAILED and `status` (CUDA out of memory, NCCL errors and "
+                "a missing model are probed always).")

@@ -9,7 +9,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import AfterValidator, Field
 
 from slurmrl.recipe.dynamo import Dynamo
-from slurmrl.recipe.fields import EnvMap
+from slurmrl.recipe.fields import FAIL_ON_HELP, EnvMap, FailOn
 from slurmrl.recipe.router import Router
 from slurmrl.settings.limits import INT64, MAX_GPUS_PER_NODE, MAX_JOB_GPUS, MAX_NODES
 from slurmrl.settings.section import PathText, Section
@@ -192,6 +192,7 @@ class Inference(Section):
     )
     extra_args: list[str] = Field(default_factory=list, description="Extra `vllm serve` arguments.")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the inference steps.")
+    fail_on: FailOn = Field(default_factory=list, description=FAIL_ON_HELP.format(what="every inference server"))
     startup_timeout: int = Field(
         1800, ge=1, le=86400, description="Seconds to wait for servers to answer /health (1-86400, one day)."
     )

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from slurmrl.recipe.fields import EnvMap
+from slurmrl.recipe.fields import FAIL_ON_HELP, EnvMap, FailOn
 from slurmrl.recipe.model import Model
 from slurmrl.settings.judge import JudgeKnobs
 from slurmrl.settings.limits import MAX_GPUS_PER_NODE, MAX_NODES
@@ -40,6 +40,7 @@ class Judge(JudgeKnobs):
         True, description="`false`: when the judge's servers exit, the job logs it (a phase) and goes on; the "
         "orchestrator's requests to it fail as they would. `true`: its exit fails the job.",
     )
+    fail_on: FailOn = Field(default_factory=list, description=FAIL_ON_HELP.format(what="the judge"))
     startup_timeout: int = Field(
         1800, ge=1, le=86400, description="Seconds to wait for the judge to answer /health (1-86400, one day)."
     )

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from slurmrl.recipe.fields import EnvMap
+from slurmrl.recipe.fields import FAIL_ON_HELP, EnvMap, FailOn
 from slurmrl.settings.limits import MAX_CPUS
 from slurmrl.settings.orchestrator import OrchestratorKnobs
 
@@ -20,3 +20,4 @@ class Orchestrator(OrchestratorKnobs):
     )
     cpus: int = Field(2, ge=1, le=MAX_CPUS, description=f"CPUs for the orchestrator (1-{MAX_CPUS}).")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the orchestrator step.")
+    fail_on: FailOn = Field(default_factory=list, description=FAIL_ON_HELP.format(what="the orchestrator"))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from slurmrl.recipe.fields import EnvMap
+from slurmrl.recipe.fields import FAIL_ON_HELP, EnvMap, FailOn
 from slurmrl.settings.limits import MAX_GPUS_PER_NODE, MAX_NODES
 from slurmrl.settings.trainer import TrainerKnobs
 
@@ -27,3 +27,4 @@ class Trainer(TrainerKnobs):
         "Kind `rl`: always orchestrator.prompts_per_step x rollouts_per_prompt; leave it out or give that number.",
     )
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the trainer step.")
+    fail_on: FailOn = Field(default_factory=list, description=FAIL_ON_HELP.format(what="the trainer"))

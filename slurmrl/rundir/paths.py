@@ -21,6 +21,7 @@ steps (``RunDir.from_env()``) and the login-node commands all go through it.
       logs/attempt-N/<comp>.waiting  why a front is not serving yet (slurmrl.runtime.steps.ready_check)
       logs/attempt-N/PREEMPTED       the warning signal came (and what the script did about it)
       logs/attempt-N/STOPPED         Slurm ended the attempt with SIGTERM (cancel, time limit)
+      logs/attempt-N/ended/<comp>.<task>  how and when a task's command ended (slurmrl.rundir.ended)
       logs/job-<jobid>/              an earlier job's logs, set aside by submit
       ready/attempt-N/<comp>.<task>  a task passed its readiness check (its URL, its step's task count)
       heartbeat/attempt-N/<comp>.<task>  touched by a program's main loop; watched by its supervisor
@@ -81,6 +82,7 @@ class RunDir:
     FAILED = "FAILED"
     PHASES = "phases"
     PREEMPTED = "PREEMPTED"
+    ENDED = "ended"  # per task: how and when its command ended (slurmrl.rundir.ended)
     STOPPED = "STOPPED"  # Slurm ended the attempt (SIGTERM to the batch shell): cancel, time limit, preemption
     JOB_OUTPUTS = (READY, PREFLIGHT, BENCHMARK)  # written by a job; stale once another job runs in the run dir
     PULLED = (LOGS, READY, PREFLIGHT, BENCHMARK, METRICS)  # what a job writes and the login-node commands read
@@ -254,6 +256,13 @@ class RunDir:
     def waiting_file(self, attempt: int | str, component: str) -> Path:
         """Why ``component`` is not serving yet, one line (removed once it serves); FAILED quotes it."""
         return self.log_dir(attempt) / f"{component}.waiting"
+
+    def ended_dir(self, attempt: int | str) -> Path:
+        """The end records of an attempt's tasks (slurmrl.rundir.ended); the job script's abort reads them."""
+        return self.log_dir(attempt) / self.ENDED
+
+    def ended_file(self, attempt: int | str, component: str, task: int | str) -> Path:
+        return self.ended_dir(attempt) / f"{component}.{task}"
 
     def heartbeat_file(self, attempt: int | str, component: str, task: int) -> Path:
         """Touched by a program's main loop (slurmrl.heartbeat); its supervisor watches the age."""

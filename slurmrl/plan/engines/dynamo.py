@@ -347,11 +347,17 @@ def workers(ctx: Context, role: Role, slot: Slot, head: int, first_index: int = 
         tasks_per_node=role.per_node, gpus_per_node=len(slot.gpus), stage=2, main=ctx.serving_is_main,
         fail_fast=False, health=None, instances=tuple(instances), reads_model=d.engine == "vllm",
         task=ctx.task(
-            Supervisor(role.name, gpus=shell.gpu_slice(slot.gpus[0], role.tp, True), ready="started"),
+            Supervisor(role.name, gpus=shell.gpu_slice(slot.gpus[0], role.tp, True), ready="started",
+                       fail_on=fail_on(ctx)),
             env=env,
             command=(*ctx.py, "-m", MODULES[d.engine], *engine_args(ctx, role)),
         ),
     ))
+
+
+def fail_on(ctx: Context) -> tuple[str, ...]:
+    """The workers' failure probes: [inference]'s."""
+    return tuple(ctx.r.inference.fail_on) if ctx.r.inference else ()
 
 
 def mpi_workers(ctx: Context, role: Role, slot: Slot, head: int) -> None:
@@ -375,7 +381,8 @@ def mpi_workers(ctx: Context, role: Role, slot: Slot, head: int) -> None:
             tasks_per_node=ranks_per_node, gpus_per_node=len(gpus), stage=2, main=ctx.serving_is_main,
             fail_fast=True, mpi="pmix", health=None, instances=instances,
             task=ctx.task(
-                Supervisor(name, gpus=shell.gpu_slice(gpus[0], len(gpus), False), ready="started"),
+                Supervisor(name, gpus=shell.gpu_slice(gpus[0], len(gpus), False), ready="started",
+                           fail_on=fail_on(ctx)),
                 env=env,
                 command=(*shell.tool(ctx.py, "trtllm-llmapi-launch"), *ctx.py, "-m", MODULES["trtllm"],
                          *engine_args(ctx, role)),

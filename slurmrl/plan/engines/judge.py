@@ -169,7 +169,7 @@ def build(ctx: Context) -> None:
         instances=instances, reads_model=j.model.path == r.model.path,
         task=ctx.task(
             Supervisor("judge", gpus=shell.gpu_slice(where.gpus[0], j.tp, True), ready=shell.url("http", vllm.PORT),
-                       ready_completion=completion),
+                       ready_completion=completion, fail_on=tuple(j.fail_on)),
             prelude=[*shell.declare("host", "port"), shell.HOST_LINE, f"port={shell.per_task('server', first)}"],
             env=env, command=cmd,
         ),

@@ -144,7 +144,7 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
         instances=tuple(instances), reads_model=True,
         task=ctx.task(
             Supervisor(name, gpus=shell.gpu_slice(slot.gpus[0], shape.gpus, not multi), ready=ready,
-                       ready_completion=completion),
+                       ready_completion=completion, fail_on=tuple(inf.fail_on)),
             prelude=[*shell.declare(*names), *prelude], env=env,
             command=(*ctx.py, *(vllm.SERVE if multi else vllm.ENTRY), *args),
         ),

@@ -1,6 +1,7 @@
 """The inner half of a task's supervision: run COMMAND, die with the supervisor, end COMMAND's tree.
 
-    python -m slurmrl.runtime.steps.guard -- COMMAND...      (started by slurmrl.runtime.steps.supervise)
+    python -m slurmrl.runtime.steps.guard [--ended FILE] [--serves] [--fail-on REGEX]... -- COMMAND...
+                                              (started by slurmrl.runtime.steps.supervise)
 
 Two processes watch each command, so that no single ``kill -9`` leaves an orphan holding a GPU:
 - the supervisor (outer) is the subreaper of everything below it and ends what is left when
@@ -12,29 +13,62 @@ Signals are forwarded to the command; the guard exits with the command's code (1
 When the step writes to a file (srun's --output, not a terminal), the command's output passes through
 the guard, which drops terminal colour codes (slurmrl.rundir.plain): logs are plain text; and after a
 stop it passed on, torchrun's SignalException tracebacks (slurmrl.runtime.steps.planned_stop).
+The output is also read by the failure probes (slurmrl.runtime.steps.probes): a fatal one (CUDA out of
+memory, NCCL, a model that is not there, vLLM's engine died, a ``--fail-on`` pattern) ends the command
+at once. With ``--ended FILE`` the guard writes the task's end record there (slurmrl.rundir.ended) the
+moment the command ends: when, its code, finished/stopped/failed and the cause; ``--serves``: the
+command is a server, so ending without being asked to is a failure whatever its code. A failed task
+never exits 0 (1 in place of 0), so srun and the script see the failure too.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import signal
 import stat
 import subprocess
 import sys
 import threading
 
+from slurmrl.rundir import ended
 from slurmrl.rundir.plain import PlainBytes
 from slurmrl.runtime.steps import tree
 from slurmrl.runtime.steps.planned_stop import StopTracebacks
+from slurmrl.runtime.steps.probes import Probes, ProbeStream, user_probes
 
+PROBE_GRACE_S = 30.0  # after a fatal probe: TERM, then KILL when the command is still there
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 
 
+def parse(argv: list[str]) -> argparse.Namespace | None:
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        return None
+    cut = argv.index("--")
+    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.steps.guard", add_help=False)
+    ap.add_argument("--ended", metavar="FILE")
+    ap.add_argument("--serves", action="store_true")
+    ap.add_argument("--fail-on", action="append", default=[], metavar="REGEX")
+    args, unknown = ap.parse_known_args(argv[:cut])
+    if unknown:
+        return None
+    try:
+        args.probes = user_probes(args.fail_on)
+    except re.error as e:
+        print(f"slurmrl: --fail-on {e.pattern!r}: not a regular expression ({e})", file=sys.stderr, flush=True)
+        return None
+    args.command = argv[cut + 1:]
+    return args
+
+
 def main(argv: list[str]) -> int:
-    if argv[:1] != ["--"] or len(argv) < 2:
-        print("usage: python -m slurmrl.runtime.steps.guard -- COMMAND...", file=sys.stderr)
+    args = parse(argv)
+    if args is None:
+        print("usage: python -m slurmrl.runtime.steps.guard [--ended FILE] [--serves] [--fail-on REGEX]... -- COMMAND...",
+              file=sys.stderr)
         return 2
-    command = argv[1:]
+    command = args.command
     parent = os.getppid()
     tree.die_with_parent(signal.SIGTERM)
     if os.getppid() != parent:  # the supervisor died before we could ask to follow it
@@ -45,18 +79,36 @@ def main(argv: list[str]) -> int:
         child = subprocess.Popen(command, preexec_fn=lambda: tree.die_with_parent(signal.SIGKILL), **outputs)
     except OSError as e:
         print(f"slurmrl: cannot start {command[0]}: {e.strerror}", file=sys.stderr, flush=True)
+        write_end(args, ended.record(127, "failed", f"cannot start {command[0]}: {e.strerror}", ntasks()))
         return 127
     stopping = threading.Event()  # a stop was passed on: torchrun's SignalException tracebacks are left out
     name = os.path.basename(command[0])
+
+    probed = threading.Event()  # a fatal probe ended the command
+
+    def fatal(cause: str) -> None:  # a fatal probe matched (from a pump thread): end the command now
+        if stopping.is_set():  # a planned stop is under way: what it says as it stops (NCCL, the engine) is not a failure
+            return
+        probed.set()
+        print(f"slurmrl: failure probe: {cause}; ending {name}", file=sys.stderr, flush=True)
+        stopping.set()  # what it prints as it stops (torchrun's SignalException) is our TERM's noise
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+            timer = threading.Timer(PROBE_GRACE_S, kill_if_alive, args=(child,))
+            timer.daemon = True  # the guard exits when the command did, not 30 s later
+            timer.start()
+
+    probes = Probes(args.probes, on_fatal=fatal)
     filters = {fd: StopTracebacks(stopping, name) for stream, fd in ((child.stdout, 1), (child.stderr, 2))
                if stream is not None}
-    pumps = [threading.Thread(target=pump, args=(stream.fileno(), fd, filters[fd]), daemon=True)
+    pumps = [threading.Thread(target=pump, args=(stream.fileno(), fd, filters[fd], probes.stream()), daemon=True)
              for stream, fd in ((child.stdout, 1), (child.stderr, 2)) if stream is not None]
     for t in pumps:
         t.start()
 
     def on_signal(signum, _frame):
         if os.getppid() != parent:  # PDEATHSIG: the supervisor is gone; nobody else will clean up
+            write_end(args, ended.record(128 + signum, "failed", "killed with its supervisor", ntasks()), replace=False)
             tree.end(grace=5.0)
             os._exit(128 + signum)
         if signum in (signal.SIGTERM, signal.SIGINT):
@@ -67,16 +119,69 @@ def main(argv: list[str]) -> int:
     for sig in FORWARDED:
         signal.signal(sig, on_signal)
     code = child.wait()
+    at = ended.record(0, "finished").time_ns  # when it ended, before its leftovers are ended
+    for t in pumps:  # its last words (a traceback) before the record; a child that holds the pipe: not long
+        t.join(timeout=0.5)
+    code = code if code >= 0 else 128 - code
+    record = end_record(code, probes.fatal if probed.is_set() else None, probes.cause, stopping.is_set(), args.serves, at)
+    write_end(args, record)
     left = tree.end()
     for t in pumps:  # what the command wrote last, then EOF (the tree that held the pipe is gone)
         t.join(timeout=10)
     dropped = [f.dropped for f in filters.values() if f.dropped]
-    if code == 1 and dropped:  # torchrun's SignalException after a planned stop: the stop's code, not a failure
+    if code == 1 and dropped and not probed.is_set():  # torchrun's SignalException after a planned stop: the stop's code
         code = 128 + dropped[-1]
+    if record.failed and code == 0:
+        code = 1  # ended by a failure probe, or a server that ended unasked: never a success (srun, the script see it)
     if left:
         print(f"slurmrl: ended {len(left)} process(es) {command[0]} left behind: {' '.join(map(str, left))}",
               flush=True)
-    return code if code >= 0 else 128 - code
+    return code
+
+
+def kill_if_alive(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        child.kill()
+
+
+def ntasks() -> int:
+    return int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
+
+
+def exit_cause(code: int) -> str:
+    """An exit code in words: "exited with code 1", "exited with code 137 (SIGKILL)"."""
+    if code > 128:
+        try:
+            return f"exited with code {code} ({signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return f"exited with code {code}"
+
+
+def end_record(code: int, fatal: str | None, found: str | None, stopping: bool, serves: bool, at_ns: int) -> ended.Ended:
+    """How the command ended: a fatal probe ended it (``fatal``), it was asked to stop, it exited
+    non-zero, a server ended on its own (whatever its code), or it finished; ``found``: what the
+    probes said (a traceback, a note)."""
+    if fatal:
+        state, cause = "failed", fatal
+    elif stopping:
+        state, cause = "stopped", ""
+    elif code != 0:
+        state, cause = "failed", found or exit_cause(code)
+    elif serves:
+        state, cause = "failed", found or "exited with code 0 while serving, though nothing asked it to stop"
+    else:
+        state, cause = "finished", ""
+    return ended.record(code, state, cause, ntasks(), at_ns)
+
+
+def write_end(args: argparse.Namespace, record: ended.Ended, replace: bool = True) -> None:
+    if not args.ended:
+        return
+    try:
+        ended.write_ended(args.ended, record, replace=replace)
+    except OSError as e:
+        print(f"slurmrl: could not write the end record {args.ended}: {e}", file=sys.stderr, flush=True)
 
 
 def plain_outputs() -> dict:
@@ -95,9 +200,9 @@ def plain_outputs() -> dict:
             "stderr": subprocess.PIPE if stat.S_ISREG(err.st_mode) else None}
 
 
-def pump(src: int, dest: int, tracebacks: StopTracebacks) -> None:
+def pump(src: int, dest: int, tracebacks: StopTracebacks, probes: ProbeStream | None = None) -> None:
     """Copy ``src`` to ``dest`` until EOF, colour codes dropped, and after a planned stop torchrun's
-    SignalException tracebacks (slurmrl.runtime.steps.planned_stop)."""
+    SignalException tracebacks (slurmrl.runtime.steps.planned_stop); ``probes`` read what is written."""
     strip = PlainBytes()
     while True:
         try:
@@ -105,12 +210,17 @@ def pump(src: int, dest: int, tracebacks: StopTracebacks) -> None:
         except OSError:
             chunk = b""
         data = tracebacks.feed(strip.feed(chunk)) if chunk else tracebacks.feed(strip.flush()) + tracebacks.flush()
-        while data:
+        out = data
+        while out:
             try:
-                data = data[os.write(dest, data):]
+                out = out[os.write(dest, out):]
             except OSError:
-                return
-        if not chunk:
+                break
+        if probes is not None:  # after the line is in the log: a fatal probe's own line follows it
+            probes.feed(data)
+            if not chunk:
+                probes.flush()
+        if not chunk or out:
             return
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import psutil
 
 from slurmrl import heartbeat
+from slurmrl.rundir import ended
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime.steps import provenance, tree
@@ -152,6 +153,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--heartbeat", type=int, metavar="SECONDS",
         help="end the command (exit 124) when it has not called slurmrl.heartbeat.beat() for SECONDS",
     )
+    ap.add_argument("--fail-on", action="append", default=[], metavar="REGEX",
+                    help="a failure probe: a log line matching REGEX ends the task (and the job) with the line as the cause")
     ap.add_argument(
         "--cuda-runtime", action="store_true",
         help="put the CUDA runtime of the nvidia-cuda-runtime wheel (when installed) on LD_LIBRARY_PATH",
@@ -186,9 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         log(args.name, f"could not add the versions to the run dir's lock.toml: {e}")
     log(args.name, f"exec: {shlex.join(args.command)}")
-    child = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.steps.guard", "--", *args.command], env=env)
+    record = ended_file(args.name)
+    guard = [sys.executable, "-m", "slurmrl.runtime.steps.guard", *(["--ended", str(record)] if record else [])]
+    guard += ["--serves"] if args.ready and args.ready != "started" else []
+    guard += [w for p in args.fail_on for w in ("--fail-on", p)]
+    child = subprocess.Popen([*guard, "--", *args.command], env=env)
+    asked = threading.Event()  # a stop was passed on
 
     def forward(signum, _frame):
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            asked.set()
         if child.poll() is None:
             child.send_signal(signum)
 
@@ -204,10 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     code = child.wait()
     if hung.is_set():
         code = HUNG
+    code = code if code >= 0 else 128 - code
+    if record:  # the guard wrote it, unless it was killed (a hang, a kill -9): then what is known here
+        write_fallback(record, code, hung.is_set(), asked.is_set(), args)
     left = tree.end()
     if left:
         log(args.name, f"ended {len(left)} process(es) the command left behind: {' '.join(map(str, left))}")
-    code = code if code >= 0 else 128 - code
     log(args.name, f"{args.command[0]} exited with code {code}")
     return code
 
@@ -218,6 +230,28 @@ HUNG = 124  # exit code when the command stopped beating
 def heartbeat_file(name: str) -> Path:
     run_dir = RunDir.from_env().path
     return RunDir(run_dir).heartbeat_file(RunDir.attempt_from_env(), name, int(os.environ.get("SLURM_PROCID", "0")))
+
+
+def ended_file(name: str) -> Path | None:
+    """This task's end record (slurmrl.rundir.ended); None outside a job script (no SLURMRL_RUN_DIR)."""
+    if not os.environ.get("SLURMRL_RUN_DIR"):
+        return None
+    return RunDir.from_env().ended_file(RunDir.attempt_from_env(), name, int(os.environ.get("SLURM_PROCID", "0")))
+
+
+def write_fallback(path: Path, code: int, hung: bool, asked: bool, args: argparse.Namespace) -> None:
+    """The end record when the guard left none (it was killed with its command)."""
+    ntasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
+    if hung:
+        rec = ended.record(code, "failed", f"hung: no heartbeat within {args.heartbeat}s (slurm.heartbeat_timeout)", ntasks)
+    elif asked:
+        rec = ended.record(code, "stopped", "", ntasks)
+    else:
+        rec = ended.record(code, "failed", f"ended with code {code} (its guard was killed)", ntasks)
+    try:
+        ended.write_ended(path, rec, replace=hung)
+    except OSError as e:
+        log(args.name, f"could not write the end record {path}: {e}")
 
 
 def watch_heartbeat(name: str, path: str, timeout: int, child: subprocess.Popen, hung: threading.Event) -> None:
