@@ -25,7 +25,9 @@ from test_inference_cluster import node_address
 
 from slurmrl import secret
 from slurmrl.ports import base_for_job
+from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
+from slurmrl.rundir.scrape import read_scrapes
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
@@ -42,6 +44,23 @@ def engine_requests(metrics: str) -> dict[str, float]:
     return out
 
 
+def wait_for_scrapes(run_dir: Path, want: set[str], served: int, seconds: float = 90) -> dict[str, float]:
+    """The collector's scrape files of ``want`` once each has counted ``served`` finished requests."""
+    run, got = RunDir(run_dir), {}
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = {}
+        for f in run.scrape_files(0):
+            if f.name in want:
+                scrapes = read_scrapes(f)
+                got[f.name] = sum(pts[-1][1] for k in scrapes.keys("vllm:request_success_total")
+                                  if (pts := scrapes.series(k)))
+        if set(got) == want and all(v >= served for v in got.values()):
+            return got
+        time.sleep(2)
+    return {}
+
+
 def test_pd_decode_worker_spans_two_nodes_and_serves(slurm_cluster, tmp_path):
     model = build_tiny(tmp_path / "tiny")
     sets = {
@@ -54,6 +73,7 @@ def test_pd_decode_worker_spans_two_nodes_and_serves(slurm_cluster, tmp_path):
         "inference.prefill": "{replicas=1, tp=1}",
         "inference.decode": "{replicas=1, tp=1, dp=2}",
         "inference.router.policy": '"round_robin"',
+        "collector.interval": "2",  # [collector]: what the P/D job served is kept and reported after it
     }
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     plan = slurm_cluster.slurmrl("plan", str(ROOT / "recipes" / "inference-pd.toml"), *args, cwd=tmp_path)
@@ -111,8 +131,15 @@ def test_pd_decode_worker_spans_two_nodes_and_serves(slurm_cluster, tmp_path):
         metrics = urllib.request.urlopen(
             f"http://{node_address(slurm_cluster, host)}:{port}/metrics", timeout=30).read().decode()
         assert sum(engine_requests(metrics).values()) >= 8
+        scraped = wait_for_scrapes(run_dir, {"prefill.0.jsonl", "decode.0.jsonl"}, served=8)
     finally:
         c = slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
     assert c.returncode == 0, c.stdout + c.stderr
+    assert scraped, f"the collector kept no scrape of both roles with the 8 requests: {scraped}"
+    rep = slurm_cluster.slurmrl("report", str(run_dir), cwd=tmp_path)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    page = RunDir(run_dir).report_page().read_text()
+    for panel in ("phases", "throughput", "latency", "queue-kv"):
+        assert f'<section id="panel-{panel}"><h2>' in page, panel
     left = slurm_cluster.wait_no_job_processes(job_id)
     assert not left, "left after cancel:\n" + "\n".join(left)
