@@ -30,9 +30,10 @@ TEST_SECRET = "test-secret-of-the-live-components"  # every LiveComponent's run 
 
 
 def serve_recipe(model, name: str = "serve", servers: int = 2, policy: str = "round_robin",
-                 max_lora_rank: int | None = None) -> str:
+                 max_lora_rank: int | None = None, tool_call_parser: str | None = None) -> str:
     """An inference recipe for `servers` tiny-model vLLM servers on one node, admin endpoints on."""
     lora = f"max_lora_rank = {max_lora_rank}\n" if max_lora_rank else ""
+    lora += f'tool_call_parser = "{tool_call_parser}"\n' if tool_call_parser else ""
     return f"""
 name = "{name}"
 kind = "inference"

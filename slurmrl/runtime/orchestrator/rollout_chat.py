@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from slurmrl.envs.chat import tool_replies, tools_of
 from slurmrl.runtime.orchestrator.chat_tokens import ChatTokens, TemplateError
 from slurmrl.runtime.vllm.client import Server, VLLMError
+from slurmrl.settings.limits import MAX_TOKENS
 from slurmrl.settings.orchestrator import OrchestratorSettings
 
 
@@ -109,7 +110,7 @@ class ChatSampler:
         first = len(convo)
         tools = tools_of(env, task)
         server = self.servers[(index * s.rollouts_per_prompt + j) % len(self.servers)]
-        budget = s.max_rollout_tokens or s.max_tokens * s.max_turns
+        budget = s.max_rollout_tokens or MAX_TOKENS
         prompt_ids: list[int] = []
         ids: list[int] = []
         mask: list[int] = []
