@@ -26,7 +26,6 @@ keeps its daemon thread; a tool that runs user code runs it in a subprocess it c
 
 from __future__ import annotations
 
-import random
 import statistics
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -68,11 +67,6 @@ def reward_of(env, task: dict, messages: list[dict]) -> float:
     return float(env.rewards([task], [messages])[0])
 
 
-def seed_of(*parts: int) -> int:
-    """A reproducible per-request seed from the run's seed, step, prompt, rollout and turn."""
-    return random.Random("-".join(map(str, parts))).randrange(2**31)
-
-
 class ChatSampler:
     """Multi-turn rollouts against the servers at ``urls`` (the router, else every server in turn)."""
 
@@ -87,10 +81,12 @@ class ChatSampler:
     def env_step(self, fn, *args):
         return within(self.s.env_timeout_s, fn, *args)
 
-    def turn(self, server: Server, convo: list[dict], tools, sent: list[int] | None, max_tokens: int, seed: int,
+    def turn(self, server: Server, convo: list[dict], tools, sent: list[int] | None, max_tokens: int,
              session: str) -> dict:
+        # no per-request seed: vLLM's CPU build fails a seeded request whose prefill is split into chunks
+        # ("CPU Generator does not use offset"), which many concurrent conversations cause
         body: dict = {"model": self.adapter or self.s.served_model_name, "messages": convo, "max_tokens": max_tokens,
-                      "temperature": self.s.temperature, "logprobs": True, "return_token_ids": True, "seed": seed}
+                      "temperature": self.s.temperature, "logprobs": True, "return_token_ids": True}
         if tools:
             body["tools"] = tools
         if sent is not None:  # the sequence so far, exactly: the engine continues from its own tokens
@@ -122,7 +118,7 @@ class ChatSampler:
                 cut = True
                 break
             out = self.turn(server, convo, tools, prompt_ids + ids if turns else None, min(s.max_tokens, left),
-                            seed_of(s.seed, step, index, j, turn), f"step{step}-prompt{index}-rollout{j}")
+                            f"step{step}-prompt{index}-rollout{j}")
             if not turns:
                 prompt_ids = list(out["prompt_token_ids"])
             turns += 1
