@@ -144,6 +144,7 @@ def test_a_multi_turn_chat_environment_trains_token_exact(slurm_cluster, tmp_pat
         "--set", "model.max_model_len=512", "--set", 'inference.env.VLLM_CPU_KVCACHE_SPACE="1"',
         "--set", f"trainer.max_steps={steps}", "--set", f"trainer.checkpoint_every={steps}", "--set", "trainer.lr=2e-3",
         "--set", "orchestrator.prompts_per_step=2", "--set", "orchestrator.rollouts_per_prompt=4",
+        "--set", "trainer.micro_batch_size=8",
         "--set", "orchestrator.max_turns=2", "--set", "orchestrator.max_tokens=4",
         cwd=tmp_path,
     )
