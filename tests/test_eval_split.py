@@ -14,10 +14,12 @@ import pytest
 
 from slurmrl import cli, envs
 from slurmrl.envs.heldout import TrainSplit, heldout_tasks, is_heldout, task_key
+from slurmrl.recipe.load import load_recipe
+from slurmrl.recipe.roles import orchestrator_settings
 from slurmrl.rundir.evals import last_eval, read_evals
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.metrics import Metrics
-from slurmrl.runtime.orchestrator.evaluate import Evaluator, ks, pass_at_k, score, training_view
+from slurmrl.runtime.orchestrator.evaluate import Evaluator, attach, ks, pass_at_k, score, training_view
 from slurmrl.settings.eval import EvalSettings
 from slurmrl.settings.wandb import WandbSettings
 
@@ -98,9 +100,6 @@ def test_an_environment_the_split_cannot_serve_fails_naming_it():
 
 
 def test_training_view_wraps_only_for_a_heldout_eval():
-    from slurmrl.recipe.load import load_recipe
-    from slurmrl.recipe.roles import orchestrator_settings
-
     env = envs.load("reverse_text", {})
     plain = orchestrator_settings(load_recipe(ROOT / "recipes" / "rl-debug.toml", []), "/runs/x")
     assert training_view(plain, env) is env
@@ -184,3 +183,12 @@ def test_eval_curves_are_drawn_over_the_training_reward():
         assert list(lines[1].get_xdata()) == [0, 2] and list(lines[1].get_ydata()) == [0.05, 0.3]
     finally:
         plt.close(fig)
+
+
+def test_eval_of_a_chat_environment_fails_at_start_naming_it(tmp_path):
+    """[eval] samples prompt text; a multi-turn (chat) environment is refused when the evaluator is built."""
+    s = orchestrator_settings(load_recipe(ROOT / "recipes" / "rl-guess-number.toml", ["eval.every=2"]), str(tmp_path))
+    env = envs.load(s.environment, s.environment_args)
+    metrics = Metrics(tmp_path, "orchestrator", {}, print, enabled=False)
+    with pytest.raises(SystemExit, match="GuessNumber speaks chat messages"):
+        attach(s, env, None, [], [], None, metrics, print)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from live_components import vllm_plugin_on_path
 from wandb_records import runs as wandb_runs
 
 from slurmrl.app import report_data as rd
@@ -203,8 +204,6 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_cluster, 
     of the run dir. Few steps and a requeue: no weights are written (only each step's READY mark),
     every step is synced and timed, and after the requeue the restarted servers get the newest
     checkpoint by broadcast before any rollout."""
-    from live_components import vllm_plugin_on_path
-
     vllm_plugin_on_path(tmp_path / "plugin")  # the job's steps inherit PYTHONPATH from sbatch
     r = slurm_cluster.slurmrl(
         "submit", str(ROOT / "recipes" / "rl-debug.toml"), "--set", 'name="rl-broadcast"',
@@ -245,3 +244,48 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_cluster, 
     assert "servers on the weights of checkpoint" in log, log[-3000:]
     server_log = "\n".join(p.read_text(errors="replace") for p in (run_dir / "logs").rglob("inference*.log"))
     assert "GlooWeightTransferEngine" in server_log
+
+
+def test_a_multi_turn_chat_environment_trains_token_exact(slurm_cluster, tmp_path, tiny):
+    """rl-guess-number on the tiny model, 3 steps: conversations through the chat endpoint of a server
+    started with the recipe's tool-call parser, every sample token-exact with the environment's tokens
+    masked, and the trainer's loss on the model's tokens only."""
+    steps = 3
+    r = slurm_cluster.slurmrl(
+        "submit", str(ROOT / "recipes" / "rl-guess-number.toml"),
+        "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
+        "--set", "model.max_model_len=512", "--set", 'inference.env.VLLM_CPU_KVCACHE_SPACE="1"',
+        "--set", f"trainer.max_steps={steps}", "--set", f"trainer.checkpoint_every={steps}", "--set", "trainer.lr=2e-3",
+        "--set", "orchestrator.prompts_per_step=2", "--set", "orchestrator.rollouts_per_prompt=4",
+        "--set", "trainer.micro_batch_size=8",
+        "--set", "orchestrator.max_turns=2", "--set", "orchestrator.max_tokens=4",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    run_dir = tmp_path / "runs" / "rl-guess-number"
+    job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
+    try:
+        wait_until(lambda: job_state(slurm_cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
+                   900, "the job to end", run_dir)
+        logs = slurm_cluster.slurmrl("logs", str(run_dir), cwd=tmp_path).stdout[-4000:]
+        assert job_state(slurm_cluster, job_id) == "COMPLETED", logs
+    finally:
+        slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
+    assert "--tool-call-parser" in (run_dir / "job.sbatch").read_text()
+    trainer = {rec["step"]: rec for rec in lines(run_dir / "metrics" / "trainer.jsonl")}
+    orch = {rec["step"]: rec for rec in lines(run_dir / "metrics" / "orchestrator.jsonl")}
+    assert sorted(trainer) == sorted(orch) == list(range(1, steps + 1))
+    masked = 0
+    for step in range(1, steps + 1):
+        batch = json.loads((run_dir / "rollouts" / f"step-{step:06d}.json").read_text())["samples"]
+        assert len(batch) == 8
+        for x in batch:
+            ids, mask, lps = x["completion_ids"], x["completion_mask"], x["logprobs"]
+            assert len(ids) == len(mask) == len(lps) and mask[0] == 1
+            assert all((lp is None) == (m == 0) for lp, m in zip(lps, mask))
+            masked += mask.count(0)
+        assert orch[step]["env/errors"] == orch[step]["env/timeouts"] == 0
+        assert orch[step]["env/tokens"] == sum(x["completion_mask"].count(0) for x in batch)
+        # the trainer's loss targets are the model's tokens, none of the environment's
+        assert trainer[step]["target_tokens"] == sum(sum(x["completion_mask"]) for x in batch)
+    assert masked > 0  # a second turn happened: the environment answered

@@ -497,6 +497,16 @@ def test_the_router_starts_with_the_rendered_flags_and_routes(policy, tmp_path):
         with urllib.request.urlopen(req, timeout=30) as r:
             answered = json.loads(r.read())["port"]
         assert answered in [host_port(u)[1] for u in worker_urls]
+        # a chat environment's later turn: the router passes the sequence's token ids on untouched
+        chat = {"model": out.recipe.model.served_model_name, "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 2, "logprobs": True, "return_token_ids": True,
+                "kv_transfer_params": {"prompt_token_ids": [1, 2, 3, 5, 8]}}
+        req = urllib.request.Request(f"{router_url}/v1/chat/completions", data=json.dumps(chat).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            received = json.loads(r.read())["received"]
+        assert received["kv_transfer_params"] == {"prompt_token_ids": [1, 2, 3, 5, 8]}, received
+        assert received["return_token_ids"] is True and received["logprobs"] is True, received
         text = plain(log)
         assert f"policy: {'KvAware' if policy == 'kv_aware' else 'CacheAware'}" in text, text[-3000:]
         if policy == "kv_aware":  # the router subscribed to every server's own event port

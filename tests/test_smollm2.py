@@ -6,6 +6,7 @@ scripts/install.sh; the real-model demo uses it: `bash scripts/demo.sh --smollm2
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -49,31 +50,186 @@ def test_missing_package_is_one_line(monkeypatch):
         smollm2.gguf_file()
 
 
-@pytest.mark.vllm
-def test_vllm_serves_it_with_transformers_logprobs(model_dir, tmp_path):
-    from live_components import LiveComponent, free_port_base, post_json, serve_recipe, transformers_logprobs
-    from transformers import AutoTokenizer
+@pytest.fixture(scope="module")
+def server(model_dir, tmp_path_factory):
+    """One vLLM server for SmolLM2, as a rendered job runs it (tool-call parsing on: `hermes`), shared by
+    this module's vLLM tests; its URL."""
+    from live_components import LiveComponent, free_port_base, serve_recipe
 
     from slurmrl.app.build import render
 
-    recipe = tmp_path / "smollm2.toml"
-    recipe.write_text(serve_recipe(model_dir, name="smollm2", servers=1))
-    out = render(recipe, run_dir=tmp_path / "run")
+    tmp = tmp_path_factory.mktemp("smollm2-server")
+    recipe = tmp / "smollm2.toml"
+    recipe.write_text(serve_recipe(model_dir, name="smollm2", servers=1, tool_call_parser="hermes"))
+    out = render(recipe, run_dir=tmp / "run")
     base = free_port_base()
-    server = LiveComponent(out.run_dir, "inference", base)
+    live = LiveComponent(out.run_dir, "inference", base)
     try:
         url = f"http://127.0.0.1:{base + 16}"
-        server.wait_http(f"{url}/health", timeout=600)
-        chat = post_json(f"{url}/v1/chat/completions", {
-            "model": "tiny", "messages": [{"role": "user", "content": "What is the capital of France?"}],
-            "max_tokens": 12, "temperature": 0})
-        assert "Paris" in chat["choices"][0]["message"]["content"]
-        prompt = "The capital of France is"
-        body = {"model": "tiny", "prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 0,
-                "return_tokens_as_token_ids": True}
-        lp = post_json(f"{url}/v1/completions", body)["choices"][0]["logprobs"]
-        ids = [int(t.split(":")[1]) for t in lp["tokens"]]
-        expected = transformers_logprobs(model_dir, AutoTokenizer.from_pretrained(model_dir)(prompt)["input_ids"], ids)
-        assert lp["token_logprobs"] == pytest.approx(expected, abs=2e-2)
+        live.wait_http(f"{url}/health", timeout=600)
+        yield url
     finally:
-        server.stop()
+        live.stop()
+
+
+@pytest.mark.vllm
+def test_vllm_serves_it_with_transformers_logprobs(model_dir, server):
+    from live_components import post_json, transformers_logprobs
+    from transformers import AutoTokenizer
+
+    url = server
+    chat = post_json(f"{url}/v1/chat/completions", {
+        "model": "tiny", "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 12, "temperature": 0})
+    assert "Paris" in chat["choices"][0]["message"]["content"]
+    prompt = "The capital of France is"
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 0,
+            "return_tokens_as_token_ids": True}
+    lp = post_json(f"{url}/v1/completions", body)["choices"][0]["logprobs"]
+    ids = [int(t.split(":")[1]) for t in lp["tokens"]]
+    expected = transformers_logprobs(model_dir, AutoTokenizer.from_pretrained(model_dir)(prompt)["input_ids"], ids)
+    assert lp["token_logprobs"] == pytest.approx(expected, abs=2e-2)
+
+
+def chat_settings(model_dir, **kw):
+    from slurmrl.settings.orchestrator import OrchestratorSettings
+
+    base = {"run_dir": "/nonexistent", "model": str(model_dir), "served_model_name": "tiny", "max_steps": 1,
+            "prompts_per_step": 2, "rollouts_per_prompt": 2, "max_tokens": 6, "max_turns": 3, "temperature": 1.0}
+    return OrchestratorSettings(**{**base, **kw})
+
+
+def spans(mask: list[int], value: int) -> list[tuple[int, int]]:
+    """(start, end) of each run of ``value`` in ``mask``."""
+    out, start = [], None
+    for k, m in enumerate([*mask, None]):
+        if m == value and start is None:
+            start = k
+        elif m != value and start is not None:
+            out.append((start, k))
+            start = None
+    return out
+
+
+@pytest.mark.vllm
+def test_a_multi_turn_sample_is_token_exact(model_dir, server):
+    """guess_number through the chat endpoint: the model's tokens are the engine's, scored by the trainer's
+    own forward with the logprobs the engine gave; the masked tokens are exactly the environment's."""
+    import random
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slurmrl import envs
+    from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
+    from slurmrl.runtime.trainer import rollouts
+    from slurmrl.runtime.trainer.token_forward import FastPath, logprobs
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    env = envs.load("guess_number")
+    sampler = ChatSampler([server], tok, chat_settings(model_dir), env)
+    groups = sampler.sample(env.prompts(random.Random(3), 2), step=1)
+    samples = [x for g in groups for x in g]
+    multi = [x for x in samples if len(spans(x["completion_mask"], 1)) >= 2]
+    assert multi, [x["messages"] for x in samples]
+    stats = sampler.take_stats()
+    assert stats["env/errors"] == stats["env/timeouts"] == 0 and stats["env/turns_mean"] >= 2
+    for x in multi:
+        ids, mask = x["completion_ids"], x["completion_mask"]
+        replies = [m["content"] for m in x["messages"] if m["role"] == "user"]
+        env_spans = spans(mask, 0)
+        assert len(env_spans) == len(replies)
+        for (a, b), said in zip(env_spans, replies):  # each masked run is the template around one reply, nothing else
+            closed = tok.decode(ids[a - 1:a]) == "<|im_end|>"  # the model ended its turn itself, else its limit did
+            assert tok.decode(ids[a:b]) == ("" if closed else "<|im_end|>") + \
+                f"\n<|im_start|>user\n{said}<|im_end|>\n<|im_start|>assistant\n"
+            assert all(v is None for v in x["logprobs"][a:b])
+        for a, b in spans(mask, 1)[:-1]:  # every model turn but the last ends where the model or its limit ended it
+            assert b - a <= 6
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    rows = rollouts.split(multi, 0, 1, len(multi), seq_len=1024)
+    fast = FastPath.prepare(model)
+    with torch.no_grad():
+        mine = torch.cat([logprobs(model, row, torch.device("cpu"), fast)[0] for row in rows])
+    engine = torch.cat([row.at_targets("old_logp", torch.device("cpu")) for row in rows])
+    assert mine.numel() == engine.numel() == sum(sum(x["completion_mask"]) for x in multi)
+    assert not engine.isnan().any()
+    assert mine.tolist() == pytest.approx(engine.tolist(), abs=2e-2)
+
+
+class Broken:
+    """A chat environment whose answer to the second prompt's model turns raises, and whose reward hangs
+    for the fourth rollout."""
+
+    def __init__(self):
+        self.inner = __import__("slurmrl.envs.guess_number", fromlist=["GuessNumber"]).GuessNumber()
+
+    def prompts(self, rng, n):
+        return [{**t, "index": i} for i, t in enumerate(self.inner.prompts(rng, n))]
+
+    def respond(self, task, messages):
+        if task["index"] == 1:
+            raise RuntimeError("the game crashed")
+        return self.inner.respond(task, messages)
+
+    def reward(self, task, messages):
+        if task["index"] == 0:
+            threading.Event().wait(30)  # past env_timeout_s
+        return 1.0
+
+
+@pytest.mark.vllm
+def test_an_environment_that_fails_costs_its_rollouts_only(model_dir, server):
+    import random
+
+    from transformers import AutoTokenizer
+
+    from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
+
+    env = Broken()
+    sampler = ChatSampler([server], AutoTokenizer.from_pretrained(model_dir),
+                          chat_settings(model_dir, env_timeout_s=1.0, prompts_per_step=3), env)
+    groups = sampler.sample(env.prompts(random.Random(0), 3), step=1)
+    stats = sampler.take_stats()
+    assert [[x["reward"] for x in g] for g in groups] == [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+    assert stats["env/timeouts"] == 2 and stats["env/errors"] == 2
+    assert all(x["completion_ids"] and sum(x["completion_mask"]) for g in groups for x in g)
+
+
+class PythonTool:
+    """A tool environment: the model may call `python`, which runs its code in a subprocess with a limit."""
+
+    tools = [__import__("slurmrl.envs.tools", fromlist=["PYTHON_TOOL"]).PYTHON_TOOL]
+
+    def prompts(self, rng, n):
+        ask = ('Call the python tool. Write exactly: <tool_call>\n{"name": "python", "arguments": {"code": '
+               '"print(6*7)"}}\n</tool_call>')
+        return [{"messages": [{"role": "user", "content": ask}]} for _ in range(n)]
+
+    def call_tool(self, name, arguments):
+        from slurmrl.envs.tools import run_python
+
+        return run_python(arguments["code"], timeout_s=5)
+
+    def reward(self, task, messages):
+        return float(any(m["role"] == "tool" and m["content"] == "42" for m in messages))
+
+
+@pytest.mark.vllm
+def test_tools_reach_the_chat_endpoint_with_the_recipes_parser(model_dir, server):
+    """The server runs with `--enable-auto-tool-choice --tool-call-parser hermes` (from the recipe): a request
+    with tools is served (without the flags vLLM refuses it); a parsed call runs in a subprocess."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
+
+    env = PythonTool()
+    sampler = ChatSampler([server], AutoTokenizer.from_pretrained(model_dir),
+                          chat_settings(model_dir, max_tokens=40, temperature=0.0, rollouts_per_prompt=1,
+                                        prompts_per_step=1), env)
+    [[x]] = sampler.sample(env.prompts(random.Random(0), 1), step=1)
+    stats = sampler.take_stats()
+    assert stats["env/errors"] == 0 and x["messages"][0]["role"] == "assistant"
+    called = [m for m in x["messages"] if m["role"] == "tool"]
+    assert x["reward"] == float(bool(called))

@@ -12,6 +12,7 @@ import pytest
 from task_expand import expand
 
 from slurmrl.app.build import build
+from slurmrl.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
@@ -101,3 +102,31 @@ def test_vllm_parses_the_weight_transfer_config(vllm_python):
         cmd = command("rl-nccl", sets, "inference")
         argvs.append(cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:])
     assert [got["weights"] for got in vllm_reads(vllm_python, argvs)] == ["nccl", "ipc", "gloo"]
+
+
+TOOL_PARSE = """
+import json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+from vllm.tool_parsers import ToolParserManager
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(json.load(sys.stdin))
+validate_parsed_serve_args(args)
+ToolParserManager.get_tool_parser(args.tool_call_parser)  # raises for a name vLLM does not have
+print(json.dumps({"auto": args.enable_auto_tool_choice, "parser": args.tool_call_parser}))
+"""
+
+
+def test_the_recipes_tool_call_parser_reaches_every_policy_server_once():
+    cmd = command("rl-guess-number", [], "inference")
+    assert cmd.count("--enable-auto-tool-choice") == 1 and cmd[cmd.index("--tool-call-parser") + 1] == "hermes"
+    assert "--tool-call-parser" not in command("rl-debug", [], "inference")
+    with pytest.raises(UserError, match="tool_call_parser is set by slurmrl; use inference.tool_call_parser"):
+        command("rl-debug", ["inference.vllm_extra={tool_call_parser='hermes'}"], "inference")
+
+
+@pytest.mark.vllm
+def test_vllm_parses_the_tool_call_flags(vllm_python):
+    cmd = command("rl-guess-number", [], "inference")
+    p = vllm_python.run(TOOL_PARSE, input=json.dumps(cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:]))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {"auto": True, "parser": "hermes"}

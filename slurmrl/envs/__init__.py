@@ -10,7 +10,12 @@ calls once per step instead of ``reward`` per sample (to batch the scoring), and
 which gets the job's judge (``slurmrl.runtime.orchestrator.judge_client.JudgeClient``) when the recipe has a [judge].
 
 Built in: ``reverse_text`` (similarity to the reversed string), ``arithmetic`` (exact match),
-``judge`` (prompts from a dataset, rewards from the job's judge).
+``judge`` (prompts from a dataset, rewards from the job's judge), ``guess_number`` (a chat
+environment: several turns, "Higher."/"Lower." after each guess).
+
+A chat environment's tasks hold ``messages`` in place of ``prompt`` text; it may answer after each
+model turn (``respond``), answer tool calls (``call_tool``), and its ``reward`` gets the
+conversation's messages: ``slurmrl.envs.chat`` says how.
 Custom: ``package.module:Class``. Either is constructed with ``orchestrator.environment_args``
 as keyword arguments.
 """
@@ -20,10 +25,12 @@ from __future__ import annotations
 import importlib
 import traceback
 
+from slurmrl.envs.chat import missing_methods
+from slurmrl.envs.guess_number import GuessNumber
 from slurmrl.envs.judge import PROMPT_SOURCES, Judge
 from slurmrl.envs.text import answer_line  # noqa: F401  (envs.answer_line: custom environments use it)
 
-BUILTIN = {**PROMPT_SOURCES, "judge": Judge}
+BUILTIN = {**PROMPT_SOURCES, "judge": Judge, "guess_number": GuessNumber}
 
 
 def unknown(name: str) -> str | None:
@@ -48,9 +55,12 @@ def load(name: str, args: dict | None = None):
             raise SystemExit(f"slurmrl: cannot load environment {name!r}: {raised(e)} "
                              "(is its package on PYTHONPATH or installed in the job's Python?)") from None
     try:
-        return cls(**(args or {}))
+        env = cls(**(args or {}))
     except Exception as e:  # noqa: BLE001
         raise SystemExit(f"slurmrl: environment {name!r} with arguments {args or {}}: {raised(e)}") from None
+    if missing := missing_methods(env):  # a broken environment class fails here, before any rollout
+        raise SystemExit(f"slurmrl: environment {name!r} ({type(env).__name__}) has no {' and no '.join(missing)}")
+    return env
 
 
 def raised(e: BaseException) -> str:

@@ -253,6 +253,9 @@ def check_applies(r: Recipe) -> None:
                         "rollouts (orchestrator.environment)")
     if inf is None:
         return
+    if inf.tool_call_parser and inf.backend == "dynamo":
+        raise UserError("inference.tool_call_parser", "sets vLLM's own servers' tool-call parsing; Dynamo's frontend "
+                        "parses tool calls with its own flag (inference.dynamo.frontend_args)")
     if inf.mode == "pd":
         for name in ("nodes", "tp"):
             if changed(inf, name):

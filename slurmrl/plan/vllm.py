@@ -37,6 +37,8 @@ def common_args(model: Model, inf: Inference, tp: int, path: str | Cat | None = 
         args += ["--enable-lora", "--max-lora-rank", str(inf.max_lora_rank)]
     if inf.auth == "job_secret":
         args += ["--middleware", AUTH_MIDDLEWARE]
+    if inf.tool_call_parser:  # chat environments with tools: the servers parse the model's tool calls
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", inf.tool_call_parser]
     for on, flag in ((inf.enable_eplb, "--enable-eplb"), (inf.enable_dbo, "--enable-dbo"),
                      (inf.return_routed_experts, "--enable-return-routed-experts")):
         if on:

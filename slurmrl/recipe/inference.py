@@ -32,7 +32,8 @@ VLLM_OWNED = {
     "kv_offloading_backend": "inference.kv_offload", "kv_offloading_size": "inference.kv_offload",
     "kv_events_config": "inference.router.policy", "enable_eplb": "inference.enable_eplb",
     "enable_dbo": "inference.enable_dbo", "enable_return_routed_experts": "inference.return_routed_experts",
-    "enable_sleep_mode": "placement.colocate",
+    "enable_sleep_mode": "placement.colocate", "enable_auto_tool_choice": "inference.tool_call_parser",
+    "tool_call_parser": "inference.tool_call_parser",
 }
 
 
@@ -127,6 +128,12 @@ class Inference(Section):
         description="Fraction of GPU memory for vLLM (set for you when sharing a GPU; above 0, at most 1).",
     )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs / torch.compile.")
+    tool_call_parser: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="Tool calls for chat environments with tools: `--enable-auto-tool-choice --tool-call-parser "
+        "NAME` on every policy server, NAME one of vLLM's parsers for the model's format (`hermes`, "
+        "`llama3_json`, `qwen3_coder`, `mistral`, ...); unset: no tool-call parsing.",
+    )
     auth: Literal["job_secret", "none"] = Field(
         "job_secret",
         description="`job_secret`: every request to the servers (and through the router) needs `Authorization: "

@@ -43,6 +43,20 @@ class OrchestratorKnobs(Section):
         1, ge=0, le=1000, description="How many steps generation may run ahead of training (0 = synchronous; 0-1000)."
     )
     seed: int = Field(0, ge=0, le=MAX_SEED, description=f"Random seed (0-{MAX_SEED}).")
+    max_turns: int = Field(
+        8, ge=1, le=1000, description="A chat environment's conversation: model turns at most (1-1000); "
+        "`max_tokens` is then each turn's limit.",
+    )
+    max_rollout_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = Field(
+        None, description=f"A chat environment's conversation: tokens after the prompt at most, the model's and "
+        f"the environment's together (1-{MAX_TOKENS}; unset: no limit beyond `max_turns` x `max_tokens` of the "
+        f"model's own; `trainer.seq_len` cuts what is longer).",
+    )
+    env_timeout_s: float = Field(
+        30.0, gt=0, le=86400, description="Seconds one environment step (its answer to a turn, a tool call, the "
+        "reward) may take (above 0, at most 86400 s); one that takes longer or raises scores its rollout 0 and is counted "
+        "in the metrics (`env/timeouts`, `env/errors`).",
+    )
 
 
 

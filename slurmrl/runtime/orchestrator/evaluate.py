@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from slurmrl import envs
+from slurmrl.envs.chat import speaks_messages
 from slurmrl.envs.heldout import TrainSplit, heldout_tasks
 from slurmrl.errors import UserError
 from slurmrl.rundir.evals import last_eval
@@ -127,10 +128,14 @@ def attach(s: OrchestratorSettings, env, judge, judge_urls: list[str], servers: 
     e = s.eval
     if e is None:
         return None
+    eval_env = env if e.heldout else envs.load(e.environment, e.environment_args)
+    if speaks_messages(eval_env.prompts(random.Random(e.seed), 1)):  # fail at start, named
+        raise SystemExit(f"slurmrl: [eval] evaluates environments of prompt text; {type(eval_env).__name__} speaks "
+                         "chat messages (multi-turn evaluation is not built yet): remove [eval] or name another "
+                         "eval.environment")
     if e.heldout:
-        tasks, eval_env, eval_judge = heldout_tasks(env, e.prompts, e.heldout_fraction, e.seed), env, judge
+        tasks, eval_judge = heldout_tasks(env, e.prompts, e.heldout_fraction, e.seed), judge
     else:
-        eval_env = envs.load(e.environment, e.environment_args)
         eval_judge = attach_judge(eval_env, judge_urls, s.judge) if hasattr(eval_env, "use_judge") else None
         tasks = eval_env.prompts(random.Random(e.seed), e.prompts)
     if len(tasks) < e.prompts:

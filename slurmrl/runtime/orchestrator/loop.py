@@ -1,5 +1,9 @@
 """Orchestrator: prompts -> rollouts (through the router) -> rewards -> advantages -> training batches.
 
+A text environment's prompts are completed in one request each (``Sampler``); a chat environment's
+tasks (``messages``) are multi-turn conversations through the chat endpoint, each a token-exact
+sample with the environment's tokens masked (``rollout_chat``).
+
 File protocol with the trainer (all in the run dir, every file written to a temporary name
 and renamed, so a reader never sees half a file):
 
@@ -38,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slurmrl import envs, heartbeat
+from slurmrl.envs.chat import speaks_messages
 from slurmrl.errors import UserError
 from slurmrl.rundir.metrics import last_row
 from slurmrl.rundir.paths import RunDir
@@ -47,6 +52,7 @@ from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.orchestrator import adapters, evaluate, hybrid
 from slurmrl.runtime.orchestrator.judge_client import JudgeError
 from slurmrl.runtime.orchestrator.judge_client import attach as attach_judge
+from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
 from slurmrl.runtime.vllm.client import Server, VLLMError, reload_weights
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
 
@@ -139,7 +145,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
     env = envs.load(s.environment, s.environment_args)
     judge = attach_judge(env, list(judge_urls), s.judge)  # the job's [judge], if it has one
     tok = AutoTokenizer.from_pretrained(s.model, trust_remote_code=s.trust_remote_code)
-    sampler = Sampler(urls, tok, s)
+    sampler, chat_sampler = Sampler(urls, tok, s), ChatSampler(urls, tok, s, env)
     metrics = Metrics(run_dir, "orchestrator", s.model_dump(mode="json"), log, tracking_settings=s.wandb)
     evaluator = evaluate.attach(s, env, judge, list(judge_urls), sampler.servers, tok, metrics, log)  # [eval]
     train_env = evaluate.training_view(s, env)  # without the held-out split [eval] evaluates on
@@ -171,7 +177,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
             t = time.perf_counter()
             try:
                 if adapters.is_adapter(path):  # a LoRA policy: hot-load the adapter under a new name, unload the old
-                    sampler.adapter = adapters.swap(admin_urls, path, newest, sampler.adapter)
+                    sampler.adapter = chat_sampler.adapter = adapters.swap(admin_urls, path, newest, sampler.adapter)
                 elif s.hybrid:  # the servers sleep while the trainer steps: wake the weights, load, wake the KV cache
                     hybrid.wake_and_reload(admin_urls, str(path))
                 else:
@@ -191,19 +197,22 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
             evaluator.run(loaded, sampler.adapter or s.served_model_name)
         rng = random.Random(s.seed * 1_000_003 + step)
         tasks = train_env.prompts(rng, s.prompts_per_step)
+        chat = speaks_messages(tasks)  # a chat environment: multi-turn rollouts, scored as they end
         t = time.perf_counter()
-        groups = sampler.sample(tasks, step)
+        groups = chat_sampler.sample(tasks, step) if chat else sampler.sample(tasks, step)
         gen_s = time.perf_counter() - t
         samples, rewards = [], []
         t = time.perf_counter()
-        scored = iter(envs.rewards(env, [task for task, group in zip(tasks, groups) for _ in group],
+        scored = iter([g["reward"] for group in groups for g in group] if chat else
+                      envs.rewards(env, [task for task, group in zip(tasks, groups) for _ in group],
                                    [g["text"] for group in groups for g in group]))
         score_s, judged = time.perf_counter() - t, judge.take_stats() if judge else {}
+        env_stats = chat_sampler.take_stats() if chat else {}
         for task, group in zip(tasks, groups):
             rs = [next(scored) for _ in group]
             for g, r, a in zip(group, rs, advantages(rs)):
-                samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs", "routed_experts")
-                                   if k in g},
+                samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs", "routed_experts",
+                                                     "completion_mask") if k in g},
                                 "reward": r, "advantage": a})
             rewards += rs
         # hybrid: the GPUs go to the trainer before it sees the batch
@@ -218,7 +227,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
             "samples": len(samples), "tokens": tokens, "generate_s": gen_s, "wait_s": waited,
             "tokens_per_s": tokens / gen_s if gen_s else 0.0, "samples_per_s": len(samples) / gen_s if gen_s else 0.0,
             "reload_s": reload_s, **({"sleep_s": sleep_s} if s.hybrid else {}),
-            "score_s": score_s, **judged, "time": time.time(), **trainer_metrics(run_dir),
+            "score_s": score_s, **judged, **env_stats, "time": time.time(), **trainer_metrics(run_dir),
         })
         if step == done + 1:
             RunDir(run_dir).add_phase(RunDir.attempt_from_env(), f"first rollout (step {step}, {gen_s:.1f}s)")

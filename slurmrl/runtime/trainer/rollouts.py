@@ -4,8 +4,9 @@ A sample is ``prompt_ids + completion_ids`` (cut to ``seq_len``); a micro-batch'
 packed end to end into one row (``packing.PackedRow``: no padding, attention per sample).
 Targets are the completion tokens; the row's ``old_logp`` column holds the inference logprob at
 each completion token (NaN where it is missing), its ``advantage`` column the sample's advantage,
-and its ``experts`` the experts vLLM routed each token to, when the samples carry them
-(``router_replay``).
+its ``experts`` the experts vLLM routed each token to, when the samples carry them
+(``router_replay``). A multi-turn sample's ``completion_mask`` (1: the model's token, 0: the
+environment's) keeps the environment's tokens in the row, attended to but never targets.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def _packed(samples: list[dict], seq_len: int, dummy: bool) -> PackedRow:
         lp = [math.nan if v is None else float(v) for v in s.get("logprobs") or []]
         lp += [math.nan] * (len(c) - len(lp))
         ids = (p + c)[:seq_len]
-        docs.append((ids, ([False] * len(p) + [not dummy] * len(c))[:seq_len]))
+        own = [bool(m) and not dummy for m in completion_mask(s)]
+        docs.append((ids, ([False] * len(p) + own)[:seq_len]))
         old.append(([math.nan] * len(p) + lp[: len(c)])[:seq_len])
         adv.append([float(s.get("advantage", 0.0))] * len(ids))
     row = pack_documents(docs, {"old_logp": old, "advantage": adv})
@@ -50,12 +52,18 @@ def _packed(samples: list[dict], seq_len: int, dummy: bool) -> PackedRow:
     return row
 
 
+def completion_mask(sample: dict) -> list[int]:
+    """1 at each completion token the model produced, 0 at the environment's (all 1 without a mask)."""
+    mask = sample.get("completion_mask")
+    return [1] * len(sample["completion_ids"]) if mask is None else [int(m) for m in mask]
+
+
 def target_tokens(samples: list[dict], seq_len: int) -> int:
-    """Completion tokens that are loss targets, over the whole batch (as ``_tensors`` marks them)."""
+    """Completion tokens that are loss targets, over the whole batch (as ``_packed`` marks them)."""
     n = 0
     for s in samples:
-        p, c = len(s["prompt_ids"]), len(s["completion_ids"])
-        n += max(0, min(p + c, seq_len) - max(p, 1))
+        p = len(s["prompt_ids"])
+        n += sum(m for k, m in enumerate(completion_mask(s)) if max(p, 1) <= p + k < seq_len)
     return n
 
 

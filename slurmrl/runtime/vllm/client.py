@@ -14,6 +14,7 @@ weight reloads, sleep mode and LoRA adapters, the judge client, the benchmark's 
 
 The routes (vLLM's OpenAI server; the admin ones need ``VLLM_SERVER_DEV_MODE=1``, which the
 planner sets where a job uses them): ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
+``POST /v1/chat/completions``,
 ``POST /classify``, ``POST /pause?mode=wait``, ``POST /resume``, ``POST /collective_rpc``
 (``reload_weights``), ``POST /reset_prefix_cache``, ``POST /sleep``, ``POST /wake_up``,
 ``GET /is_sleeping``, ``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``, the
@@ -152,6 +153,13 @@ class Server:
 
     def completions(self, body: dict, timeout: float | None = None, headers: dict[str, str] | None = None) -> dict:
         return self.call_json("POST", "/v1/completions", body, timeout, headers)
+
+    def chat_completions(self, body: dict, timeout: float | None = None, headers: dict[str, str] | None = None) -> dict:
+        """``POST /v1/chat/completions``: the model's chat template applies, tool calls come back parsed
+        (servers run with ``--enable-auto-tool-choice --tool-call-parser NAME``). A body whose
+        ``kv_transfer_params.prompt_token_ids`` holds token ids is served on exactly those ids (vLLM
+        skips templating; the messages still tell the tool parser what was asked)."""
+        return self.call_json("POST", "/v1/chat/completions", body, timeout, headers)
 
     def list_workers(self, timeout: float = 5.0) -> list[str] | None:
         """The worker URLs vllm-router lists (``{"urls": [...]}``), None when it does not answer so."""

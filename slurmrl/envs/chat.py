@@ -1,0 +1,70 @@
+"""Environments that speak messages: chat prompts, model turns through the chat endpoint, the
+environment's answer after each turn, tools in the OpenAI tools schema.
+
+A chat environment is one whose ``prompts(rng, n)`` gives tasks with ``messages`` (chat messages:
+system + user) in place of ``prompt`` text, and optionally ``tools`` (a list in the OpenAI tools
+schema, ``{"type": "function", "function": {"name", "description", "parameters"}}``; an
+environment's ``tools`` attribute serves every task). The orchestrator asks vLLM's chat endpoint
+for each model turn (the model's chat template applies; the servers parse tool calls with the
+recipe's ``inference.tool_call_parser``) and after each turn:
+
+- the assistant's ``tool_calls``, when the environment has ``call_tool(name, arguments) -> str``:
+  each is answered by a ``tool`` message and the model goes on;
+- otherwise ``respond(task, messages) -> list[dict]``: the environment's answer (game feedback, a
+  user's next question) as messages; an empty list ends the conversation (as does an environment
+  without ``respond``: one turn);
+
+until ``orchestrator.max_turns`` or ``max_rollout_tokens``. Then ``reward(task, messages)`` scores
+the conversation after the prompt (the assistant's and the environment's messages, in order).
+
+Each step (``respond``, ``call_tool``, ``reward``) runs under ``orchestrator.env_timeout_s``; one that
+raises or takes longer scores its rollout 0 and is counted in the metrics; it never ends the job.
+An environment class without ``prompts`` and ``reward`` (or ``rewards``) fails at load, named.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def speaks_messages(tasks: list[dict]) -> bool:
+    """The environment's tasks are chat messages (not prompt text)."""
+    return bool(tasks) and all(isinstance(t, dict) and "messages" in t for t in tasks)
+
+
+def missing_methods(env) -> list[str]:
+    """What an environment object lacks of the protocol (empty when it has what it needs)."""
+    out = [] if callable(getattr(env, "prompts", None)) else ["prompts(rng, n)"]
+    if not callable(getattr(env, "reward", None)) and not callable(getattr(env, "rewards", None)):
+        out.append("reward(task, completion)")
+    return out
+
+
+def tools_of(env, task: dict) -> list[dict] | None:
+    """The tools (OpenAI schema) offered in ``task``: its own, else the environment's."""
+    tools = task.get("tools", getattr(env, "tools", None))
+    return list(tools) if tools else None
+
+
+def tool_replies(env, message: dict) -> list[dict] | None:
+    """``tool`` messages answering the assistant ``message``'s tool calls through the environment's
+    ``call_tool``; None when there is nothing to answer that way. Raises what the tool raises."""
+    calls = message.get("tool_calls") or []
+    if not calls or not callable(getattr(env, "call_tool", None)):
+        return None
+    out = []
+    for call in calls:
+        fn = call.get("function") or {}
+        try:
+            args = json.loads(fn.get("arguments") or "{}")
+        except ValueError:
+            content = f"error: the arguments are not JSON: {fn.get('arguments')!r}"
+        else:
+            content = str(env.call_tool(fn.get("name", ""), args))
+        out.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": content})
+    return out
+
+
+def answers(messages: list[dict]) -> list[str]:
+    """The text of each assistant message in ``messages``."""
+    return [m.get("content") or "" for m in messages if m.get("role") == "assistant"]

@@ -1,0 +1,202 @@
+"""Rollouts of a chat environment (``slurmrl.envs.chat``): several model turns through vLLM's chat
+endpoint, the environment's answer between them, one token-exact training sample per conversation.
+
+Each model turn asks ``/v1/chat/completions`` (``vllm.client.Server.chat_completions``) with
+``return_token_ids`` and ``logprobs``: the first turn's prompt is the server's rendering of the task's
+messages (``prompt_token_ids`` in the answer); every later turn is served on the sequence so far, token
+ids the orchestrator sends (``kv_transfer_params.prompt_token_ids``: vLLM then skips templating), so the
+engine continues from exactly the tokens it sampled. The sample is
+
+    prompt_ids                      the first turn's prompt, as the server tokenized it
+    completion_ids                  turn 1's tokens, the environment's tokens, turn 2's tokens, ...
+    completion_mask                 1 at the model's tokens, 0 at the environment's (never trained on)
+    logprobs                        the engine's logprob at each model token, None at the environment's
+
+The environment's tokens come from the chat template (``chat_tokens``); the model's are never
+re-tokenized. A server that answers a later turn on other prompt tokens than it was sent fails the step.
+
+Limits: ``max_turns`` model turns; ``max_tokens`` per turn (a turn cut there ends as if the model had
+ended it, and the environment answers); ``max_rollout_tokens`` after the prompt (the model's and the
+environment's together: the conversation ends where the next turn would not fit). Every environment step (``respond``, ``call_tool``,
+``reward``) runs under ``env_timeout_s`` in a thread of its own; one that raises or runs past it ends
+its rollout with reward 0, counted in ``env/errors`` or ``env/timeouts`` (a step that never returns
+keeps its daemon thread; a tool that runs user code runs it in a subprocess it can kill:
+``slurmrl.envs.tools``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from slurmrl.envs.chat import tool_replies, tools_of
+from slurmrl.runtime.orchestrator.chat_tokens import ChatTokens, TemplateError
+from slurmrl.runtime.vllm.client import Server, VLLMError
+from slurmrl.settings.limits import MAX_TOKENS
+from slurmrl.settings.orchestrator import OrchestratorSettings
+
+
+class StepTimeout(TimeoutError):
+    """An environment step ran past ``env_timeout_s``."""
+
+
+def within(seconds: float, fn, *args):
+    """``fn(*args)`` in a daemon thread; its result, what it raised, or ``StepTimeout`` after ``seconds``."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["out"] = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - the environment's failure is the rollout's, never the job's
+            box["err"] = e
+
+    t = threading.Thread(target=run, daemon=True, name="env-step")
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        raise StepTimeout(f"{getattr(fn, '__name__', 'step')} took longer than {seconds:g} s")
+    if "err" in box:
+        raise box["err"]
+    return box.get("out")
+
+
+def reward_of(env, task: dict, messages: list[dict]) -> float:
+    if callable(getattr(env, "reward", None)):
+        return float(env.reward(task, messages))
+    return float(env.rewards([task], [messages])[0])
+
+
+class ChatSampler:
+    """Multi-turn rollouts against the servers at ``urls`` (the router, else every server in turn)."""
+
+    def __init__(self, urls: list[str], tokenizer, s: OrchestratorSettings, env):
+        self.servers, self.tok, self.s, self.env = [Server(u, timeout=600.0) for u in urls], tokenizer, s, env
+        self.tokens = ChatTokens(tokenizer)
+        self.adapter: str | None = None  # a LoRA policy: the adapter the servers serve the current policy as
+        self.pool = ThreadPoolExecutor(max_workers=min(256, max(4, s.prompts_per_step * s.rollouts_per_prompt)))
+        self._stats: list[dict] = []
+        self._lock = threading.Lock()
+
+    def env_step(self, fn, *args):
+        return within(self.s.env_timeout_s, fn, *args)
+
+    def turn(self, server: Server, convo: list[dict], tools, sent: list[int] | None, max_tokens: int,
+             session: str) -> dict:
+        # no per-request seed: vLLM's CPU build fails a seeded request whose prefill is split into chunks
+        # ("CPU Generator does not use offset"), which many concurrent conversations cause
+        body: dict = {"model": self.adapter or self.s.served_model_name, "messages": convo, "max_tokens": max_tokens,
+                      "temperature": self.s.temperature, "logprobs": True, "return_token_ids": True}
+        if tools:
+            body["tools"] = tools
+        if sent is not None:  # the sequence so far, exactly: the engine continues from its own tokens
+            body["kv_transfer_params"] = {"prompt_token_ids": sent}
+        try:
+            out = server.chat_completions(body, headers={"X-Session-ID": session})
+        except VLLMError as e:
+            raise VLLMError(f"sampling failed: {e}", e.answer) from None
+        if sent is not None and out.get("prompt_token_ids") != sent:
+            raise VLLMError(f"{server.base}: a later turn was served on other tokens than sent (does the router "
+                            "pass kv_transfer_params.prompt_token_ids through?)")
+        return out
+
+    def rollout(self, index: int, j: int, task: dict, step: int) -> dict:
+        s, env = self.s, self.env
+        convo = [dict(m) for m in task["messages"]]
+        first = len(convo)
+        tools = tools_of(env, task)
+        server = self.servers[(index * s.rollouts_per_prompt + j) % len(self.servers)]
+        budget = s.max_rollout_tokens or MAX_TOKENS
+        prompt_ids: list[int] = []
+        ids: list[int] = []
+        mask: list[int] = []
+        lps: list[float | None] = []
+        turns, failed, cut = 0, "", False
+        for turn in range(s.max_turns):
+            left = budget - len(ids)
+            if left <= 0:
+                cut = True
+                break
+            out = self.turn(server, convo, tools, prompt_ids + ids if turns else None, min(s.max_tokens, left),
+                            f"step{step}-prompt{index}-rollout{j}")
+            if not turns:
+                prompt_ids = list(out["prompt_token_ids"])
+            turns += 1
+            choice = out["choices"][0]
+            toks = [int(t) for t in choice["token_ids"]]
+            ids += toks
+            mask += [1] * len(toks)
+            lps += [c["logprob"] for c in (choice.get("logprobs") or {}).get("content") or []][: len(toks)]
+            lps += [None] * (len(ids) - len(lps))
+            msg = {"role": "assistant", "content": choice["message"].get("content") or ""}
+            if choice["message"].get("tool_calls"):
+                msg["tool_calls"] = choice["message"]["tool_calls"]
+            convo.append(msg)
+            if len(ids) >= budget:  # the conversation's token budget is spent
+                cut = True
+                break
+            if turn + 1 == s.max_turns:
+                break
+            try:
+                replies = self.env_step(self.answer, task, convo, first, msg)
+            except Exception as e:  # noqa: BLE001 - an environment step that raises costs its rollout only
+                failed = self.failed(e, step, index, j)
+                break
+            if not replies:
+                break
+            try:
+                between = self.tokens.between(convo, replies, tools,
+                                              self.tok.decode(toks[-1:]) if choice.get("finish_reason") == "stop" else "")
+            except TemplateError as e:
+                raise SystemExit(f"slurmrl: orchestrator: {e}") from None
+            if len(ids) + len(between) >= budget:
+                cut = True
+                break
+            ids += between
+            mask += [0] * len(between)
+            lps += [None] * len(between)
+            convo += replies
+        reward = 0.0
+        if not failed:
+            try:
+                reward = self.env_step(reward_of, env, task, convo[first:])
+            except Exception as e:  # noqa: BLE001
+                failed = self.failed(e, step, index, j)
+        with self._lock:
+            self._stats.append({"turns": turns, "failed": failed, "cut": cut, "env_tokens": mask.count(0)})
+        return {"prompt_ids": prompt_ids, "completion_ids": ids, "completion_mask": mask, "logprobs": lps,
+                "reward": 0.0 if failed else reward, "messages": convo[first:]}
+
+    @staticmethod
+    def failed(e: Exception, step: int, index: int, j: int) -> str:
+        """Say why an environment step failed; ``timeout`` or ``error`` (the metric it counts in)."""
+        kind = "timeout" if isinstance(e, TimeoutError) else "error"
+        print(f"slurmrl: orchestrator: step {step} prompt {index} rollout {j}: environment {kind}, reward 0: "
+              f"{type(e).__name__}: {e}", flush=True)
+        return kind
+
+    def answer(self, task: dict, convo: list[dict], first: int, msg: dict) -> list[dict]:
+        """The environment's messages after the model's turn ``msg``: tool results, else ``respond``'s."""
+        replies = tool_replies(self.env, msg)
+        if replies is None:
+            respond = getattr(self.env, "respond", None)
+            replies = list(respond(task, convo[first:])) if callable(respond) else []
+        return replies
+
+    def sample(self, tasks: list[dict], step: int) -> list[list[dict]]:
+        """Every task's group of rollouts, each scored (``reward``) by the environment."""
+        futures = [[self.pool.submit(self.rollout, i, j, t, step) for j in range(self.s.rollouts_per_prompt)]
+                   for i, t in enumerate(tasks)]
+        return [[f.result() for f in group] for group in futures]
+
+    def take_stats(self) -> dict:
+        """The rollouts' metrics since the last call: ``env/turns_mean``, ``env/errors``, ``env/timeouts``,
+        ``env/cut`` (rollouts a token limit ended), ``env/tokens`` (the environment's tokens)."""
+        with self._lock:
+            stats, self._stats = self._stats, []
+        if not stats:
+            return {}
+        return {"env/turns_mean": statistics.fmean(x["turns"] for x in stats),
+                "env/errors": sum(x["failed"] == "error" for x in stats),
+                "env/timeouts": sum(x["failed"] == "timeout" for x in stats),
+                "env/cut": sum(x["cut"] for x in stats), "env/tokens": sum(x["env_tokens"] for x in stats)}
