@@ -195,7 +195,7 @@ def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny):
         assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, (nodes, losses)
 
 
-BROADCAST_STEPS = 6
+BROADCAST_STEPS = 16  # the requeue comes after step 2: the first attempt must not finish before it lands
 
 
 def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_cluster, tmp_path, tiny):
@@ -217,7 +217,7 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_cluster, 
     job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
     trainer_log = run_dir / "metrics" / "trainer.jsonl"
     try:
-        wait_until(lambda: len(lines(trainer_log)) >= 3, 900, "3 trainer steps", run_dir)
+        wait_until(lambda: len(lines(trainer_log)) >= 2, 900, "2 trainer steps", run_dir)
         rq = slurm_cluster.run(["scontrol", "requeue", job_id])
         assert rq.returncode == 0, rq.stderr
         wait_until(lambda: (run_dir / "logs" / "attempt-1").exists(), 300, "the second attempt", run_dir)
