@@ -64,7 +64,20 @@ def job(slurm_cluster, tmp_path):
 
     yield submit
     for job_id in submitted:
-        slurm_cluster.run(["scancel", str(job_id)])
+        cancel_until_gone(slurm_cluster, job_id)
+
+
+def cancel_until_gone(cluster, job_id: str, seconds: float = 90) -> None:
+    """scancel until the controller lists the job no more: a cancel that lands while Slurm requeues
+    the job (the warning signal's own requeue) is lost, and the job would start again later, taking
+    two nodes from the tests after this one."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        cluster.run(["scancel", str(job_id)])
+        left = cluster.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"]).stdout.split()
+        if not left or set(left) <= {"CANCELLED", "COMPLETED", "FAILED"}:
+            return
+        time.sleep(2)
 
 
 def status_json(cluster, run_dir: Path) -> dict:
