@@ -215,6 +215,17 @@ def test_a_program_that_raises_is_failed_with_its_exception(tmp_path):
     assert rec.cause == "ZeroDivisionError in env.py:5: division by zero"
 
 
+
+def test_a_server_killed_after_it_logged_a_traceback_is_named_by_the_signal(tmp_path):
+    """vLLM logs a traceback for a request whose client went away and serves on; kill -9 later is the
+    cause (the kill matrix found the traceback named instead)."""
+    script = ("import os, signal\ntry:\n    raise ConnectionResetError(104, 'Connection reset by peer')\n"
+              "except Exception:\n    import traceback; traceback.print_exc()\n"
+              "print('serving on', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)")
+    code, log, rec = supervise(tmp_path, "inference", [PY, "-c", script], "--ready", "http://127.0.0.1:9")
+    assert "ConnectionResetError" in log and rec is not None and rec.state == "failed" and rec.code == 137
+    assert rec.cause.startswith("exited with code 137 (SIGKILL); the last traceback it logged: ConnectionResetError")
+
 def test_a_server_that_exits_0_on_its_own_is_dead(tmp_path):
     """vLLM's API server exits 0 when its engine dies: a server's end it was not asked for is a failure,
     and the engine's death in its log is the cause (and would have ended it at once)."""

@@ -44,6 +44,13 @@ def engine_requests(metrics: str) -> dict[str, float]:
     return out
 
 
+def bench_status(summary: Path) -> str | None:
+    try:
+        return json.loads(summary.read_text()).get("status")
+    except (OSError, ValueError):  # not written yet, or being written
+        return None
+
+
 def wait_for_scrapes(run_dir: Path, want: set[str], served: int, seconds: float = 90) -> dict[str, float]:
     """The collector's scrape files of ``want`` once each has counted ``served`` finished requests."""
     run, got = RunDir(run_dir), {}
@@ -74,6 +81,9 @@ def test_pd_decode_worker_spans_two_nodes_and_serves(slurm_cluster, tmp_path):
         "inference.decode": "{replicas=1, tp=1, dp=2}",
         "inference.router.policy": '"round_robin"',
         "collector.interval": "2",  # [collector]: what the P/D job served is kept and reported after it
+        # a small [benchmark] through the router, then the job serves on for the checks below
+        "benchmark.concurrencies": "[1, 2]", "benchmark.input_lens": "[16]", "benchmark.output_lens": "[8]",
+        "benchmark.num_prompts": "4", "benchmark.then": '"serve"', "benchmark.timeout": "600",
     }
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     plan = slurm_cluster.slurmrl("plan", str(ROOT / "recipes" / "inference-pd.toml"), *args, cwd=tmp_path)
@@ -131,6 +141,11 @@ def test_pd_decode_worker_spans_two_nodes_and_serves(slurm_cluster, tmp_path):
         metrics = urllib.request.urlopen(
             f"http://{node_address(slurm_cluster, host)}:{port}/metrics", timeout=30).read().decode()
         assert sum(engine_requests(metrics).values()) >= 8
+        summary = RunDir(run_dir).benchmark_summary()
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and bench_status(summary) not in ("done", "failed"):
+            time.sleep(3)
+        assert bench_status(summary) == "done", summary.read_text() if summary.exists() else "no summary"
         scraped = wait_for_scrapes(run_dir, {"prefill.0.jsonl", "decode.0.jsonl"}, served=8)
     finally:
         c = slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
@@ -139,7 +154,7 @@ def test_pd_decode_worker_spans_two_nodes_and_serves(slurm_cluster, tmp_path):
     rep = slurm_cluster.slurmrl("report", str(run_dir), cwd=tmp_path)
     assert rep.returncode == 0, rep.stdout + rep.stderr
     page = RunDir(run_dir).report_page().read_text()
-    for panel in ("phases", "throughput", "latency", "queue-kv"):
+    for panel in ("phases", "throughput", "latency", "queue-kv", "benchmark"):
         assert f'<section id="panel-{panel}"><h2>' in page, panel
     left = slurm_cluster.wait_no_job_processes(job_id)
     assert not left, "left after cancel:\n" + "\n".join(left)

@@ -148,6 +148,11 @@ def ntasks() -> int:
     return int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
 
 
+# the exit codes of a command a signal ended (128 + SIGKILL, SIGSEGV, SIGBUS, SIGABRT, SIGTERM...)
+KILLED = frozenset(128 + s for s in (signal.SIGKILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGTERM,
+                                     signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGFPE, signal.SIGILL))
+
+
 def exit_cause(code: int) -> str:
     """An exit code in words: "exited with code 1", "exited with code 137 (SIGKILL)"."""
     if code > 128:
@@ -166,6 +171,8 @@ def end_record(code: int, fatal: str | None, found: str | None, stopping: bool, 
         state, cause = "failed", fatal
     elif stopping:
         state, cause = "stopped", ""
+    elif code in KILLED:  # a signal ended it: that is the cause, not a traceback it logged and served on
+        state, cause = "failed", exit_cause(code) + (f"; the last traceback it logged: {found}" if found else "")
     elif code != 0:
         state, cause = "failed", found or exit_cause(code)
     elif serves:
