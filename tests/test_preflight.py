@@ -220,12 +220,13 @@ def test_group_hosts_fill_groups_sacct_has_not_listed_from_the_probes(rl_debug, 
     monkeypatch.setattr(preflight.tools, "hostnames", lambda nodes: nodes.split(","))  # test double: no scontrol
     for f in (run_dir / "preflight").glob("*.json"):
         rep = json.loads(f.read_text())
-        rep["allocation"] = {"0": "n3", "1": "n1,n2"}
+        rep["allocation"] = {"0": "n3", "1": "n1,n2", "2": "n5,n6"}
         f.write_text(json.dumps(rep))
     hosts = preflight.GroupHosts()
     hosts.hosts[0] = ["n4"]  # already known from sacct: kept
+    hosts.hosts[2] = ["n5"]  # a snapshot as the job started or ended listed one node of two: the steps' list wins
     hosts.add_reports(preflight.read_reports(run_dir))
-    assert hosts.hosts == {0: ["n4"], 1: ["n1", "n2"]}
+    assert hosts.hosts == {0: ["n4"], 1: ["n1", "n2"], 2: ["n5", "n6"]}
 
 
 def test_preflight_without_slurm_is_one_line(tmp_path):

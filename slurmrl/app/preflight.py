@@ -60,12 +60,14 @@ class GroupHosts:
                 self.nodes[p.group], self.hosts[p.group] = p.nodes, names
 
     def add_reports(self, reports: dict[tuple[str, int], dict]) -> None:
-        """Groups sacct has not listed: the node lists Slurm gave the probes' steps
-        (``SLURM_JOB_NODELIST_HET_GROUP_<g>``; also what a cluster without accounting leaves us)."""
+        """The node lists Slurm gave the probes' steps (``SLURM_JOB_NODELIST_HET_GROUP_<g>``; also what
+        a cluster without accounting leaves us), where they are longer than what the snapshots saw: a
+        snapshot taken as a short job starts or ends may list only the nodes still busy."""
         for rep in reports.values():
             for group, nodes in (rep.get("allocation") or {}).items():
-                if str(group).isdigit() and int(group) not in self.hosts and isinstance(nodes, str):
-                    if names := tools.hostnames(nodes):
+                if str(group).isdigit() and isinstance(nodes, str):
+                    names = tools.hostnames(nodes)
+                    if len(names) > len(self.hosts.get(int(group), [])):
                         self.nodes[int(group)], self.hosts[int(group)] = nodes, names
 
     def complete(self, watch: Watch, groups: int, wait_s: float = HOSTS_WAIT_S) -> dict[int, list[str]]:
