@@ -149,12 +149,11 @@ def test_switches_and_segment_go_to_their_groups_only():
     assert p.nvlink_domain == (names.index("inference"),)
 
 
-def test_the_local_slurm_takes_switches_and_refuses_segment(tmp_path):
+def test_the_local_slurm_takes_switches_and_refuses_segment(slurm_cluster, tmp_path):
     """Real sbatch 22.05 of the local cluster: --switches passes `sbatch --test-only`, and submit
-    refuses --segment in one line before sbatch runs."""
-    conf = Path(os.environ.get("SLURMRL_TEST_CLUSTER_DIR", "/tmp/slurmrl-test-cluster")) / "etc" / "slurm.conf"
-    if not conf.exists():
-        pytest.skip("no local Slurm cluster")
+    refuses --segment in one line before sbatch runs. On the cluster worker, with the cluster up (it
+    read a slurm.conf that might be left from a cluster whose daemons were gone)."""
+    conf = slurm_cluster.state_dir / "etc" / "slurm.conf"
     env = {**os.environ, "SLURM_CONF": str(conf), "PYTHONPATH": str(ROOT)}
     recipe = str(ROOT / "recipes" / "inference-debug.toml")
     common = ["--set", f'python.executable="{sys.executable}"', "--set", 'model.path="/m"']
