@@ -48,6 +48,17 @@ def job_state(cluster, job_id: str) -> str:
     return r.stdout.split()[0] if r.stdout.split() else "UNKNOWN"
 
 
+def requeue_and_complete(cluster, job_id: str, run_dir: Path, cwd: Path) -> None:
+    """`scontrol requeue` the running job, wait for its second attempt, then for it to end COMPLETED."""
+    rq = cluster.run(["scontrol", "requeue", job_id])
+    assert rq.returncode == 0, rq.stderr
+    wait_until(lambda: (run_dir / "logs" / "attempt-1").exists(), 300, "the second attempt", run_dir)
+    wait_until(lambda: job_state(cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
+               1200, "the job to end", run_dir)
+    logs = cluster.slurmrl("logs", str(run_dir), cwd=cwd).stdout[-4000:]
+    assert job_state(cluster, job_id) == "COMPLETED", logs
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return build_tiny(tmp_path_factory.mktemp("model") / "tiny")
@@ -84,13 +95,7 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
         wait_until(lambda: "(critical = false: the job goes on)" in phases.read_text(), 120, "the collector's exit", run_dir)
         wait_until(lambda: len(lines(trainer_log)) >= 8, 900, "8 trainer steps", run_dir)
         assert not (run_dir / "logs" / "attempt-0" / "FAILED").exists()
-        rq = slurm_cluster.run(["scontrol", "requeue", job_id])
-        assert rq.returncode == 0, rq.stderr
-        wait_until(lambda: (run_dir / "logs" / "attempt-1").exists(), 300, "the second attempt", run_dir)
-        wait_until(lambda: job_state(slurm_cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
-                   1200, "the job to end", run_dir)
-        logs = slurm_cluster.slurmrl("logs", str(run_dir), cwd=tmp_path).stdout[-4000:]
-        assert job_state(slurm_cluster, job_id) == "COMPLETED", logs
+        requeue_and_complete(slurm_cluster, job_id, run_dir, tmp_path)
     finally:
         slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
 
@@ -218,13 +223,7 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_cluster, 
     trainer_log = run_dir / "metrics" / "trainer.jsonl"
     try:
         wait_until(lambda: len(lines(trainer_log)) >= 2, 900, "2 trainer steps", run_dir)
-        rq = slurm_cluster.run(["scontrol", "requeue", job_id])
-        assert rq.returncode == 0, rq.stderr
-        wait_until(lambda: (run_dir / "logs" / "attempt-1").exists(), 300, "the second attempt", run_dir)
-        wait_until(lambda: job_state(slurm_cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
-                   1200, "the job to end", run_dir)
-        logs = slurm_cluster.slurmrl("logs", str(run_dir), cwd=tmp_path).stdout[-4000:]
-        assert job_state(slurm_cluster, job_id) == "COMPLETED", logs
+        requeue_and_complete(slurm_cluster, job_id, run_dir, tmp_path)
     finally:
         slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
 
