@@ -75,6 +75,18 @@ def test_srun_on_n2_runs_on_n2(slurm_cluster):
     assert ok(slurm_cluster.run("srun -w n2 hostname")).strip() == "n2"
 
 
+def test_a_name_the_hosts_file_cannot_answer_fails_instead_of_waiting_on_a_resolver(slurm_cluster):
+    """A node's namespace reaches no name server: its resolv.conf names its own loopback, where
+    nothing answers, so torchrun's reverse lookup of an IPv4-mapped client address fails at once
+    (it waited 10 s on the machine's resolver, twice per trainer start)."""
+    probe = ("import socket\ntry:\n    print(socket.getnameinfo(('::ffff:10.77.0.11', 1, 0, 0), 0))\n"
+             "except socket.gaierror as e:\n    print('gaierror', e.errno)\nprint(socket.gethostbyname('n1'))")
+    out = ok(slurm_cluster.run(["srun", "-w", "n2", sys.executable, "-c", probe])).split()
+    assert out[-3:] == ["gaierror", "-3", "10.77.0.11"], out  # hosts-file names still resolve
+    conf = ok(slurm_cluster.run("srun -w n2 cat /etc/resolv.conf"))
+    assert conf.split("\n")[0] == "nameserver 127.0.0.1", conf
+
+
 def test_het_job_two_components_on_different_nodes(slurm_cluster, tmp_path):
     script = tmp_path / "het.sh"
     script.write_text(
