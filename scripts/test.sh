@@ -4,9 +4,11 @@
 # The Slurm tests start (and stop) their own local cluster, which installs the Debian
 # packages it needs. Extra arguments go to pytest.
 #
-#   bash scripts/test.sh          everything (CI): two pytest-xdist workers; the tests that need the
-#                                 local cluster or real vLLM run one after another on one of them
-#                                 (tests/slurm_cluster.py groups them), the rest beside them
+#   bash scripts/test.sh          everything (CI): three pytest-xdist workers; the tests that need
+#                                 the local cluster run in two streams (one per partition of the
+#                                 cluster), those that need real vLLM in a third, each one after
+#                                 another on a worker of its own (tests/xdist_groups.py), the rest
+#                                 beside them
 #   bash scripts/test.sh --fast   the edit-test loop: no cluster, no vLLM, nothing marked slow
 #                                 (under 3 minutes on two cores)
 #
@@ -24,4 +26,4 @@ for arg in "$@"; do
 done
 bash scripts/install.sh
 bash scripts/lint.sh
-exec .venv/bin/python -m pytest -n 2 --dist loadgroup --durations=30 "${select[@]}" "${args[@]}"
+exec .venv/bin/python -m pytest -n 3 --dist loadgroup --durations=30 "${select[@]}" "${args[@]}"

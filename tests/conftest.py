@@ -1,10 +1,11 @@
 """Shared test setup. The real local Slurm cluster fixture lives in tests/slurm_cluster.py.
 
 Marks, set here at collection so that no file can forget them:
-- a test that uses ``slurm_cluster`` is marked ``cluster``; one that uses ``smollm2_dir`` ``slow``
+- a test that uses ``slurm_cluster`` is marked ``cluster`` (``slurm_debug2`` also ``debug2``: its jobs
+  go to the local cluster's second partition); one that uses ``smollm2_dir`` ``slow``
   (building SmolLM2 costs ~25 s): ``-m "not cluster and not vllm and not slow"`` is the fast tier
   (``bash scripts/test.sh --fast``);
-- under pytest-xdist the heavy tests run in two groups, each on one worker (tests/xdist_groups.py).
+- under pytest-xdist the heavy tests run in three groups, each on one worker (tests/xdist_groups.py).
 """
 
 import os
@@ -22,6 +23,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         uses = getattr(item, "fixturenames", ())
         if "slurm_cluster" in uses and not item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.cluster)
+        if "slurm_debug2" in uses and not item.get_closest_marker("debug2"):
+            item.add_marker(pytest.mark.debug2)
         if "smollm2_dir" in uses and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
 

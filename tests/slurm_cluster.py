@@ -12,7 +12,8 @@ cluster is machine-wide, and another session may be using it).
 Under pytest-xdist every worker runs the fixture; ``cluster.sh`` serialises ``up`` on the state
 dir, and no worker takes the cluster down (one finishing early would pull it from under the
 others): the controller does, at the end of the session, when the cluster was not up before it.
-A test that uses ``slurm_cluster`` is marked ``cluster`` by tests/conftest.py.
+A test that uses ``slurm_cluster`` is marked ``cluster`` by tests/conftest.py; one that uses
+``slurm_debug2`` sends its jobs to the cluster's second partition and is marked ``debug2`` too.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ class SlurmCluster:
         kw.setdefault("timeout", 120)
         kw["env"] = {**self.env, **kw.get("env", {})}
         return subprocess.run(cmd, shell=isinstance(cmd, str), **kw)
+
+    def on_partition(self, name: str) -> SlurmCluster:
+        """The same cluster, with every sbatch, salloc and srun run through it sent to partition
+        ``name`` (their *_PARTITION variables override a script's ``#SBATCH --partition``)."""
+        chosen = {var: name for var in ("SBATCH_PARTITION", "SALLOC_PARTITION", "SLURM_PARTITION")}
+        return SlurmCluster(self.state_dir, {**self.cluster_vars, **chosen})
 
     def slurmrl(self, *args: str, **kw) -> subprocess.CompletedProcess:
         """``python -m slurmrl ARGS`` against this cluster (keywords as for ``run``)."""
@@ -125,3 +132,15 @@ def slurm_cluster():
     yield SlurmCluster(where, cluster_env(where))
     if not was_up and not os.environ.get("PYTEST_XDIST_WORKER"):
         take_down(where)
+
+
+SECOND_PARTITION = "debug2"  # cluster.sh: n5-n8, the same shape as debug's n1-n4
+
+
+@pytest.fixture
+def slurm_debug2(slurm_cluster):
+    """The local cluster, its jobs sent to the second partition (debug2: n5-n8). A test that uses
+    it is marked ``cluster`` and ``debug2`` and runs in the second cluster stream
+    (tests/xdist_groups.py), beside the tests on debug; neither waits for the other's nodes. For
+    tests that name no node and whose jobs fit in four nodes."""
+    return slurm_cluster.on_partition(SECOND_PARTITION)

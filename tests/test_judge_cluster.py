@@ -71,17 +71,17 @@ def common(policy: Path) -> list[str]:
     ]
 
 
-def test_rewards_from_an_llm_judge_and_a_reward_model(slurm_cluster, tmp_path, request):
+def test_rewards_from_an_llm_judge_and_a_reward_model(slurm_debug2, tmp_path, request):
     policy = build_tiny(tmp_path / "policy")
     reward_model = build_reward_model(tmp_path / "reward-model")
     judge_env = '{VLLM_CPU_KVCACHE_SPACE="1"}'
-    rm_dir, rm_job = submit(slurm_cluster, tmp_path / "rm", common(policy) + [
+    rm_dir, rm_job = submit(slurm_debug2, tmp_path / "rm", common(policy) + [
         "trainer.max_steps=50",
         f'judge={{kind="reward_model", template="{{prompt}}{{completion}}", enforce_eager=true, batch_size=3, '
         f'startup_timeout=400, env={judge_env}, model={{path="{reward_model}", dtype="float32"}}}}',
     ])
     smol = request.getfixturevalue("smollm2_dir")  # built (once a session) while the reward-model job starts
-    llm_dir, llm_job = submit(slurm_cluster, tmp_path / "llm", common(policy) + [
+    llm_dir, llm_job = submit(slurm_debug2, tmp_path / "llm", common(policy) + [
         "trainer.max_steps=2",
         'judge={placement="inference", enforce_eager=true, max_tokens=4, batch_size=4, startup_timeout=400, '
         'template="Rate the answer from 0 (wrong) to 10 (right).\\nQuestion: {prompt}\\nAnswer: {completion}\\n'
@@ -100,18 +100,18 @@ def test_rewards_from_an_llm_judge_and_a_reward_model(slurm_cluster, tmp_path, r
         # a judge that goes away fails the job at once, naming it
         _, _, pid = read_ready(RunDir(rm_dir).ready_file(0, "judge", 0))
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: job_state(slurm_cluster, rm_job) in ENDED, 120, "the reward-model job to fail", rm_dir)
-        assert job_state(slurm_cluster, rm_job) == "FAILED"
+        wait_until(lambda: job_state(slurm_debug2, rm_job) in ENDED, 120, "the reward-model job to fail", rm_dir)
+        assert job_state(slurm_debug2, rm_job) == "FAILED"
         reason = RunDir(rm_dir).failed_file(0).read_text()
         assert reason.startswith("judge exited"), reason
 
         # the LLM judge: the job completes with every reward from SmolLM2's replies, and its latency logged
-        wait_until(lambda: job_state(slurm_cluster, llm_job) in ENDED, 900, "the LLM-judge job to end", llm_dir)
-        logs = slurm_cluster.slurmrl("logs", str(llm_dir), cwd=tmp_path / "llm").stdout[-4000:]
-        assert job_state(slurm_cluster, llm_job) == "COMPLETED", logs
+        wait_until(lambda: job_state(slurm_debug2, llm_job) in ENDED, 900, "the LLM-judge job to end", llm_dir)
+        logs = slurm_debug2.slurmrl("logs", str(llm_dir), cwd=tmp_path / "llm").stdout[-4000:]
+        assert job_state(slurm_debug2, llm_job) == "COMPLETED", logs
     finally:
         for cwd, run_dir in ((tmp_path / "rm", rm_dir), (tmp_path / "llm", llm_dir)):
-            slurm_cluster.slurmrl("cancel", str(run_dir), cwd=cwd, timeout=120)
+            slurm_debug2.slurmrl("cancel", str(run_dir), cwd=cwd, timeout=120)
     rows = lines(llm_dir / "metrics" / "orchestrator.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:

@@ -56,19 +56,20 @@ def sacct_rows(cluster, job_id: str, want: set[str], timeout: float = 20) -> dic
         time.sleep(0.5)
 
 
-def test_four_idle_nodes_with_four_gpus(slurm_cluster):
+def test_two_partitions_of_four_idle_nodes_with_four_gpus(slurm_cluster):
     # The cluster is machine-wide: nodes are idle unless some session has jobs queued.
     deadline = time.monotonic() + 30
     while True:
-        rows = sorted(ok(slurm_cluster.run("sinfo -h -N -o '%N %t %G %c %m'")).split("\n")[:-1])
+        rows = sorted(ok(slurm_cluster.run("sinfo -h -N -o '%N %t %G %c %m %P'")).split("\n")[:-1])
         busy = ok(slurm_cluster.run("squeue -h -o %i")).split()
         states = {r.split()[1] for r in rows}
         if states == {"idle"} or busy and states <= {"idle", "mix", "alloc"}:
             break
         assert time.monotonic() < deadline, rows
         time.sleep(0.5)
-    assert [r.split()[::2] for r in rows] == [[f"n{i}", "gpu:4", "16000"] for i in range(1, 5)]
-    assert [r.split()[3] for r in rows] == ["8"] * 4
+    assert [r.split()[::2] for r in rows] == [[f"n{i}", "gpu:4", "16000"] for i in range(1, 9)]
+    assert [r.split()[3] for r in rows] == ["8"] * 8
+    assert [r.split()[5] for r in rows] == ["debug*"] * 4 + ["debug2"] * 4  # debug: the default
 
 
 def test_srun_on_n2_runs_on_n2(slurm_cluster):
@@ -85,6 +86,18 @@ def test_a_name_the_hosts_file_cannot_answer_fails_instead_of_waiting_on_a_resol
     assert out[-3:] == ["gaierror", "-3", "10.77.0.11"], out  # hosts-file names still resolve
     conf = ok(slurm_cluster.run("srun -w n2 cat /etc/resolv.conf"))
     assert conf.split("\n")[0] == "nameserver 127.0.0.1", conf
+
+
+def test_the_second_stream_sends_a_scripts_het_groups_to_debug2(slurm_debug2, tmp_path):
+    """slurm_debug2's jobs run on n5-n8 even where the script names partition debug, as every
+    rendered job.sbatch does: SBATCH_PARTITION overrides each het group's #SBATCH --partition."""
+    script = tmp_path / "het.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N1 --partition=debug\n#SBATCH hetjob\n#SBATCH -N1 --partition=debug\n"
+                      "srun --het-group=0 hostname\nsrun --het-group=1 hostname\n")
+    ok(slurm_debug2.run(f"sbatch -W --parsable -o {tmp_path}/out.txt {script}"))
+    hosts = (tmp_path / "out.txt").read_text().split()
+    assert len(hosts) == 2 and set(hosts) <= {"n5", "n6", "n7", "n8"}, hosts
+    assert ok(slurm_debug2.run("srun hostname")).strip() in {"n5", "n6", "n7", "n8"}
 
 
 def test_het_job_two_components_on_different_nodes(slurm_cluster, tmp_path):
@@ -124,7 +137,8 @@ def test_tcp_between_nodes_by_hostname(slurm_cluster):
     """n1 and n2 both bind the same port (own network namespaces); n1 reaches each by name."""
     port = 18000
     server = (
-        "import socket; s = socket.socket(); s.bind(('0.0.0.0', %d)); s.listen();"
+        "import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);"
+        " s.bind(('0.0.0.0', %d)); s.listen();"
         " print('ready', flush=True); c, _ = s.accept(); c.sendall(socket.gethostname().encode())"
     ) % port
     client = (

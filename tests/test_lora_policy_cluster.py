@@ -32,8 +32,8 @@ def smollm2(smollm2_dir):
     return smollm2_dir
 
 
-def test_lora_rl_reward_rises_and_adapters_are_hot_loaded(slurm_cluster, tmp_path, smollm2):
-    r = slurm_cluster.slurmrl(
+def test_lora_rl_reward_rises_and_adapters_are_hot_loaded(slurm_debug2, tmp_path, smollm2):
+    r = slurm_debug2.slurmrl(
         "submit", str(ROOT / "recipes" / "rl-debug.toml"), "--set", 'name="rl-lora"',
         "--set", f'model.path="{smollm2}"', "--set", f'python.executable="{sys.executable}"',
         "--set", 'orchestrator.environment="arithmetic"', "--set", "orchestrator.environment_args={few_shot=2}",
@@ -49,12 +49,12 @@ def test_lora_rl_reward_rises_and_adapters_are_hot_loaded(slurm_cluster, tmp_pat
     assert "--max-lora-rank 16" in script.replace("\\\n", "")  # set by plan from trainer.lora.rank
     job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
     try:
-        wait_until(lambda: job_state(slurm_cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
+        wait_until(lambda: job_state(slurm_debug2, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
                    2400, "the job to end", run_dir)
-        logs = slurm_cluster.slurmrl("logs", str(run_dir), cwd=tmp_path).stdout[-4000:]
-        assert job_state(slurm_cluster, job_id) == "COMPLETED", logs
+        logs = slurm_debug2.slurmrl("logs", str(run_dir), cwd=tmp_path).stdout[-4000:]
+        assert job_state(slurm_debug2, job_id) == "COMPLETED", logs
     finally:
-        slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
+        slurm_debug2.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
 
     trainer = lines(run_dir / "metrics" / "trainer.jsonl")
     assert [rec["step"] for rec in trainer] == list(range(1, STEPS + 1))

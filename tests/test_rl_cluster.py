@@ -72,8 +72,8 @@ def kill_step(cluster, job_id: str, name: str) -> None:
     assert cluster.run(["scancel", "--signal=KILL", ids[0]]).returncode == 0
 
 
-def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, tiny):
-    r = slurm_cluster.slurmrl(
+def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_debug2, tmp_path, tiny):
+    r = slurm_debug2.slurmrl(
         "submit", str(ROOT / "recipes" / "rl-debug.toml"),
         "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
         "--set", f"trainer.max_steps={STEPS}", "--set", "trainer.checkpoint_every=4", "--set", "collector.interval=2",
@@ -91,13 +91,13 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
     try:
         wait_until(lambda: len(lines(trainer_log)) >= 4 and (scraped / "trainer.jsonl").exists(), 900,
                    "4 trainer steps, and the trainer's /metrics scraped", run_dir)
-        kill_step(slurm_cluster, job_id, "collector")  # not critical: logged, and the job goes on
+        kill_step(slurm_debug2, job_id, "collector")  # not critical: logged, and the job goes on
         wait_until(lambda: "(critical = false: the job goes on)" in phases.read_text(), 120, "the collector's exit", run_dir)
         wait_until(lambda: len(lines(trainer_log)) >= 8, 900, "8 trainer steps", run_dir)
         assert not (run_dir / "logs" / "attempt-0" / "FAILED").exists()
-        requeue_and_complete(slurm_cluster, job_id, run_dir, tmp_path)
+        requeue_and_complete(slurm_debug2, job_id, run_dir, tmp_path)
     finally:
-        slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
+        slurm_debug2.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
 
     steps = [rec["step"] for rec in lines(trainer_log)]
     assert sorted(steps) == list(range(1, STEPS + 1)), f"steps lost or repeated: {steps}"
@@ -106,7 +106,7 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
     first = sum(rewards[s] for s in range(1, 6)) / 5
     last = sum(rewards[s] for s in range(STEPS - 4, STEPS + 1)) / 5
     assert last > first + 0.1, f"reward did not rise: first 5 steps {first:.3f}, last 5 {last:.3f}"
-    plot = slurm_cluster.slurmrl("plot", str(run_dir), cwd=tmp_path)
+    plot = slurm_debug2.slurmrl("plot", str(run_dir), cwd=tmp_path)
     assert plot.returncode == 0 and (run_dir / "reward.png").exists(), plot.stderr
     assert f"latest: batch {STEPS}: reward" in plot.stdout and f"trainer step {STEPS}: loss" in plot.stdout, plot.stdout
 
@@ -126,7 +126,7 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
         assert orch[step]["reload_s"] >= 0 and "sleep_s" not in orch[step]
     lags = [orch[s]["off_policy_lag"] for s in sorted(orch)]
     assert set(lags) <= {0, 1}, lags  # max_off_policy_steps = 1
-    st = slurm_cluster.slurmrl("status", str(run_dir), cwd=tmp_path)
+    st = slurm_debug2.slurmrl("status", str(run_dir), cwd=tmp_path)
     assert f"latest batch {STEPS}: reward" in st.stdout and "entropy" in st.stdout, st.stdout
     # [eval]: the base model, then every 8 steps of weights the servers had, and the final weights; the
     # requeued orchestrator went on after its last row (none repeated)
@@ -139,7 +139,7 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_cluster, tmp_path, ti
     assert set(found) == {"rl-debug-trainer", "rl-debug-orchestrator"}, found
     assert {(r["project"], r["group"], tuple(r["tags"])) for r in found.values()} == {("rl-cluster", "rl-debug", ("ci",))}
 
-    check_metrics_and_report(slurm_cluster, run_dir, tmp_path)
+    check_metrics_and_report(slurm_debug2, run_dir, tmp_path)
 
 
 def check_metrics_and_report(cluster, run_dir: Path, cwd: Path) -> None:
@@ -203,14 +203,14 @@ def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny):
 BROADCAST_STEPS = 16  # the requeue comes after step 2: the first attempt must not finish before it lands
 
 
-def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_cluster, tmp_path, tiny):
+def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_debug2, tmp_path, tiny):
     """trainer.weight_sync = "gloo": the same job, its weights sent by the trainer through vLLM's
     weight-transfer routes (slurmrl's gloo engine, loaded in the servers by the vLLM plugin) instead
     of the run dir. Few steps and a requeue: no weights are written (only each step's READY mark),
     every step is synced and timed, and after the requeue the restarted servers get the newest
     checkpoint by broadcast before any rollout."""
     vllm_plugin_on_path(tmp_path / "plugin")  # the job's steps inherit PYTHONPATH from sbatch
-    r = slurm_cluster.slurmrl(
+    r = slurm_debug2.slurmrl(
         "submit", str(ROOT / "recipes" / "rl-debug.toml"), "--set", 'name="rl-broadcast"',
         "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
         "--set", f"trainer.max_steps={BROADCAST_STEPS}", "--set", "trainer.checkpoint_every=2",
@@ -223,9 +223,9 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_cluster, 
     trainer_log = run_dir / "metrics" / "trainer.jsonl"
     try:
         wait_until(lambda: len(lines(trainer_log)) >= 2, 900, "2 trainer steps", run_dir)
-        requeue_and_complete(slurm_cluster, job_id, run_dir, tmp_path)
+        requeue_and_complete(slurm_debug2, job_id, run_dir, tmp_path)
     finally:
-        slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
+        slurm_debug2.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
 
     trainer = {rec["step"]: rec for rec in lines(trainer_log)}
     assert sorted(trainer) == list(range(1, BROADCAST_STEPS + 1)), f"steps lost or repeated: {sorted(trainer)}"

@@ -1,14 +1,19 @@
-"""Pytest plugin: under pytest-xdist (scripts/test.sh runs two workers) the heavy tests run in two
-groups, each one test after another on one worker, and the other tests beside them.
+"""Pytest plugin: under pytest-xdist (scripts/test.sh runs three workers) the heavy tests run in
+three groups, each one test after another on a worker of its own, and the other tests beside them.
 
-- ``cluster``: every test marked ``cluster`` (they share the local cluster's four nodes: two jobs
-  of the suite at once could wait for each other's nodes);
+- ``cluster``: the tests marked ``cluster`` whose jobs go to the local cluster's partition debug
+  (n1-n4; two jobs of one stream at once could wait for each other's nodes);
+- ``cluster-debug2``: those marked ``debug2`` too (fixture ``slurm_debug2``): their jobs go to the
+  second partition (n5-n8), so the two streams never wait for each other's nodes. Most of a cluster
+  test's time is waiting (on vLLM's start, Slurm, a requeue's hold), so two streams finish well
+  before one would, even on two cores;
 - ``vllm``: the other tests marked ``vllm`` (real vLLM servers and parsers on loopback) and the other
-  users of the session-built SmolLM2 (``smollm2_dir``, built once per worker that needs it: ~25 s
-  beside the cluster group's critical path rather than its tests on it).
+  users of the session-built SmolLM2 (``smollm2_dir``, built once per worker that needs it).
 
-xdist gives each group, the largest first, to a worker of its own, and every other test to
-whichever worker is free: a wait-bound Slurm test runs beside a CPU-bound vLLM one.
+xdist's load-by-scope scheduling gives each group (the largest first) to a worker, and a worker more
+work only when at most two of its tests are left: with three workers each group has one, and every
+other test goes to whichever worker is free (the vllm group's, mostly). With two workers, the third
+group would wait for one of the first two to finish.
 
 Why not xdist's own ``--dist loadgroup`` and ``xdist_group`` marks: pytest-xdist 3.8 groups by
 rewriting ``item._nodeid``, which pytest 9.2 no longer reads, so every test ran on its own. Here each
@@ -32,7 +37,7 @@ FOLDER = pytest.StashKey[Path]()
 
 def group_of(item: pytest.Item) -> str | None:
     if item.get_closest_marker("cluster"):
-        return "cluster"
+        return "cluster-debug2" if item.get_closest_marker("debug2") else "cluster"
     if item.get_closest_marker("vllm") or "smollm2_dir" in getattr(item, "fixturenames", ()):
         return "vllm"
     return None

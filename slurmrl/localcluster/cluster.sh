@@ -6,9 +6,9 @@
 #   eval "$(cluster.sh env)"; sinfo; sbatch ...; sacct
 #
 # Layout: slurmctld, slurmdbd, MariaDB (127.0.0.1) and munged run in the root network
-# namespace; slurmd n1..n4 each run in their own network namespace (veth onto bridge
-# srlbr0, 10.77.0.11-14; controller 10.77.0.1) plus own UTS+mount namespace, so
-# `hostname` is n1.. and /etc/hosts maps n1..n4 and the controller (/etc/resolv.conf: no name
+# namespace; slurmd n1..n8 each run in their own network namespace (veth onto bridge
+# srlbr0, 10.77.0.11-18; controller 10.77.0.1) plus own UTS+mount namespace, so
+# `hostname` is n1.. and /etc/hosts maps n1..n8 and the controller (/etc/resolv.conf: no name
 # server, so a lookup the hosts file cannot answer fails at once). Every node has 4
 # fake GPUs (gres files made with mknod c 1 3). Everything else lives in the state dir.
 # One cluster per machine: namespace and bridge names are fixed.
@@ -17,7 +17,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 STATE=${SLURMRL_CLUSTER_DIR:-$HOME/.cache/slurmrl/cluster}
 TIMEOUT=${SLURMRL_CLUSTER_TIMEOUT:-60}
-NODES=(n1 n2 n3 n4)
+NODES=(n1 n2 n3 n4 n5 n6 n7 n8)  # partition debug: n1-n4; debug2: n5-n8
 NET=10.77.0
 CTL_IP=$NET.1
 BR=srlbr0
@@ -175,13 +175,16 @@ AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$STATE/munge/munge.sock
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
-NodeName=n[1-4] NodeAddr=$NET.[11-14] CPUs=8 RealMemory=16000 Gres=gpu:4 State=UNKNOWN
+NodeName=n[1-8] NodeAddr=$NET.[11-18] CPUs=8 RealMemory=16000 Gres=gpu:4 State=UNKNOWN
 PartitionName=debug Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
+# A second partition of the same shape: the test suite runs a second stream of jobs there (tests
+# marked debug2), beside the first, so neither waits for the other's nodes
+PartitionName=debug2 Nodes=n[5-8] MaxTime=INFINITE State=UP
 EOF
 
   write_file "$STATE/etc/gres.conf" <<EOF
 AutoDetect=off
-NodeName=n[1-4] Name=gpu File=$STATE/dev/gpu[0-3]
+NodeName=n[1-8] Name=gpu File=$STATE/dev/gpu[0-3]
 EOF
 
   write_file "$STATE/etc/slurmdbd.conf" <<EOF
