@@ -66,6 +66,7 @@ def test_a_tool_env_answers_tool_calls_with_its_env_response(on_path):
     assert add["description"] == "Add two whole numbers." and add["parameters"]["required"] == ["a", "b"]
     assert not hasattr(env, "call_tool")  # tool calls go to the environment's env_response, its own way
     [task] = env.prompts(random.Random(0), 1)
+    assert [m["role"] for m in task["messages"]] == ["system", "user", "assistant", "user"]  # with its few-shot example
     rollout = env.begin(task)
     first = call("add", '{"a": 17, "b": 25}')
     replies = env.respond(rollout, [first])

@@ -29,12 +29,15 @@ def divide(a: float, b: float) -> float:
 
 
 def load_environment(max_turns: int = 3) -> vf.Environment:
-    ask = ('Call the add tool to add 17 and 25. Write exactly: <tool_call>\n{"name": "add", "arguments": '
-           '{"a": 17, "b": 25}}\n</tool_call>')
-    rows = [{"question": ask, "answer": "42"}]
+    """One task: add 17 and 25; a few-shot example of the call (SmolLM2-135M copies it; asked in words only,
+    it writes prose)."""
+    rows = [{"question": "Add 17 and 25.", "answer": "42"}]
+    example = [{"role": "user", "content": "Add 2 and 3."},
+               {"role": "assistant", "content": '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'}]
 
     def tool_said_answer(completion, answer) -> float:
         return float(any(m.role == "tool" and m.content == answer for m in completion))
 
     return vf.ToolEnv(dataset=Dataset.from_list(rows), tools=[add, divide], max_turns=max_turns,
-                      stop_errors=[ZeroDivisionError], rubric=vf.Rubric(funcs=[tool_said_answer]))
+                      stop_errors=[ZeroDivisionError], rubric=vf.Rubric(funcs=[tool_said_answer]),
+                      system_prompt="You call tools by writing <tool_call> JSON </tool_call>.", few_shot=example)
