@@ -94,6 +94,7 @@ def test_what_raises_in_the_environment_raises_to_the_orchestrator(on_path):
         tools.respond(tools.begin(tools.task(0)), [call("divide", '{"a": 1, "b": 0}')])
     sums = loaded("verifiers:slurmrl_vf_sum", {"raise_on": 1})
     assert sums.reward(sums.begin(sums.task(0)), said("5")) == 1.5
+    __import__("verifiers").setup_logging("INFO")  # an environment may set verifiers' logging up again
     with pytest.raises(RuntimeError, match="reward function bonus_points: the rubric broke"):
         sums.reward(sums.begin(sums.task(1)), said("8"))
 

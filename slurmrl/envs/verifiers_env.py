@@ -27,7 +27,9 @@ a ``verifiers.v1`` one), one that builds its conversations otherwise (its own ``
 a rubric with group reward functions, rows whose prompt is text rather than messages.
 
 verifiers' methods are coroutines: they run on one event loop of the adapter's own, in a thread, so a
-rollout's state stays on one loop from ``begin`` to ``reward``.
+rollout's state stays on one loop from ``begin`` to ``reward``. As in verifiers itself, a plain (not
+async) tool function runs on that loop: one that blocks holds up every rollout's environment steps.
+A rollout that fails before its reward skips the environment's cleanup handlers.
 """
 
 from __future__ import annotations
@@ -71,7 +73,6 @@ class _ScoreErrors(logging.Handler):
 
 
 _SCORE_ERRORS = _ScoreErrors(logging.ERROR)
-logging.getLogger("verifiers").addHandler(_SCORE_ERRORS)
 datasets.disable_progress_bars()  # verifiers formats its dataset with map(): no progress bars in the job's log
 
 
@@ -204,6 +205,9 @@ class VerifiersEnv:
         await self.record(state, messages)
         state["is_completed"] = True
         await self.env.cleanup(state)  # renders state["completion"], then the environment's own cleanup
+        logger = logging.getLogger("verifiers")
+        if _SCORE_ERRORS not in logger.handlers:  # verifiers.setup_logging() clears the handlers
+            logger.addHandler(_SCORE_ERRORS)
         failed: list[str] = []
         token = _FAILED_SCORES.set(failed)
         try:
