@@ -5,6 +5,7 @@ in tests/test_smollm2.py (they share its server)."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -94,9 +95,13 @@ def test_what_raises_in_the_environment_raises_to_the_orchestrator(on_path):
         tools.respond(tools.begin(tools.task(0)), [call("divide", '{"a": 1, "b": 0}')])
     sums = loaded("verifiers:slurmrl_vf_sum", {"raise_on": 1})
     assert sums.reward(sums.begin(sums.task(0)), said("5")) == 1.5
-    __import__("verifiers").setup_logging("INFO")  # an environment may set verifiers' logging up again
-    with pytest.raises(RuntimeError, match="reward function bonus_points: the rubric broke"):
-        sums.reward(sums.begin(sums.task(1)), said("8"))
+    vf = __import__("verifiers")
+    vf.setup_logging("INFO")  # an environment may set verifiers' logging up again (clearing its handlers)
+    try:
+        with pytest.raises(RuntimeError, match="reward function bonus_points: the rubric broke"):
+            sums.reward(sums.begin(sums.task(1)), said("8"))
+    finally:
+        vf.setup_logging(os.environ.get("VF_LOG_LEVEL"))  # as verifiers set it up when imported
 
 
 def test_loading_keeps_the_orchestrators_signal_handlers(on_path):
