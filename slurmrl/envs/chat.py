@@ -17,7 +17,12 @@ recipe's ``inference.tool_call_parser``) and after each turn:
 until ``orchestrator.max_turns`` or ``max_rollout_tokens``. Then ``reward(task, messages)`` scores
 the conversation after the prompt (the assistant's and the environment's messages, in order).
 
-Each step (``respond``, ``call_tool``, ``reward``) runs under ``orchestrator.env_timeout_s``; one that
+Two more, optional: ``begin(task) -> dict``, called once per rollout before its first turn, gives the
+rollout's own task (where an environment keeps per-rollout state; ``respond`` and ``reward`` get it);
+``use_servers(urls, model, api_key)``, called once at start, names the servers the orchestrator samples
+from (for an environment that asks the model itself, e.g. a verifiers environment's OpenAI client).
+
+Each step (``begin``, ``respond``, ``call_tool``, ``reward``) runs under ``orchestrator.env_timeout_s``; one that
 raises or takes longer scores its rollout 0 and is counted in the metrics; it never ends the job.
 An environment class without ``prompts`` and ``reward`` (or ``rewards``) fails at load, named.
 """

@@ -22,12 +22,14 @@ class OrchestratorKnobs(Section):
     extends this with what the planner derives, so a default lives here and nowhere else."""
 
     environment: str = Field(
-        "reverse_text", description="Built-in environment name or `package.module:Class` for a custom one."
+        "reverse_text", description="Built-in environment name, `package.module:Class` for a custom one, or "
+        "`verifiers:ENV_ID` for an installed verifiers environment (the `verifiers` extra)."
     )
     environment_args: dict[str, bool | Annotated[int, Field(ge=INT64[0], le=INT64[1])] | float | str] = Field(
         default_factory=dict,
-        description="Keyword arguments for the environment's constructor, e.g. `{ few_shot = 2 }` for "
-        "`arithmetic` (built-in environments' arguments are checked by `plan`).",
+        description="Keyword arguments for the environment's constructor (for `verifiers:ENV_ID`: its "
+        "`load_environment`), e.g. `{ few_shot = 2 }` for `arithmetic` (built-in environments' arguments are "
+        "checked by `plan`).",
     )
     prompts_per_step: int = Field(8, ge=1, le=65536, description="Prompts sampled per training step (1-65536).")
     rollouts_per_prompt: int = Field(
@@ -53,8 +55,8 @@ class OrchestratorKnobs(Section):
         f"model's own; `trainer.seq_len` cuts what is longer).",
     )
     env_timeout_s: float = Field(
-        30.0, gt=0, le=86400, description="Seconds one environment step (its answer to a turn, a tool call, the "
-        "reward) may take (above 0, at most 86400 s); one that takes longer or raises scores its rollout 0 and is counted "
+        30.0, gt=0, le=86400, description="Seconds one environment step (a rollout's start, its answer to a turn, a "
+        "tool call, the reward) may take (above 0, at most 86400 s); one that takes longer or raises scores its rollout 0 and is counted "
         "in the metrics (`env/timeouts`, `env/errors`).",
     )
 

@@ -17,11 +17,12 @@ re-tokenized. A server that answers a later turn on other prompt tokens than it 
 
 Limits: ``max_turns`` model turns; ``max_tokens`` per turn (a turn cut there ends as if the model had
 ended it, and the environment answers); ``max_rollout_tokens`` after the prompt (the model's and the
-environment's together: the conversation ends where the next turn would not fit). Every environment step (``respond``, ``call_tool``,
-``reward``) runs under ``env_timeout_s`` in a thread of its own; one that raises or runs past it ends
-its rollout with reward 0, counted in ``env/errors`` or ``env/timeouts`` (a step that never returns
-keeps its daemon thread; a tool that runs user code runs it in a subprocess it can kill:
-``slurmrl.envs.tools``).
+environment's together: the conversation ends where the next turn would not fit). Every environment
+step (``begin``, ``respond``, ``call_tool``, ``reward``) runs under ``env_timeout_s`` in a thread of its
+own; one that raises or runs past it ends its rollout with reward 0, counted in ``env/errors`` or
+``env/timeouts`` (a step that never returns keeps its daemon thread; a tool that runs user code runs it
+in a subprocess it can kill: ``slurmrl.envs.tools``). A rollout whose ``begin`` failed still asks for
+its first turn (a sample needs the prompt's tokens), then ends.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import statistics
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from slurmrl import secret
 from slurmrl.envs.chat import tool_replies, tools_of
 from slurmrl.runtime.orchestrator.chat_tokens import ChatTokens, TemplateError
 from slurmrl.runtime.vllm.client import Server, VLLMError
@@ -77,6 +79,8 @@ class ChatSampler:
         self.pool = ThreadPoolExecutor(max_workers=min(256, max(4, s.prompts_per_step * s.rollouts_per_prompt)))
         self._stats: list[dict] = []
         self._lock = threading.Lock()
+        if callable(getattr(env, "use_servers", None)):  # an environment that asks the model itself
+            env.use_servers(urls, s.served_model_name, secret.read())
 
     def env_step(self, fn, *args):
         return within(self.s.env_timeout_s, fn, *args)
@@ -102,6 +106,12 @@ class ChatSampler:
 
     def rollout(self, index: int, j: int, task: dict, step: int) -> dict:
         s, env = self.s, self.env
+        failed = ""
+        if callable(getattr(env, "begin", None)):  # the rollout's own task (its per-rollout state)
+            try:
+                task = self.env_step(env.begin, task)
+            except Exception as e:  # noqa: BLE001
+                failed = self.failed(e, step, index, j)
         convo = [dict(m) for m in task["messages"]]
         first = len(convo)
         tools = tools_of(env, task)
@@ -111,7 +121,7 @@ class ChatSampler:
         ids: list[int] = []
         mask: list[int] = []
         lps: list[float | None] = []
-        turns, failed, cut = 0, "", False
+        turns, cut = 0, False
         for turn in range(s.max_turns):
             left = budget - len(ids)
             if left <= 0:
@@ -132,6 +142,8 @@ class ChatSampler:
             if choice["message"].get("tool_calls"):
                 msg["tool_calls"] = choice["message"]["tool_calls"]
             convo.append(msg)
+            if failed:  # begin failed: this turn only gave the sample its prompt
+                break
             if len(ids) >= budget:  # the conversation's token budget is spent
                 cut = True
                 break
