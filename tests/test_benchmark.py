@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from test_planner_shapes import RUN, B, P, make
+from planner_jobs import RUN, B, P, make
 
 from slurmrl import charts, cli
 from slurmrl.app import job_outputs, status
