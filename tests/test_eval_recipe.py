@@ -14,6 +14,7 @@ import pytest
 from slurmrl import cli
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.roles import wandb_settings
+from slurmrl.runtime.steps.probe import environment_problems
 
 ROOT = Path(__file__).resolve().parent.parent
 RL = ROOT / "recipes" / "rl-debug.toml"
@@ -149,3 +150,18 @@ def test_the_default_group_is_the_run_dirs_name_in_a_form_wandb_takes(tmp_path, 
     recipe = load_recipe(Path(__file__).resolve().parent.parent / "recipes" / "rl-debug.toml")
     w = wandb_settings(recipe, str(tmp_path / leaf))
     assert (w.group, w.name) == (group, group)
+
+
+def test_the_preflight_probe_loads_eval_environment_where_the_job_would(tmp_path, monkeypatch):
+    """`submit --preflight` loads a custom eval.environment on the node, beside the training one: a
+    class the job's Python cannot import is named there, before any server starts."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "evalenv.py").write_text("from slurmrl.envs.arithmetic import Arithmetic as Good\n")
+    monkeypatch.syspath_prepend(str(pkg))
+    for env, problems in (("evalenv:Good", []), ("evalenv:Missing", ["eval.environment: cannot load environment"]),
+                          ("gone_module:Env", ["eval.environment: cannot load environment"])):
+        rc, err, run_dir = render(tmp_path / env.replace(":", "_"), ["eval.every=2", f"eval.environment='{env}'"])
+        assert rc == 0, err
+        found = environment_problems(run_dir)
+        assert [p[:len(want)] for p, want in zip(found, problems)] == problems and len(found) == len(problems), found

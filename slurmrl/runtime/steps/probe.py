@@ -103,7 +103,8 @@ def allocation() -> dict[str, str]:
 
 def environment_problems(run_dir) -> list[str]:
     """Load the orchestrator's environment here, with the job's Python and PYTHONPATH on a node,
-    before any server starts: a wrong class path or argument is found by the preflight."""
+    before any server starts, and [eval]'s own eval.environment when it names one: a wrong class
+    path or argument is found by the preflight."""
     try:
         with open(RunDir(run_dir).component_config("orchestrator"), "rb") as f:
             settings = tomllib.load(f)
@@ -113,6 +114,12 @@ def environment_problems(run_dir) -> list[str]:
                     "the job's [judge]"]
         if hasattr(env, "preflight"):
             env.preflight()  # what the environment reads at run time, e.g. the judge environment's dataset
+        evaluation = settings.get("eval") or {}
+        if evaluation and not evaluation.get("heldout", True):
+            try:
+                envs.load(evaluation["environment"], evaluation.get("environment_args") or {})
+            except SystemExit as e:
+                return [f"eval.environment: {str(e.code).removeprefix('slurmrl: ')}"]
     except SystemExit as e:
         return [str(e.code).removeprefix("slurmrl: ")]
     except (OSError, KeyError, ValueError) as e:
