@@ -185,10 +185,53 @@ def test_eval_curves_are_drawn_over_the_training_reward():
         plt.close(fig)
 
 
-def test_eval_of_a_chat_environment_fails_at_start_naming_it(tmp_path):
-    """[eval] samples prompt text; a multi-turn (chat) environment is refused when the evaluator is built."""
-    s = orchestrator_settings(load_recipe(ROOT / "recipes" / "rl-guess-number.toml", ["eval.every=2"]), str(tmp_path))
+def test_chat_tasks_are_split_on_the_whole_task():
+    """guess_number's tasks all have the same messages: the split keys on the whole task (the secret too), holds
+    out some secrets, and training never draws one of them."""
+    env = envs.load("guess_number", {"low": 1, "high": 40})
+    held = heldout_tasks(env, 64, 0.1, seed=0)
+    secrets = {t["secret"] for t in held}
+    assert held and len(secrets) == len(held) and len(secrets) < 40  # distinct tasks, not all of them
+    assert all(t["messages"] == held[0]["messages"] for t in held)
+    train = TrainSplit(env, 0.1)
+    drawn = {t["secret"] for seed in range(40) for t in train.prompts(random.Random(seed), 64)}
+    assert not drawn & secrets and len(drawn) + len(secrets) == 40
+
+
+def chat_settings(tmp_path, *sets: str):
+    return orchestrator_settings(load_recipe(ROOT / "recipes" / "rl-guess-number.toml", ["eval.every=2", *sets]),
+                                 str(tmp_path))
+
+
+def test_eval_of_a_chat_environment_runs_conversations(tmp_path):
+    """A chat environment's held-out split is evaluated by training's multi-turn sampler; another chat environment
+    gets its own over the same servers; a text eval environment has none."""
+    from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
+    from slurmrl.runtime.vllm.client import Server
+
+    s = chat_settings(tmp_path)
     env = envs.load(s.environment, s.environment_args)
     metrics = Metrics(tmp_path, "orchestrator", {}, print, enabled=False)
-    with pytest.raises(SystemExit, match="GuessNumber speaks chat messages"):
-        attach(s, env, None, [], [], None, metrics, print)
+    servers = [Server("http://127.0.0.1:9")]
+    chat = ChatSampler([x.base for x in servers], None, s, env)
+    ev = attach(s, env, None, [], servers, None, metrics, print, chat)
+    assert ev is not None and ev.chat is chat
+    assert ev.tasks and all("messages" in t for t in ev.tasks)
+    assert {t["secret"] for t in ev.tasks} == {t["secret"] for t in heldout_tasks(env, 32, 0.1, 0)}
+    other = chat_settings(tmp_path, "eval.environment='guess_number'", "eval.environment_args={low=1, high=100}")
+    ev = attach(other, env, None, [], servers, None, metrics, print, chat)
+    assert ev.chat is not chat and ev.chat.env is ev.env and ev.chat.servers[0].base == "http://127.0.0.1:9"
+    assert len(ev.tasks) == 32 and max(t["secret"] for t in ev.tasks) > 10
+    text = chat_settings(tmp_path, "eval.environment='arithmetic'")
+    assert attach(text, env, None, [], servers, None, metrics, print, chat).chat is None
+
+
+def test_rollout_stats_summarize():
+    from slurmrl.runtime.orchestrator.rollout_chat import summarize
+
+    assert summarize([]) == {}
+    stats = [{"turns": 3, "failed": "", "cut": True, "env_tokens": 10},
+             {"turns": 1, "failed": "error", "cut": False, "env_tokens": 0},
+             {"turns": 2, "failed": "timeout", "cut": False, "env_tokens": 5}]
+    assert summarize(stats) == {"env/turns_mean": 2.0, "env/errors": 1, "env/timeouts": 1, "env/cut": 1,
+                                "env/tokens": 15}

@@ -248,7 +248,8 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_debug2, t
 def test_a_multi_turn_chat_environment_trains_token_exact(slurm_cluster, tmp_path, tiny):
     """rl-guess-number on the tiny model, 3 steps: conversations through the chat endpoint of a server
     started with the recipe's tool-call parser, every sample token-exact with the environment's tokens
-    masked, and the trainer's loss on the model's tokens only."""
+    masked, and the trainer's loss on the model's tokens only; [eval] plays the held-out game (guess_number's
+    one held-out secret) greedily on the base model, every 2 steps and the final weights."""
     steps = 3
     r = slurm_cluster.slurmrl(
         "submit", str(ROOT / "recipes" / "rl-guess-number.toml"),
@@ -257,7 +258,7 @@ def test_a_multi_turn_chat_environment_trains_token_exact(slurm_cluster, tmp_pat
         "--set", f"trainer.max_steps={steps}", "--set", f"trainer.checkpoint_every={steps}", "--set", "trainer.lr=2e-3",
         "--set", "orchestrator.prompts_per_step=2", "--set", "orchestrator.rollouts_per_prompt=4",
         "--set", "trainer.micro_batch_size=8",
-        "--set", "orchestrator.max_turns=2", "--set", "orchestrator.max_tokens=4",
+        "--set", "orchestrator.max_turns=2", "--set", "orchestrator.max_tokens=4", "--set", "eval.every=2",
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -288,3 +289,9 @@ def test_a_multi_turn_chat_environment_trains_token_exact(slurm_cluster, tmp_pat
         # the trainer's loss targets are the model's tokens, none of the environment's
         assert trainer[step]["target_tokens"] == sum(sum(x["completion_mask"]) for x in batch)
     assert masked > 0  # a second turn happened: the environment answered
+    evals = lines(run_dir / "metrics" / "eval.jsonl")
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == steps, evals  # (step 2 too, when the servers had its weights)
+    for rec in evals:  # one held-out task, one greedy conversation of up to 2 turns, scored by the environment
+        assert rec["split"] == "heldout" and rec["prompts"] == 1 and rec["temperature"] == 0, rec
+        assert rec["env/errors"] == rec["env/timeouts"] == 0 and 1 <= rec["env/turns_mean"] <= 2, rec
+        assert 0 <= rec["reward_mean"] <= 1 and rec["pass@1"] == float(rec["reward_mean"] == 1), rec

@@ -305,3 +305,55 @@ def test_a_verifiers_single_turn_env_is_scored_by_its_rubric(model_dir, server, 
         assert [m["role"] for m in x["messages"]] == ["assistant"]
         assert x["reward"] == (1.5 if "5" in x["messages"][0]["content"] else 0.5)
     assert [x["reward"] for x in groups[1]] == [0.0, 0.0]
+
+
+@pytest.mark.vllm
+def test_a_chat_environment_is_evaluated_on_its_heldout_split(model_dir, server, tmp_path):
+    """[eval] of guess_number: eval's own sampling reaches every chat request (greedy, eval.max_tokens per turn, the
+    name it is given, no seed), each held-out task is played out against the environment's answers, and the row in
+    metrics/eval.jsonl holds the environment's rewards of those conversations."""
+    from transformers import AutoTokenizer
+
+    from slurmrl import envs
+    from slurmrl.envs.guess_number import GuessNumber
+    from slurmrl.envs.heldout import heldout_tasks
+    from slurmrl.rundir.evals import last_eval
+    from slurmrl.rundir.paths import RunDir
+    from slurmrl.runtime.metrics import Metrics
+    from slurmrl.runtime.orchestrator import evaluate
+    from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
+    from slurmrl.runtime.vllm.client import Server
+    from slurmrl.settings.eval import EvalSettings
+    from slurmrl.settings.wandb import WandbSettings
+
+    args = {"low": 1, "high": 20}
+    e = EvalSettings(every=1, environment="guess_number", heldout=True, heldout_fraction=0.2, prompts=3, max_tokens=4)
+    s = chat_settings(model_dir, run_dir=str(tmp_path), environment="guess_number", environment_args=args, eval=e)
+    env = envs.load("guess_number", args)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    chat = ChatSampler([server], tok, s, env)
+    bodies = recorded(chat)
+    metrics = Metrics(tmp_path, "orchestrator", {}, print, tracking_settings=WandbSettings(mode="disabled"))
+    ev = evaluate.attach(s, env, None, [], [Server(server)], tok, metrics, print, chat)
+    scored: list[tuple[dict, list[dict]]] = []
+    plain = env.reward
+    env.reward = lambda task, messages: (scored.append((task, messages)), plain(task, messages))[1]
+    row = ev.run(0, "tiny")
+    assert bodies and all(b["temperature"] == 0 and b["max_tokens"] <= 4 and b["model"] == "tiny" and "seed" not in b
+                          for b in bodies)
+    held = {t["secret"] for t in heldout_tasks(env, 3, 0.2, 0)}
+    assert sorted(t["secret"] for t, _ in scored) == sorted(t["secret"] for t in ev.tasks) and \
+        {t["secret"] for t in ev.tasks} == held
+    fresh = GuessNumber(**args)
+    for task, messages in scored:  # a conversation: the model's turns, the environment's answer after each
+        turns = [k for k, m in enumerate(messages) if m["role"] == "assistant"]
+        assert 1 <= len(turns) <= s.max_turns and turns[0] == 0
+        for k in turns[:-1]:
+            assert messages[k + 1:k + 2] == fresh.respond(task, messages[:k + 1])
+    assert any(sum(m["role"] == "assistant" for m in messages) >= 2 for _, messages in scored), scored
+    rewards = [fresh.reward(task, messages) for task, messages in scored]
+    assert row["reward_mean"] == pytest.approx(sum(rewards) / len(rewards))
+    assert row["pass@1"] == pytest.approx(sum(r >= 1 for r in rewards) / len(rewards))
+    assert row["env/errors"] == row["env/timeouts"] == 0 and row["prompts"] == len(held)
+    written = last_eval(RunDir(tmp_path).eval_metrics)
+    assert written is not None and written.step == 0 and written.reward_mean == pytest.approx(row["reward_mean"])

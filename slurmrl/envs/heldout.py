@@ -1,7 +1,9 @@
 """The held-out split of an environment: tasks that training never samples and evaluation does.
 
 Which tasks are held out is decided by a hash of each task's key (``split_key(task)`` when the
-environment has that method, else its prompt), so the split is the same in every run, on every
+environment has that method, else its prompt; a chat task, which has ``messages`` in place of a
+prompt, is keyed on the whole task: its messages and what else the environment keeps in it, such as
+``guess_number``'s secret), so the split is the same in every run, on every
 machine and for every seed, and needs no list of the task space: a task is held out when the hash
 of its key falls in the first ``fraction`` of the range. Training draws through ``TrainSplit``,
 which drops held-out tasks and draws again; evaluation takes ``heldout_tasks``, distinct held-out
@@ -18,9 +20,12 @@ DRAW_ROUNDS = 200  # draws of a batch before giving up on finding enough tasks o
 
 
 def task_key(env, task: dict) -> str:
-    """What identifies ``task`` for the split: the environment's ``split_key`` or the prompt."""
+    """What identifies ``task`` for the split: the environment's ``split_key``, the prompt, or (a chat task,
+    without a prompt) the whole task."""
     if hasattr(env, "split_key"):
         return str(env.split_key(task))
+    if "prompt" not in task:  # messages alone may be the same for every task (guess_number: only the secret differs)
+        return json.dumps(task, sort_keys=True, default=str)
     prompt = task.get("prompt")
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
 

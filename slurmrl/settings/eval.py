@@ -43,13 +43,15 @@ class EvalKnobs(Section):
         "fewer distinct tasks).",
     )
     samples_per_prompt: int = Field(
-        1, ge=1, le=1024, description="Completions per prompt: pass@k is reported for k = 1, 2, 4, ... up to this (1-1024).",
+        1, ge=1, le=1024, description="Completions per prompt (conversations, in a chat environment): pass@k is "
+        "reported for k = 1, 2, 4, ... up to this (1-1024).",
     )
     temperature: float = Field(
         0.0, ge=0, le=10, description="Sampling temperature of evaluation (0 = greedy; 0-10).",
     )
     max_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] | None = Field(
-        None, description=f"Maximum new tokens per completion (1-{MAX_TOKENS}); default orchestrator.max_tokens.",
+        None, description=f"Maximum new tokens per completion, per model turn in a chat environment (1-{MAX_TOKENS}); "
+        "default orchestrator.max_tokens.",
     )
     correct_at: float = Field(
         1.0, ge=-1e6, le=1e6,

@@ -12,6 +12,11 @@ the weights the servers have, scores them with the environment, and writes one r
 - How: ``eval.samples_per_prompt`` completions per prompt at ``eval.temperature`` (0: greedy); a
   completion is correct when its reward is at least ``eval.correct_at``; pass@k (the unbiased
   estimator of Chen et al. 2021) for k = 1, 2, 4, ... and ``samples_per_prompt``.
+- A chat environment (tasks of ``messages``): each completion is a conversation, run by the same
+  multi-turn rollouts as training (``rollout_chat.ChatSampler.rollouts``: the environment's answers,
+  tools, ``max_turns``, ``max_rollout_tokens``, ``env_timeout_s``) with eval's sampling
+  (``eval.temperature``, ``eval.max_tokens`` per turn) and scored by the environment's ``reward``
+  of the conversation; the row adds the rollouts' ``env/...`` counts. Chat turns carry no seed.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from slurmrl.rundir.evals import last_eval
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.orchestrator.judge_client import attach as attach_judge
+from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler, Sampling, summarize
 from slurmrl.runtime.vllm.client import Server, VLLMError
 from slurmrl.settings.eval import EvalSettings
 from slurmrl.settings.orchestrator import OrchestratorSettings
@@ -66,9 +72,10 @@ class Evaluator:
     """The job's [eval]: which prompts, when the next evaluation is due, and running one."""
 
     def __init__(self, e: EvalSettings, env, tasks: list[dict], servers: list[Server], tokenizer, metrics: Metrics,
-                 log, judge=None):
+                 log, judge=None, chat: ChatSampler | None = None):
         self.e, self.env, self.tasks, self.servers, self.tok = e, env, tasks, servers, tokenizer
         self.metrics, self.log, self.judge = metrics, log, judge
+        self.chat = chat  # a chat environment's: its rollouts (over ``env``) are the completions
         self.pool = ThreadPoolExecutor(max_workers=max(1, min(len(tasks), 16)))
         self.next = 0 if e.at_start else e.every
         self.last: int | None = None  # the step of the newest evaluation
@@ -99,20 +106,38 @@ class Evaluator:
             raise VLLMError(f"evaluation sampling failed: {err}", err.answer) from None
         return [c["text"] for c in out["choices"]]
 
+    def _texts(self, model: str) -> list[list[str]]:
+        return [f.result() for f in [self.pool.submit(self._one, i, task, model) for i, task in enumerate(self.tasks)]]
+
+    def _conversations(self, policy_step: int, model: str) -> tuple[list[list[float]], list[int], dict]:
+        """A chat environment's evaluation: rewards by task, each conversation's assistant characters, env stats."""
+        assert self.chat is not None
+        e = self.e
+        groups, stats = self.chat.rollouts(self.tasks, f"eval of step {policy_step}",
+                                           Sampling(e.samples_per_prompt, e.temperature, e.max_tokens, model))
+        chars = [sum(len(m.get("content") or "") for m in x["messages"] if m.get("role") == "assistant")
+                 for group in groups for x in group]
+        return [[x["reward"] for x in group] for group in groups], chars, summarize(stats)
+
     def run(self, policy_step: int, model: str) -> dict:
         """Evaluate the weights of ``policy_step`` (served as ``model``); writes and returns the row."""
         t = time.perf_counter()
-        texts = [f.result() for f in [self.pool.submit(self._one, i, task, model) for i, task in enumerate(self.tasks)]]
-        gen_s = time.perf_counter() - t
-        flat = iter(envs.rewards(self.env, [task for task, group in zip(self.tasks, texts) for _ in group],
-                                 [x for group in texts for x in group]))
-        rewards = [[next(flat) for _ in group] for group in texts]
+        if self.chat is not None:  # rollouts are scored as they end
+            rewards, chars, env_stats = self._conversations(policy_step, model)
+            gen_s = time.perf_counter() - t
+        else:
+            texts = self._texts(model)
+            gen_s = time.perf_counter() - t
+            flat = iter(envs.rewards(self.env, [task for task, group in zip(self.tasks, texts) for _ in group],
+                                     [x for group in texts for x in group]))
+            rewards = [[next(flat) for _ in group] for group in texts]
+            chars, env_stats = [len(x) for group in texts for x in group], {}
         judged = self.judge.take_stats() if self.judge is not None else {}
         row = {
             "step": policy_step, "environment": self.e.environment, "split": "heldout" if self.e.heldout else "all",
             "prompts": len(self.tasks), "samples_per_prompt": self.e.samples_per_prompt,
             "temperature": self.e.temperature, **score(rewards, self.e.correct_at),
-            "completion_chars_mean": statistics.fmean(len(x) for group in texts for x in group),
+            "completion_chars_mean": statistics.fmean(chars), **env_stats,
             "generate_s": gen_s, "eval_s": time.perf_counter() - t, **judged, "time": time.time(),
         }
         self.metrics.log(row)
@@ -123,16 +148,18 @@ class Evaluator:
 
 
 def attach(s: OrchestratorSettings, env, judge, judge_urls: list[str], servers: list[Server], tokenizer,
-           metrics: Metrics, log) -> Evaluator | None:
-    """The job's evaluator (None without [eval]): ``env`` is the training environment (its judge attached)."""
+           metrics: Metrics, log, chat: ChatSampler | None = None) -> Evaluator | None:
+    """The job's evaluator (None without [eval]): ``env`` is the training environment (its judge attached),
+    ``chat`` training's multi-turn sampler over it (the held-out split of a chat environment reuses it; another
+    chat environment gets its own, over the same servers)."""
     e = s.eval
     if e is None:
         return None
     eval_env = env if e.heldout else envs.load(e.environment, e.environment_args)
-    if speaks_messages(eval_env.prompts(random.Random(e.seed), 1)):  # fail at start, named
-        raise SystemExit(f"slurmrl: [eval] evaluates environments of prompt text; {type(eval_env).__name__} speaks "
-                         "chat messages (multi-turn evaluation is not built yet): remove [eval] or name another "
-                         "eval.environment")
+    eval_chat = None
+    if speaks_messages(eval_env.prompts(random.Random(e.seed), 1)):  # conversations, through the chat endpoint
+        eval_chat = chat if chat is not None and chat.env is eval_env else \
+            ChatSampler([x.base for x in servers], tokenizer, s, eval_env)
     if e.heldout:
         tasks, eval_judge = heldout_tasks(env, e.prompts, e.heldout_fraction, e.seed), judge
     else:
@@ -142,4 +169,4 @@ def attach(s: OrchestratorSettings, env, judge, judge_urls: list[str], servers: 
         log(f"eval: the held-out split of {e.environment} has {len(tasks)} distinct tasks; evaluating on those "
             f"(eval.prompts = {e.prompts})")
     out = metrics.beside(RunDir(s.root).eval_metrics, "eval/")
-    return Evaluator(e, eval_env, tasks, servers, tokenizer, out, log, eval_judge)
+    return Evaluator(e, eval_env, tasks, servers, tokenizer, out, log, eval_judge, eval_chat)

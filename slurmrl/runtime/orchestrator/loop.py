@@ -147,7 +147,8 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
     tok = AutoTokenizer.from_pretrained(s.model, trust_remote_code=s.trust_remote_code)
     sampler, chat_sampler = Sampler(urls, tok, s), ChatSampler(urls, tok, s, env)
     metrics = Metrics(run_dir, "orchestrator", s.model_dump(mode="json"), log, tracking_settings=s.wandb)
-    evaluator = evaluate.attach(s, env, judge, list(judge_urls), sampler.servers, tok, metrics, log)  # [eval]
+    evaluator = evaluate.attach(s, env, judge, list(judge_urls), sampler.servers, tok, metrics, log,  # [eval]
+                                chat_sampler)
     train_env = evaluate.training_view(s, env)  # without the held-out split [eval] evaluates on
     max_steps, max_off = s.max_steps, s.max_off_policy_steps
     done = written_batches(run_dir)

@@ -23,6 +23,9 @@ own; one that raises or runs past it ends its rollout with reward 0, counted in 
 ``env/timeouts`` (a step that never returns keeps its daemon thread; a tool that runs user code runs it
 in a subprocess it can kill: ``slurmrl.envs.tools``). A rollout whose ``begin`` failed still asks for
 its first turn (a sample needs the prompt's tokens), then ends.
+
+Training and evaluation ([eval], ``evaluate``) run the same rollouts (``ChatSampler.rollouts``), each with
+its own ``Sampling``: conversations per task, temperature, tokens per turn, the model name to ask for.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import statistics
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from slurmrl import secret
 from slurmrl.envs.chat import tool_replies, tools_of
@@ -69,6 +73,28 @@ def reward_of(env, task: dict, messages: list[dict]) -> float:
     return float(env.rewards([task], [messages])[0])
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """What one call of ``ChatSampler.rollouts`` samples with: ``n`` conversations per task at ``temperature``,
+    at most ``max_tokens`` per model turn, asking for ``model`` (the served policy, or its LoRA adapter)."""
+
+    n: int
+    temperature: float
+    max_tokens: int
+    model: str
+
+
+def summarize(stats: list[dict]) -> dict:
+    """Rollouts' metrics: ``env/turns_mean``, ``env/errors``, ``env/timeouts``, ``env/cut`` (rollouts a token
+    limit ended), ``env/tokens`` (the environment's tokens); empty without rollouts."""
+    if not stats:
+        return {}
+    return {"env/turns_mean": statistics.fmean(x["turns"] for x in stats),
+            "env/errors": sum(x["failed"] == "error" for x in stats),
+            "env/timeouts": sum(x["failed"] == "timeout" for x in stats),
+            "env/cut": sum(x["cut"] for x in stats), "env/tokens": sum(x["env_tokens"] for x in stats)}
+
+
 class ChatSampler:
     """Multi-turn rollouts against the servers at ``urls`` (the router, else every server in turn)."""
 
@@ -85,12 +111,17 @@ class ChatSampler:
     def env_step(self, fn, *args):
         return within(self.s.env_timeout_s, fn, *args)
 
+    def training(self) -> Sampling:
+        """Training's sampling: ``rollouts_per_prompt`` at the orchestrator's temperature, the current policy."""
+        s = self.s
+        return Sampling(s.rollouts_per_prompt, s.temperature, s.max_tokens, self.adapter or s.served_model_name)
+
     def turn(self, server: Server, convo: list[dict], tools, sent: list[int] | None, max_tokens: int,
-             session: str) -> dict:
+             session: str, p: Sampling) -> dict:
         # no per-request seed: vLLM's CPU build fails a seeded request whose prefill is split into chunks
         # ("CPU Generator does not use offset"), which many concurrent conversations cause
-        body: dict = {"model": self.adapter or self.s.served_model_name, "messages": convo, "max_tokens": max_tokens,
-                      "temperature": self.s.temperature, "logprobs": True, "return_token_ids": True}
+        body: dict = {"model": p.model, "messages": convo, "max_tokens": max_tokens,
+                      "temperature": p.temperature, "logprobs": True, "return_token_ids": True}
         if tools:
             body["tools"] = tools
         if sent is not None:  # the sequence so far, exactly: the engine continues from its own tokens
@@ -104,18 +135,20 @@ class ChatSampler:
                             "pass kv_transfer_params.prompt_token_ids through?)")
         return out
 
-    def rollout(self, index: int, j: int, task: dict, step: int) -> dict:
+    def rollout(self, index: int, j: int, task: dict, what: str, p: Sampling) -> tuple[dict, dict]:
+        """One conversation (the ``j``-th of task ``index``; ``what`` names its batch in logs and session ids):
+        its sample (with ``reward`` and ``messages``) and its stats for ``summarize``."""
         s, env = self.s, self.env
         failed = ""
         if callable(getattr(env, "begin", None)):  # the rollout's own task (its per-rollout state)
             try:
                 task = self.env_step(env.begin, task)
             except Exception as e:  # noqa: BLE001
-                failed = self.failed(e, step, index, j)
+                failed = self.failed(e, what, index, j)
         convo = [dict(m) for m in task["messages"]]
         first = len(convo)
         tools = tools_of(env, task)
-        server = self.servers[(index * s.rollouts_per_prompt + j) % len(self.servers)]
+        server = self.servers[(index * p.n + j) % len(self.servers)]
         budget = s.max_rollout_tokens or MAX_TOKENS
         prompt_ids: list[int] = []
         ids: list[int] = []
@@ -127,8 +160,8 @@ class ChatSampler:
             if left <= 0:
                 cut = True
                 break
-            out = self.turn(server, convo, tools, prompt_ids + ids if turns else None, min(s.max_tokens, left),
-                            f"step{step}-prompt{index}-rollout{j}")
+            out = self.turn(server, convo, tools, prompt_ids + ids if turns else None, min(p.max_tokens, left),
+                            f"{what.replace(' ', '')}-prompt{index}-rollout{j}", p)
             if not turns:
                 prompt_ids = list(out["prompt_token_ids"])
             turns += 1
@@ -152,7 +185,7 @@ class ChatSampler:
             try:
                 replies = self.env_step(self.answer, task, convo, first, msg)
             except Exception as e:  # noqa: BLE001 - an environment step that raises costs its rollout only
-                failed = self.failed(e, step, index, j)
+                failed = self.failed(e, what, index, j)
                 break
             if not replies:
                 break
@@ -173,17 +206,16 @@ class ChatSampler:
             try:
                 reward = self.env_step(reward_of, env, task, convo[first:])
             except Exception as e:  # noqa: BLE001
-                failed = self.failed(e, step, index, j)
-        with self._lock:
-            self._stats.append({"turns": turns, "failed": failed, "cut": cut, "env_tokens": mask.count(0)})
-        return {"prompt_ids": prompt_ids, "completion_ids": ids, "completion_mask": mask, "logprobs": lps,
-                "reward": 0.0 if failed else reward, "messages": convo[first:]}
+                failed = self.failed(e, what, index, j)
+        return ({"prompt_ids": prompt_ids, "completion_ids": ids, "completion_mask": mask, "logprobs": lps,
+                 "reward": 0.0 if failed else reward, "messages": convo[first:]},
+                {"turns": turns, "failed": failed, "cut": cut, "env_tokens": mask.count(0)})
 
     @staticmethod
-    def failed(e: Exception, step: int, index: int, j: int) -> str:
+    def failed(e: Exception, what: str, index: int, j: int) -> str:
         """Say why an environment step failed; ``timeout`` or ``error`` (the metric it counts in)."""
         kind = "timeout" if isinstance(e, TimeoutError) else "error"
-        print(f"slurmrl: orchestrator: step {step} prompt {index} rollout {j}: environment {kind}, reward 0: "
+        print(f"slurmrl: orchestrator: {what} prompt {index} rollout {j}: environment {kind}, reward 0: "
               f"{type(e).__name__}: {e}", flush=True)
         return kind
 
@@ -195,20 +227,22 @@ class ChatSampler:
             replies = list(respond(task, convo[first:])) if callable(respond) else []
         return replies
 
+    def rollouts(self, tasks: list[dict], what: str, p: Sampling) -> tuple[list[list[dict]], list[dict]]:
+        """``p.n`` rollouts of every task, each scored (``reward``) by the environment, by task; and every
+        rollout's stats (``summarize``)."""
+        futures = [[self.pool.submit(self.rollout, i, j, t, what, p) for j in range(p.n)] for i, t in enumerate(tasks)]
+        done = [[f.result() for f in group] for group in futures]
+        return [[x for x, _ in group] for group in done], [st for group in done for _, st in group]
+
     def sample(self, tasks: list[dict], step: int) -> list[list[dict]]:
-        """Every task's group of rollouts, each scored (``reward``) by the environment."""
-        futures = [[self.pool.submit(self.rollout, i, j, t, step) for j in range(self.s.rollouts_per_prompt)]
-                   for i, t in enumerate(tasks)]
-        return [[f.result() for f in group] for group in futures]
+        """Training's rollouts of step ``step``: every task's group, each scored (``reward``) by the environment."""
+        groups, stats = self.rollouts(tasks, f"step {step}", self.training())
+        with self._lock:
+            self._stats += stats
+        return groups
 
     def take_stats(self) -> dict:
-        """The rollouts' metrics since the last call: ``env/turns_mean``, ``env/errors``, ``env/timeouts``,
-        ``env/cut`` (rollouts a token limit ended), ``env/tokens`` (the environment's tokens)."""
+        """The metrics (``summarize``) of training's rollouts since the last call."""
         with self._lock:
             stats, self._stats = self._stats, []
-        if not stats:
-            return {}
-        return {"env/turns_mean": statistics.fmean(x["turns"] for x in stats),
-                "env/errors": sum(x["failed"] == "error" for x in stats),
-                "env/timeouts": sum(x["failed"] == "timeout" for x in stats),
-                "env/cut": sum(x["cut"] for x in stats), "env/tokens": sum(x["env_tokens"] for x in stats)}
+        return summarize(stats)
