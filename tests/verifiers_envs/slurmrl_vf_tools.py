@@ -4,6 +4,8 @@
 Reward: 1 when a tool message holds the answer (the model called ``add`` right), else 0.
 """
 
+import random
+
 import verifiers as vf
 from datasets import Dataset
 
@@ -28,10 +30,12 @@ def divide(a: float, b: float) -> float:
     return a / b
 
 
-def load_environment(max_turns: int = 3) -> vf.Environment:
-    """One task: add 17 and 25; a few-shot example of the call (SmolLM2-135M copies it; asked in words only,
-    it writes prose)."""
-    rows = [{"question": "Add 17 and 25.", "answer": "42"}]
+def load_environment(max_turns: int = 3, tasks: int = 1, seed: int = 0) -> vf.Environment:
+    """Add 17 and 25 (``tasks`` > 1: that many sums of two numbers below 100, drawn with ``seed``); a
+    few-shot example of the call (SmolLM2-135M copies it; asked in words only, it writes prose)."""
+    rng = random.Random(seed)
+    pairs = [(17, 25)] + [(rng.randrange(100), rng.randrange(100)) for _ in range(tasks - 1)]
+    rows = [{"question": f"Add {a} and {b}.", "answer": str(a + b)} for a, b in pairs]
     example = [{"role": "user", "content": "Add 2 and 3."},
                {"role": "assistant", "content": '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'}]
 
