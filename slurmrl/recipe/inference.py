@@ -188,7 +188,8 @@ class Inference(Section):
         False,
         description="`--enable-return-routed-experts` (with `VLLM_USE_V2_MODEL_RUNNER=1`): responses carry the "
         "experts each token was routed to, and the RL trainer routes those tokens to them (router replay, "
-        "docs/rl.md); a mixture-of-experts model only (by its name); not with mode `pd` or KV offload, which vLLM "
+        "docs/rl.md); a mixture-of-experts model only (by its config.json where the folder is on "
+        "the planning machine, else by its name); not with mode `pd` or KV offload, which vLLM "
         "does not support with it.",
     )
     vllm_extra: VllmExtra = Field(

