@@ -8,7 +8,9 @@ Marks, set here at collection so that no file can forget them:
 - under pytest-xdist the heavy tests run in three groups, each on one worker (tests/xdist_groups.py).
 """
 
+import fcntl
 import os
+import subprocess
 import sys
 
 import pytest
@@ -30,12 +32,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory):
+def smollm2_dir(tmp_path_factory, worker_id):
     """SmolLM2-135M-Instruct as a safetensors folder, built once per session (dequantizing the GGUF
-    costs ~25 s on two cores); tests read it and never write into it."""
-    from slurmrl.runtime.fixtures import smollm2
-
-    return smollm2.build(tmp_path_factory.mktemp("smollm2") / "model")
+    costs ~25 s on two cores), shared by the session's xdist workers (the first to need it builds it,
+    under a lock); tests read it and never write into it. Built in a process of its own: a worker
+    that built it in-process kept ~1.5 GB of it for the rest of the session, beside the cluster's
+    jobs and vLLM servers on a 24 GiB machine."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if worker_id != "master" else base  # pytest-N/, the workers' common folder
+    out, done = shared / "smollm2" / "model", shared / "smollm2" / "DONE"
+    done.parent.mkdir(exist_ok=True)
+    with open(shared / "smollm2" / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            r = subprocess.run([sys.executable, "-m", "slurmrl.runtime.fixtures.smollm2", str(out)],
+                               capture_output=True, text=True, timeout=900)
+            assert r.returncode == 0, r.stdout + r.stderr
+            done.touch()
+    return out
 
 
 @pytest.fixture(scope="session")
