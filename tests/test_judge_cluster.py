@@ -76,7 +76,7 @@ def test_rewards_from_an_llm_judge_and_a_reward_model(slurm_debug2, tmp_path, re
     reward_model = build_reward_model(tmp_path / "reward-model")
     judge_env = '{VLLM_CPU_KVCACHE_SPACE="1"}'
     rm_dir, rm_job = submit(slurm_debug2, tmp_path / "rm", common(policy) + [
-        "trainer.max_steps=50",
+        "trainer.max_steps=1000",
         f'judge={{kind="reward_model", template="{{prompt}}{{completion}}", enforce_eager=true, batch_size=3, '
         f'startup_timeout=400, env={judge_env}, model={{path="{reward_model}", dtype="float32"}}}}',
     ])
@@ -91,15 +91,15 @@ def test_rewards_from_an_llm_judge_and_a_reward_model(slurm_debug2, tmp_path, re
         # the reward model: the first batch's rewards are the model's scores of "{prompt}{completion}"
         rm_metrics = rm_dir / "metrics" / "orchestrator.jsonl"
         wait_until(lambda: lines(rm_metrics), 900, "the reward-model job's first batch", rm_dir)
+        # a judge that goes away fails the job at once, naming it: killed first, while the job runs
+        # (its 1000 steps take minutes); the first batch's scores are checked after, from its file
+        _, _, pid = read_ready(RunDir(rm_dir).ready_file(0, "judge", 0))
+        os.kill(pid, signal.SIGKILL)
         batch = json.loads((rm_dir / "rollouts" / "step-000001.json").read_text())
-        check_reward_model_scores(reward_model, batch["samples"])
         first = lines(rm_metrics)[0]
         assert first["judge/scored"] == first["samples"] == 8 and first["judge/requests"] == 3, first
         assert first["judge/latency_mean_s"] > 0 and first["judge/retries"] == 0, first
-
-        # a judge that goes away fails the job at once, naming it
-        _, _, pid = read_ready(RunDir(rm_dir).ready_file(0, "judge", 0))
-        os.kill(pid, signal.SIGKILL)
+        check_reward_model_scores(reward_model, batch["samples"])
         wait_until(lambda: job_state(slurm_debug2, rm_job) in ENDED, 120, "the reward-model job to fail", rm_dir)
         assert job_state(slurm_debug2, rm_job) == "FAILED"
         reason = RunDir(rm_dir).failed_file(0).read_text()
