@@ -219,6 +219,7 @@ def test_orchestrator_drives_generate_sleep_train_publish_wake_reload(tmp_path, 
     assert all(r["sleep_s"] >= 0 for r in rows) and rows[0]["reload_s"] == 0 and rows[1]["reload_s"] > 0
 
 
+@pytest.mark.slow  # over ~7 s on two cores: the full suite runs it, the fast tier does not
 def test_a_resumed_orchestrator_puts_the_restarted_servers_to_sleep_before_the_trainer_catches_up(
         tmp_path, job_secret):
     """After a requeue the servers restart awake, while batch 1 (written by the last attempt) still

@@ -243,6 +243,7 @@ def test_term_and_resume_give_the_uninterrupted_run_exactly(straight, tmp_path, 
             assert torch.equal(oa["state"][k][name], ob["state"][k][name]), (k, name)
 
 
+@pytest.mark.slow  # over ~7 s on two cores: the full suite runs it, the fast tier does not
 def test_two_ranks_fsdp2_match_one_rank(straight, tmp_path, tiny, tokenizer):
     run_dir = lora_run_dir(tmp_path, "run", tiny, ["trainer.lora.dropout=0", "trainer.gpus_per_node=2"], world_size=2)
     one = lora_run_dir(tmp_path, "one", tiny, ["trainer.lora.dropout=0"])

@@ -80,6 +80,7 @@ def _ids():
     return [f"{i}-{d['name']}-{d['kind']}" for i, d in enumerate(SHAPES)]
 
 
+@pytest.mark.slow  # ~45 shapes, each task of each expanded in bash: ~100 s of CPU; the full suite runs it
 @pytest.mark.parametrize("data", SHAPES, ids=_ids())
 def test_ports_unique_per_plan_and_per_node(data):
     job = B(copy.deepcopy(data))

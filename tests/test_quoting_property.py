@@ -26,6 +26,7 @@ import tomllib
 from pathlib import Path, PurePosixPath
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 from quoting_harness import (
@@ -99,6 +100,7 @@ def test_sh_expression_refuses_quotes():
 # ---- (b) the properties ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # over ~7 s on two cores: the full suite runs it, the fast tier does not
 @SETTINGS
 @given(glob=nasty, trainer=nasty, orch=nasty, inf=nasty)
 @example(glob="it's $(id) `id` ${HOME}\n*", trainer="-n", orch="a\\'b\"c", inf="\x7f ~ !")
@@ -155,6 +157,7 @@ def test_container_flags_reach_srun_verbatim(image, src, dst, workdir, cname):
         assert [m.split(":") for m in mounts] == [[run_dir, run_dir], [src, dst]]
 
 
+@pytest.mark.slow  # over ~7 s on two cores: the full suite runs it, the fast tier does not
 @SETTINGS
 @given(venv=rel_path, venv_abs=st.booleans(), module=nonempty, exe=leaf, exe_dir=st.none() | rel_path,
        exe_abs=st.booleans())
@@ -249,6 +252,7 @@ def test_directive_values_reach_sbatch_verbatim(comment, job_name, account, qos,
             assert want in opts[0], (want, opts[0])
 
 
+@pytest.mark.slow  # over ~7 s on two cores: the full suite runs it, the fast tier does not
 @SETTINGS
 @given(leaf=nonempty)
 @example(leaf="'s")
@@ -284,6 +288,7 @@ def test_run_dir_with_odd_characters(leaf):
         assert secret.stat().st_mode & 0o777 == 0o600 and len(secret.read_text()) == 64
 
 
+@pytest.mark.slow  # over ~7 s on two cores: the full suite runs it, the fast tier does not
 @SETTINGS
 @given(path=nonempty, served=nonempty, extra=st.lists(nasty, min_size=1, max_size=3), router_arg=nonempty)
 @example(path="org/model \"v2\"", served="a'b", extra=["--x", "$(id)"], router_arg="--log-level=debug")
@@ -314,6 +319,7 @@ def test_model_and_vllm_args_reach_the_engines(path, served, extra, router_arg):
         assert run["router"].command[-1] == router_arg
 
 
+@pytest.mark.slow  # over ~7 s on two cores: the full suite runs it, the fast tier does not
 @SETTINGS
 @given(prefill_arg=nasty, decode_value=nasty, model=nonempty)
 @example(prefill_arg="--x='$(id)'", decode_value="a\nb `id`", model="-m")
