@@ -80,22 +80,28 @@ def vllm_plugin_on_path(tmp: Path) -> None:
     plugin.make_visible(tmp)
 
 
-def free_port_base(span: int = 80) -> int:
-    """A PORT_BASE whose first `span` ports are free on loopback right now."""
-    for base in worker_order(range(30000, 32000, span)):
+def free_loopback_base(offsets, bases) -> int:
+    """The first of ``bases`` (in this xdist worker's order) where every ``base + offset`` is free on
+    loopback right now."""
+    for base in worker_order(bases):
         socks = []
         try:
-            for p in (base, base + 1, base + 16, base + 17, base + 18):
+            for off in offsets:
                 s = socket.socket()
-                s.bind(("127.0.0.1", p))
                 socks.append(s)
+                s.bind(("127.0.0.1", base + off))
             return base
         except OSError:
             continue
         finally:
             for s in socks:
                 s.close()
-    raise RuntimeError("no free port range on loopback")
+    raise RuntimeError("no free block of ports on loopback")
+
+
+def free_port_base(span: int = 80) -> int:
+    """A PORT_BASE whose first `span` ports are free on loopback right now."""
+    return free_loopback_base((0, 1, 16, 17, 18), range(30000, 32000, span))
 
 
 def post_json(url: str, body: dict, headers: dict | None = None, timeout: float = 120) -> dict:

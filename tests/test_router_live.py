@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from live_components import free_loopback_base
 from router_jobs import (
     KV,
     ONE_NODE,
@@ -34,7 +34,6 @@ from router_jobs import (
     urls,
 )
 from task_expand import expand
-from worker_ports import worker_order
 
 from slurmrl import ports
 
@@ -108,20 +107,7 @@ LOOPBACK = {0: ["127.0.0.1"]}  # the one node of group 0 is this machine
 
 
 def free_base(offsets: list[int]) -> int:
-    for base in worker_order(range(40000, 50000, ports.STRIDE)):
-        socks = []
-        try:
-            for off in offsets:
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", base + off))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free block of ports on 127.0.0.1")
+    return free_loopback_base(offsets, range(40000, 50000, ports.STRIDE))
 
 
 def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 60) -> None:
