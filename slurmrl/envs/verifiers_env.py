@@ -49,7 +49,8 @@ from verifiers.envs.multiturn_env import MultiTurnEnv
 from verifiers.types import Response, ResponseMessage, TrajectoryStep
 from verifiers.utils.message_utils import normalize_messages
 
-PREFIX = "verifiers:"
+from slurmrl.envs import VERIFIERS
+
 _FAILED_SCORES: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("slurmrl_failed_scores",
                                                                                    default=None)
 
@@ -105,7 +106,7 @@ def load(env_id: str, args: dict):
     except (ValueError, RuntimeError) as e:  # verifiers wraps the cause; the cause says what went wrong, where
         cause = e.__cause__
         if isinstance(cause, ModuleNotFoundError) and cause.name == module:
-            raise SystemExit(f"slurmrl: environment '{PREFIX}{env_id}': no verifiers environment {env_id!r} is "
+            raise SystemExit(f"slurmrl: environment '{VERIFIERS}{env_id}': no verifiers environment {env_id!r} is "
                              f"installed (no module {module!r} in the job's Python: install its package there)") from None
         if cause is not None:
             raise cause from None
@@ -124,7 +125,7 @@ class VerifiersEnv:
     def __init__(self, env_id: str, **args):
         self.env_id = env_id
         self.env = load(env_id, args)
-        name = f"'{PREFIX}{env_id}' ({type(self.env).__name__})"
+        name = f"'{VERIFIERS}{env_id}' ({type(self.env).__name__})"
         if not isinstance(self.env, MultiTurnEnv):
             raise SystemExit(f"slurmrl: environment {name} is not a verifiers MultiTurnEnv (SingleTurnEnv, ToolEnv, "
                              "StatefulToolEnv, ...): slurmrl runs those only")
