@@ -26,6 +26,7 @@ from slurmrl.recipe.roles import judge_settings
 from slurmrl.settings.judge import template_fields
 
 name = "judge"
+leftover_check = False
 GENERATIVE_ONLY = ("max_tokens", "max_score")
 SERVED = ("path", "served_name", "dtype", "max_model_len", "trust_remote_code")  # what the judge's vLLM reads
 
