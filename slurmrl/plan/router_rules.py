@@ -139,6 +139,12 @@ def check(inf: VllmInference) -> None:
     if r.retry_initial_backoff_ms > r.retry_max_backoff_ms:
         raise UserError(field("retry_initial_backoff_ms"), f"{r.retry_initial_backoff_ms} ms is longer than "
                         f"retry_max_backoff_ms ({r.retry_max_backoff_ms})")
+    check_events(inf, pol)
+
+
+def check_events(inf: VllmInference, pol: dict[str, str]) -> None:
+    """kv_aware reads one KV-event stream per server, in blocks of the size the plan gives the servers."""
+    r = inf.router
     for name in pol:
         if not reads_events(inf, name):
             continue

@@ -64,6 +64,28 @@ def vllm_env(ctx: Context, role_env: dict) -> list:
     return env
 
 
+def server_instances(inf: VllmInference, slot: Slot, shape: Shape, pd_role: str | None, first_index: int,
+                     events: bool) -> tuple[Instance, ...]:
+    """Each task of a server component and the ports it listens on: HTTP and the data-parallel RPC
+    on a worker's first node, its KV ports (Mooncake's bootstrap, NIXL's side channels), the KV
+    events the router subscribes to."""
+    instances: list[Instance] = []
+    for node, local, gpus in shape.tasks(slot.gpus, slot.nodes):
+        lead = shape.leads(node)
+        index = first_index + local
+        iports = {"http": f"server_{index}"} if lead else {}
+        if lead and shape.dp > 1:
+            iports["dp_rpc"] = f"dprpc_{index}"
+        if pd_role == "prefill" and inf.kv_connector == "MooncakeConnector" and lead:
+            iports["kv"] = f"kv_{index}"  # the Mooncake bootstrap port
+        elif pd_role and inf.kv_connector == "NixlConnector":  # NIXL: one side-channel port per engine (data-parallel rank) of the task
+            iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(shape.dp_local)})
+        if events and "http" in iports:  # the router subscribes to it (claimed with the job's ports)
+            iports["kv_events"] = f"kv_events_{index}"
+        instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
+    return tuple(instances)
+
+
 def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: list[str], role_env: dict,
             pd_role: str | None, expert_parallel: bool, routed: bool, first_index: int = 0,
             neighbours: int = 0) -> None:
@@ -115,20 +137,7 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
     a, e = vllm.offload(inf, shape.per_node + neighbours, ctx.slots[server_names(r)[0]].group, transfer)
     args += a + list(inf.extra_args) + list(extra)
     env += e
-    instances: list[Instance] = []
-    for node, local, gpus in shape.tasks(slot.gpus, slot.nodes):
-        lead = shape.leads(node)
-        index = first_index + local
-        iports = {"http": f"server_{index}"} if lead else {}
-        if lead and shape.dp > 1:
-            iports["dp_rpc"] = f"dprpc_{index}"
-        if pd_role == "prefill" and inf.kv_connector == "MooncakeConnector" and lead:
-            iports["kv"] = f"kv_{index}"  # the Mooncake bootstrap port
-        elif pd_role and inf.kv_connector == "NixlConnector":  # NIXL: one side-channel port per engine (data-parallel rank) of the task
-            iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(shape.dp_local)})
-        if events and "http" in iports:  # the router subscribes to it (claimed with the job's ports)
-            iports["kv_events"] = f"kv_events_{index}"
-        instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
+    instances = server_instances(inf, slot, shape, pd_role, first_index, events)
     health = Health(
         kind="http",
         ports=tuple(f"server_{first_index + i}" for i in range(shape.per_node)),
@@ -143,7 +152,7 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
         name=name, role="inference", group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
         tasks_per_node=shape.per_node, gpus_per_node=len(slot.gpus), stage=2,
         main=r.kind == "inference" and ctx.serving_is_main, fail_fast=r.kind != "inference", health=health,
-        instances=tuple(instances), reads_model=True,
+        instances=instances, reads_model=True,
         task=ctx.task(
             Supervisor(name, gpus=shell.gpu_slice(slot.gpus[0], shape.gpus, not multi), ready=ready,
                        ready_completion=completion, fail_on=tuple(inf.fail_on)),
