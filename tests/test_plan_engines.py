@@ -253,3 +253,16 @@ def test_node_local_model_copy_is_what_the_servers_and_the_benchmark_read():
     assert [s.group for s in p.staging] == [p.component("inference").group]
     probe = plan(r, RUN, preflight=True)  # the probe stands in: nothing copied, nothing refused
     assert probe.staging == ()
+
+
+@pytest.mark.parametrize("recipe", ["inference-replicas", "inference-dynamo-disagg"])
+def test_a_resolved_recipe_loads_as_its_backends_section(tmp_path, recipe):
+    """A run dir's recipe.toml writes every default out, the backend's too; read back, only what
+    differs from the defaults counts as set, and the section is the backend's again."""
+    from slurmrl.app.build import build
+
+    resolved = tmp_path / "recipe.toml"
+    resolved.write_text(build(Path(f"recipes/{recipe}.toml"), run_dir=tmp_path / "run").files["recipe.toml"])
+    again, first = load_recipe(resolved), load_recipe(f"recipes/{recipe}.toml")
+    assert again == first and type(again.inference) is type(first.inference)
+    assert ("backend" in again.inference.model_fields_set) == (recipe != "inference-replicas")  # vllm: the default
