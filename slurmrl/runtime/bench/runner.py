@@ -214,7 +214,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [*out.glob("c*-in*-out*.json"), *out.glob("trace*.json"), out / RunDir.BENCHMARK_SUMMARY, out / RunDir.BENCHMARK_PLOT]:
+    for stale in [*out.glob("c*-in*-out*.json"), *out.glob("trace*.json"), out / RunDir.BENCHMARK_SUMMARY,
+                  out / RunDir.BENCHMARK_PLOT]:
         stale.unlink(missing_ok=True)  # an earlier attempt's
     points = grid(args.concurrencies, args.input_lens, args.output_lens)
     base, model = value_after(vllm_args, "--base-url"), value_after(vllm_args, "--served-model-name")
@@ -235,15 +236,8 @@ def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
     signal.alarm(args.timeout)
     where = "before the first point"
     try:
-        key = secret.read()
-        if key:
-            os.environ["OPENAI_API_KEY"] = key  # how vLLM's client sends a bearer token
-        if not base:
-            raise Failed("no --base-url among vllm bench serve's arguments")
-        summary["num_prompts"] = requests_per_point(vllm_args, summary["trace"])
-        if value_after(vllm_args, "--num-prompts") is None:
-            vllm_args = [*vllm_args, "--num-prompts", str(summary["num_prompts"])]
-        check_endpoint(base, model, secret.headers())
+        vllm_args = prepare(vllm_args, summary)
+        check_endpoint(summary["target"], model, secret.headers())
         phase(f"benchmark started: {len(points)} point(s) against {base}")
         runner = runner or vllm_runner()
         for n, (c, i, o) in enumerate(points, 1):
@@ -277,6 +271,20 @@ def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
         signal.alarm(0)
         return finish(out, summary, "failed", f"{where}: {type(e).__name__}: {e}")
     return finish(out, summary, "done", None)
+
+
+def prepare(vllm_args: list[str], summary: dict) -> list[str]:
+    """Before the first point: the job's secret where vLLM's client reads an API key, a target, and the
+    requests per point (written into the summary, and added to vLLM's arguments where not given)."""
+    key = secret.read()
+    if key:
+        os.environ["OPENAI_API_KEY"] = key  # how vLLM's client sends a bearer token
+    if not summary["target"]:
+        raise Failed("no --base-url among vllm bench serve's arguments")
+    summary["num_prompts"] = requests_per_point(vllm_args, summary["trace"])
+    if value_after(vllm_args, "--num-prompts") is None:
+        return [*vllm_args, "--num-prompts", str(summary["num_prompts"])]
+    return vllm_args
 
 
 def requests_per_point(vllm_args: list[str], trace: str | None) -> int:
