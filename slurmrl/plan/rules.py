@@ -7,7 +7,7 @@ import re
 from slurmrl.errors import UserError
 from slurmrl.plan import eval_rules, router_rules
 from slurmrl.plan.env_rules import check_environment
-from slurmrl.plan.model_kind import check_moe
+from slurmrl.plan.model_kind import check_replay
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import Recipe, global_batch
 from slurmrl.recipe.user_set import user_set
@@ -128,7 +128,7 @@ def check_inference(r: Recipe) -> None:
         raise UserError("inference.return_routed_experts", "vLLM does not return routed experts with KV offload; "
                         "set inference.kv_offload.kind = 'none'")
     if inf.return_routed_experts:
-        check_moe(r.model.path, "inference.return_routed_experts")
+        check_replay(r.model.path, "inference.return_routed_experts")
     for name in ("enable_eplb", "enable_dbo"):
         if getattr(inf, name):
             if inf.mode == "pd":
