@@ -54,16 +54,16 @@ def experts_in(config: dict) -> bool:
     return False
 
 
-def check_moe(path: str, field: str) -> None:
+def check_moe(path: str, field: str, why: str = "there are no experts to replay") -> None:
     """``field`` needs a mixture-of-experts model at ``path``: one line naming it where there is none."""
     config = config_of(path)
     if config is None:
         if not MOE_NAME.search(path):
             raise UserError(field, f"{path!r} does not name a mixture-of-experts model (no MoE, -A3B, Mixtral, "
-                            "DeepSeek-V3, ... in its name, and no config.json there): there are no experts to replay")
+                            f"DeepSeek-V3, ... in its name, and no config.json there): {why}")
     elif not experts_in(config):
         raise UserError(field, f"{path!r} is not a mixture-of-experts model (its config.json has no "
-                        f"{', '.join(EXPERT_FIELDS)} > 0 and no MoE architecture): there are no experts to replay")
+                        f"{', '.join(EXPERT_FIELDS)} > 0 and no MoE architecture): {why}")
 
 
 def check_replay(path: str, field: str) -> None:
