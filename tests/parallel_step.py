@@ -30,8 +30,8 @@ def tiny(kind: str, kv_heads: int = 2):
     return model, FastPath.prepare(model)
 
 
-def row() -> PackedRow:
-    g = torch.Generator().manual_seed(1)
+def row(seed: int = 1) -> PackedRow:
+    g = torch.Generator().manual_seed(seed)
     docs = [(torch.randint(0, 64, (n,), generator=g).tolist(), [True] * n) for n in DOCS]
     weights = [torch.rand(n, generator=g, dtype=torch.float64).tolist() for n in DOCS]  # a per-token loss weight
     return pack_documents(docs, {"w": weights})
@@ -42,11 +42,15 @@ def loss_of(model, fast, r) -> torch.Tensor:
     return -(logp.double() * r.at_targets("w", torch.device("cpu")).double()).sum()
 
 
-def reference(kind: str, kv_heads: int = 2) -> tuple[float, dict[str, torch.Tensor]]:
+def reference(kind: str, kv_heads: int = 2, rows: int = 1) -> tuple[float, dict[str, torch.Tensor]]:
+    """One rank's step over ``rows`` rows (the rows that ``rows`` data-parallel ranks would take)."""
     model, fast = tiny(kind, kv_heads)
-    loss = loss_of(model, fast, row())
-    loss.backward()
-    return float(loss), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    total = 0.0
+    for r in range(rows):
+        loss = loss_of(model, fast, row(1 + r))
+        loss.backward()
+        total += float(loss.detach())
+    return total, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def worker(rank: int, world: int, cases: list[tuple[str, int]], out: str, split: str) -> None:
@@ -67,6 +71,11 @@ def step(rank: int, world: int, kind: str, kv_heads: int, out: Path, split: str)
 
         context_parallel.install(model, dist.group.WORLD)
         loss = loss_of(model, fast, context_parallel.shard(row(), rank, world))
+    elif split == "ep":  # data parallel with experts split: rank r takes row r, experts go where they live
+        from slurmrl.runtime.trainer import expert_parallel
+
+        assert expert_parallel.shard(model, dist.group.WORLD) > 0
+        loss = loss_of(model, fast, row(1 + rank))
     else:
         raise ValueError(split)
     loss.backward()
@@ -75,7 +84,39 @@ def step(rank: int, world: int, kind: str, kv_heads: int, out: Path, split: str)
     grads = {}
     for n, p in model.named_parameters():
         g = p.grad if p.grad is not None else torch.zeros_like(p)
-        dist.all_reduce(g)
+        if split == "ep" and n.endswith((".gate_up_proj", ".down_proj")) and ".experts." in n:
+            parts = [torch.empty_like(g) for _ in range(world)]  # each rank's experts: their whole gradient
+            dist.all_gather(parts, g.contiguous())
+            g = torch.cat(parts)
+        else:
+            dist.all_reduce(g)
         grads[n] = g
+    state_equal = None
+    if split == "ep":
+        from slurmrl.runtime.trainer import expert_parallel
+
+        whole, _ = tiny(kind, kv_heads)
+        state = expert_parallel.full_state(model, dist.group.WORLD)
+        ref = whole.state_dict()
+        state_equal = state.keys() == ref.keys() and all(torch.equal(state[n], ref[n]) for n in ref)
     if rank == 0:
-        torch.save({"loss": float(total), "grads": grads}, out)
+        torch.save({"loss": float(total), "grads": grads, "state_equal": state_equal}, out)
+
+
+def spawned(out: Path, split: str, cases: list[tuple[str, int]], world: int = 2) -> Path:
+    """Every case's split step, in one set of ``world`` spawned ranks (each start imports transformers)."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(worker, args=(world, cases, str(out), split), nprocs=world)
+    return out
+
+
+def assert_same_step(got_file: Path, loss: float, grads: dict[str, torch.Tensor], rtol: float, atol: float) -> dict:
+    """The split step's summed loss and gathered gradients against the single-rank step's."""
+    got = torch.load(got_file)
+    assert abs(got["loss"] - loss) <= rtol * abs(loss), (got["loss"], loss)
+    assert set(got["grads"]) == set(grads)
+    for name, g in grads.items():
+        assert got["grads"][name].shape == g.shape, name
+        assert torch.allclose(got["grads"][name], g, rtol=100 * rtol, atol=atol), name
+    return got

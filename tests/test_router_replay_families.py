@@ -54,6 +54,7 @@ def tiny(family: str, seed: int, **knobs):
     return model
 
 
+@pytest.mark.slow  # 12 random models x 7 families, three forwards and two backwards each: ~80 s
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())

@@ -13,7 +13,7 @@ the split), and swaps back. The all-to-all's backward is the same all-to-all, so
 The loss is each rank's own tokens (``Slice.selection``: the positions in its slice whose next token
 is a target; that token may lie in the next rank's slice: the ids are the row's). Summing every
 rank's loss (and gradients, as FSDP's reduction does) gives the single-rank step;
-``tests/test_context_parallel.py`` checks loss and every gradient of a dense and a MoE model.
+``tests/test_parallel_steps.py`` checks loss and every gradient of a dense and a MoE model.
 """
 
 from __future__ import annotations
