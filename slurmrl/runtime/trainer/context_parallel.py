@@ -80,6 +80,17 @@ def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
     return heads_to_seq(out.transpose(1, 2), group).transpose(1, 2).contiguous(), None
 
 
+def groups(world: int, cp: int, rank: int):
+    """Every rank's cp group (ranks ``[i * cp, (i + 1) * cp)``; each rank creates all of them, in order)
+    -> this rank's."""
+    mine = None
+    for first in range(0, world, cp):
+        g = dist.new_group(list(range(first, first + cp)))
+        if first <= rank < first + cp:
+            mine = g
+    return mine
+
+
 def install(model, group) -> None:
     """Attention over ``group``'s sequence slices for ``model`` (which ``doc_attention.install`` took)."""
     from transformers import AttentionInterface
