@@ -4,6 +4,7 @@ runs the split step on its rank and writes its summed loss and gradients for the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import torch
@@ -37,17 +38,26 @@ def row(seed: int = 1) -> PackedRow:
     return pack_documents(docs, {"w": weights})
 
 
-def loss_of(model, fast, r) -> torch.Tensor:
+def loss_of(model, fast, r, aux: bool = False) -> torch.Tensor:
+    """The weighted token loss; ``aux``: plus the router's load-balance loss as the model defines it
+    (``router_aux_loss_coef`` x its ``aux_loss``, from a second forward with router logits)."""
     logp, _ = logprobs(model, r, torch.device("cpu"), fast)
-    return -(logp.double() * r.at_targets("w", torch.device("cpu")).double()).sum()
+    loss = -(logp.double() * r.at_targets("w", torch.device("cpu")).double()).sum()
+    if aux and getattr(model.config, "router_aux_loss_coef", 0):
+        out = model(input_ids=r.input_ids, position_ids=r.position_ids, output_router_logits=True,
+                    **r.attention_kwargs(torch.device("cpu")))
+        if getattr(out, "aux_loss", None) is not None:  # GLM-4-MoE, DeepSeek-V3: a bias, no aux loss
+            loss = loss + model.config.router_aux_loss_coef * out.aux_loss.double()
+    return loss
 
 
-def reference(kind: str, kv_heads: int = 2, rows: int = 1) -> tuple[float, dict[str, torch.Tensor]]:
-    """One rank's step over ``rows`` rows (the rows that ``rows`` data-parallel ranks would take)."""
+def reference(kind: str, kv_heads: int = 2, rows: int = 1, aux: bool = False) -> tuple[float, dict[str, torch.Tensor]]:
+    """One rank's step over ``rows`` rows (the rows that ``rows`` data-parallel ranks would take);
+    ``aux``: each row's loss with the router's load-balance loss."""
     model, fast = tiny(kind, kv_heads)
     total = 0.0
     for r in range(rows):
-        loss = loss_of(model, fast, row(1 + r))
+        loss = loss_of(model, fast, row(1 + r), aux)
         loss.backward()
         total += float(loss.detach())
     return total, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -55,7 +65,10 @@ def reference(kind: str, kv_heads: int = 2, rows: int = 1) -> tuple[float, dict[
 
 def worker(rank: int, world: int, cases: list[tuple[str, int]], out: str, split: str) -> None:
     """Each case (model kind, KV heads) split over the ranks; rank 0 writes ``out/<kind>-<kv>.pt``.
-    The ranks meet through a file in ``out`` (no port to race for on a shared machine)."""
+    The ranks meet through a file in ``out`` (no port to race for on a shared machine); each rank's
+    stderr goes to ``out/rank-N.log`` (``spawned`` shows it when a rank fails)."""
+    log = open(Path(out) / f"rank-{rank}.log", "w")  # noqa: SIM115 (open for the process's life)
+    os.dup2(log.fileno(), 2)
     dist.init_process_group("gloo", init_method=f"file://{out}/rendezvous", rank=rank, world_size=world)
     try:
         for kind, kv_heads in cases:
@@ -75,7 +88,7 @@ def step(rank: int, world: int, kind: str, kv_heads: int, out: Path, split: str)
         from slurmrl.runtime.trainer import expert_parallel
 
         assert expert_parallel.shard(model, dist.group.WORLD) > 0
-        loss = loss_of(model, fast, row(1 + rank))
+        loss = loss_of(model, fast, row(1 + rank), aux=True)
     else:
         raise ValueError(split)
     loss.backward()
@@ -107,7 +120,11 @@ def spawned(out: Path, split: str, cases: list[tuple[str, int]], world: int = 2)
     """Every case's split step, in one set of ``world`` spawned ranks (each start imports transformers)."""
     import torch.multiprocessing as mp
 
-    mp.spawn(worker, args=(world, cases, str(out), split), nprocs=world)
+    try:
+        mp.spawn(worker, args=(world, cases, str(out), split), nprocs=world)
+    except Exception as e:
+        logs = "\n".join(f"--- rank {r}:\n" + (out / f"rank-{r}.log").read_text()[-3000:] for r in range(world))
+        raise AssertionError(f"a rank failed: {e}\n{logs}") from None
     return out
 
 

@@ -5,7 +5,8 @@
   tiny Qwen3-MoE / GLM-4-MoE models (float64 where every kernel has it, else float32);
 - expert parallel, ep=2: each rank its own row, the experts split, tokens exchanged by all-to-all,
   grouped GEMMs; against one rank taking both rows, for Qwen3-MoE, GLM-4-MoE (sigmoid router, shared
-  expert), Mixtral and DeepSeek-V3; the gathered state dict is the unsharded model's.
+  expert), Mixtral and DeepSeek-V3, the loss including the router's load-balance loss where the model
+  defines one (Qwen3-MoE, Mixtral); the gathered state dict is the unsharded model's.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ def stepped(tmp_path_factory):
 @pytest.mark.slow  # two spawned ranks import transformers: ~50 s for the nine cases
 @pytest.mark.parametrize("split, kind, kv_heads", [(s, k, h) for s, cases in CASES.items() for k, h in cases])
 def test_a_split_step_equals_the_single_rank_step(stepped, split, kind, kv_heads):
-    loss, grads = parallel_step.reference(kind, kv_heads, rows=2 if split == "ep" else 1)
+    ep = split == "ep"  # each ep rank its own row, with the router's load-balance loss (Qwen3-MoE, Mixtral)
+    loss, grads = parallel_step.reference(kind, kv_heads, rows=2 if ep else 1, aux=ep)
     rtol, atol = (1e-10, 1e-12) if kind == "dense" else (1e-5, 1e-6)  # float64, float32
     got = parallel_step.assert_same_step(stepped(split) / f"{kind}-{kv_heads}.pt", loss, grads, rtol, atol)
-    if split == "ep":
+    if ep:
         assert any(".experts." in n for n in grads)
         assert got["state_equal"], "full_state() gathers the unsharded model's state dict"
 
