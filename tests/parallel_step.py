@@ -5,6 +5,7 @@ runs the split step on its rank and writes its summed loss and gradients for the
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -70,11 +71,14 @@ def worker(rank: int, world: int, cases: list[tuple[str, int]], out: str, split:
     log = open(Path(out) / f"rank-{rank}.log", "w")  # noqa: SIM115 (open for the process's life)
     os.dup2(log.fileno(), 2)
     dist.init_process_group("gloo", init_method=f"file://{out}/rendezvous", rank=rank, world_size=world)
-    try:
-        for kind, kv_heads in cases:
-            step(rank, world, kind, kv_heads, Path(out) / f"{kind}-{kv_heads}.pt", split)
-    finally:
-        dist.destroy_process_group()
+    for kind, kv_heads in cases:
+        step(rank, world, kind, kv_heads, Path(out) / f"{kind}-{kv_heads}.pt", split)
+    dist.barrier()  # both ranks done before either tears its group down
+    dist.destroy_process_group()
+    # results are on disk: skip the interpreter's teardown, where gloo's threads were seen to abort
+    # the process now and then ("terminate called without an active exception")
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def step(rank: int, world: int, kind: str, kv_heads: int, out: Path, split: str) -> None:
