@@ -20,7 +20,8 @@ Printed per variant: step time (median), tokens/s, tokens/s counting the weight 
 trainer publishes after every step; timed once per variant), peak memory (CUDA: allocator peak;
 CPU: the process's peak resident set, and its rise over what was resident before the first step),
 and MFU under two formulas:
-``6N`` = 6 x non-embedding parameters (LM head included) per token, as the trainer's metric;
+``6N`` = 6 x non-embedding parameters (LM head included) per token, as the trainer's metric (MoE
+presets: the active ones, a layer's experts counted top_k / experts);
 ``6N+12LHS`` = that + 12 x layers x hidden x seq (PaLM: attention counted in full), the formula
 prime-rl's published MFU uses. Peak: H100/H200 989 TFLOP/s bf16 dense, or ``--peak-tflops``.
 On a shared CPU set ``OMP_NUM_THREADS`` to the cores you really have.
@@ -49,19 +50,32 @@ PRESETS = {  # Qwen3-shaped: GQA, explicit head_dim
     "qwen3-0.6b": {"hidden": 1024, "layers": 28, "heads": 16, "kv": 8, "head_dim": 128, "inter": 3072,
                    "vocab": 151936, "seq": 16384, "batch": 4, "micro": 1, "rope_theta": 1_000_000.0,
                    "max_pos": 40960},
+    # MoE: the Qwen3-30B-A3B shape (its config.json: 48 layers, 128 experts, top 8) with as many
+    # layers as one GPU holds under the trainer's FSDP2 + float32 masters (--layers: 3 on 80 GB)
+    "tiny-moe": {"hidden": 64, "layers": 2, "heads": 4, "kv": 2, "head_dim": 16, "inter": 192, "vocab": 2048,
+                 "seq": 256, "batch": 4, "micro": 2, "experts": 8, "top_k": 2, "moe_inter": 32},
+    "qwen3-30b-a3b": {"hidden": 2048, "layers": 3, "heads": 32, "kv": 4, "head_dim": 128, "inter": 6144,
+                      "vocab": 151936, "seq": 8192, "batch": 2, "micro": 1, "rope_theta": 1_000_000.0,
+                      "max_pos": 40960, "experts": 128, "top_k": 8, "moe_inter": 768},
 }
 
 
 def build(p: dict):
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    cfg = Qwen3Config(vocab_size=p["vocab"], hidden_size=p["hidden"], intermediate_size=p["inter"],
-                      num_hidden_layers=p["layers"], num_attention_heads=p["heads"], num_key_value_heads=p["kv"],
-                      head_dim=p["head_dim"], max_position_embeddings=max(p.get("max_pos", 0), p["seq"]),
-                      rope_theta=p.get("rope_theta", 10000.0), tie_word_embeddings=False, attn_implementation="sdpa")
+    shape = dict(vocab_size=p["vocab"], hidden_size=p["hidden"], intermediate_size=p["inter"],
+                 num_hidden_layers=p["layers"], num_attention_heads=p["heads"], num_key_value_heads=p["kv"],
+                 head_dim=p["head_dim"], max_position_embeddings=max(p.get("max_pos", 0), p["seq"]),
+                 rope_theta=p.get("rope_theta", 10000.0), tie_word_embeddings=False, attn_implementation="sdpa")
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(cfg).to(torch.float32)
+    if "experts" in p:
+        cfg = Qwen3MoeConfig(**shape, num_experts=p["experts"], num_experts_per_tok=p["top_k"],
+                             moe_intermediate_size=p["moe_inter"], norm_topk_prob=True, decoder_sparse_step=1,
+                             mlp_only_layers=[])
+        model = Qwen3MoeForCausalLM(cfg).to(torch.float32)
+    else:
+        model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.float32)
     model.config.use_cache = False
     return model
 
@@ -193,6 +207,17 @@ def peak_memory_gib(d, rss_before: int) -> tuple[float, float]:
     return peak / 2**30, max(0, peak - rss_before) / 2**30
 
 
+def preset(args) -> dict:
+    return {**PRESETS[args.preset], **{k: v for k in ("seq", "vocab", "batch", "micro", "layers") if (v := getattr(args, k))}}
+
+
+def active_params(model, p: dict) -> int:
+    """Non-embedding parameters a token multiplies with: a MoE layer's experts count top_k / experts."""
+    total = sum(q.numel() for q in model.parameters()) - model.get_input_embeddings().weight.numel()
+    experts = sum(q.numel() for n, q in model.named_parameters() if ".experts." in n)
+    return total - experts + experts * p.get("top_k", 1) // p.get("experts", 1)
+
+
 def run_variant(args) -> dict:
     """One variant in this process; returns its figures."""
     if args.device == "cpu":
@@ -204,7 +229,7 @@ def run_variant(args) -> dict:
     from slurmrl.runtime.trainer.token_forward import FastPath
 
     d = Dist("bfloat16" if args.device == "cuda" else "float32")
-    p = {**PRESETS[args.preset], **{k: v for k in ("seq", "vocab", "batch", "micro") if (v := getattr(args, k))}}
+    p = preset(args)
     model = build(p)
     if args.variant == "reference":
         untie(model)
@@ -254,7 +279,7 @@ def run_variant(args) -> dict:
             state.publish_weights(Path(tmp), 1, model, model.config, None, None, None, torch.bfloat16, 1, d.rank)
             publish_s = time.perf_counter() - t
     total = sum(q.numel() for q in model.parameters())
-    non_emb = total - model.get_input_embeddings().weight.numel()
+    non_emb = active_params(model, p)
     return {"variant": args.variant, "preset": args.preset, "vocab": p["vocab"], "mode": args.mode, "seq": p["seq"], "docs": args.docs,
             "tokens": tokens, "step_s": step_s, "publish_s": publish_s, "peak_gib": peak, "step_peak_gib": peak_step,
             "params": total, "non_embedding": non_emb, "layers": p["layers"], "hidden": p["hidden"],
@@ -287,6 +312,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, help="vocabulary size (default: the preset's)")
     ap.add_argument("--batch", type=int, help="samples (RL) or rows (SFT) per step (default: the preset's)")
     ap.add_argument("--micro", type=int, help="samples or rows per micro-batch (default: the preset's)")
+    ap.add_argument("--layers", type=int, help="decoder layers (default: the preset's)")
     ap.add_argument("--docs", type=int, default=4, help="SFT: examples packed per row (1 = unpacked)")
     ap.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda where there is one")
     ap.add_argument("--steps", type=int, default=3, help="timed steps (median reported)")
@@ -323,7 +349,7 @@ def main() -> None:
         notes = [x for x in proc.stderr.splitlines() if x.startswith("# ")]
         if not results[:-1]:
             print(f"trainer step on {r['device']}, torch {r['torch']}; {r['params'] / 1e6:.1f}M parameters "
-                  f"({r['non_embedding'] / 1e6:.1f}M non-embedding); {r['tokens']} tokens per step", flush=True)
+                  f"({r['non_embedding'] / 1e6:.1f}M non-embedding, active per token); {r['tokens']} tokens per step", flush=True)
         for n in notes:
             print(f"{'':>10}  {n[2:]}")
         print(line(r, args.peak_tflops or (989.0 if "H100" in r["device"] or "H200" in r["device"] else None)),

@@ -26,6 +26,7 @@ from slurmrl import heartbeat
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import step_files as steps
 from slurmrl.runtime.metrics import Metrics
+from slurmrl.runtime.trainer import context_parallel as cpar
 from slurmrl.runtime.trainer import dataset, losses, numerics, packing, rl_metrics, rollouts, router_replay, state
 from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env
 from slurmrl.runtime.trainer.lora import AdaptersOff
@@ -168,11 +169,24 @@ class Trainer:
         self.publish_dtype = torch.bfloat16 if s.dtype == "bfloat16" else torch.float32
         if s.world_size != self.world:
             self.log(f"note: the plan says world size {s.world_size}, torchrun started {self.world}")
+        p = s.parallel
+        for name in ("dp_replicate", "ep"):  # valid meshes the loop does not run yet (plan refuses them too)
+            if getattr(p, name) > 1:
+                raise SystemExit(f"slurmrl: trainer: trainer.parallel.{name} = {getattr(p, name)}: not run yet")
+        if self.world % p.cp:
+            raise SystemExit(f"slurmrl: trainer: trainer.parallel.cp = {p.cp} does not divide {self.world} ranks")
+        # the ranks of a cp group share each row (a slice each): rows are split over the dp ranks
+        self.cp, self.dp_world, self.dp_rank, self.cp_rank = p.cp, self.world // p.cp, self.rank // p.cp, self.rank % p.cp
+        self.cp_group = cpar.groups(self.world, p.cp, self.rank) if p.cp > 1 else None
 
     # ---- helpers ---------------------------------------------------------------------
     def log(self, msg: str, all_ranks: bool = False) -> None:
         if all_ranks or self.rank == 0:
             print(f"slurmrl: trainer.{self.rank}: {msg}", flush=True)
+
+    def local(self, row: packing.PackedRow) -> packing.PackedRow:
+        """This rank's part of a row: its cp slice, or the whole row without context parallelism."""
+        return cpar.shard(row, self.cp_rank, self.cp, self.pad_id) if self.cp > 1 else row
 
     def logprobs(self, model, row: packing.PackedRow) -> tuple[torch.Tensor, torch.Tensor]:
         """(logp, entropy) at the row's target tokens (no autocast: FSDP2 casts, see numerics)."""
@@ -202,6 +216,12 @@ class Trainer:
             prepare=self.lora.prepare(ckpt) if self.lora else None, compile_layers=s.compile,
             micro_tokens=self.micro * self.seq_len, log=self.log)
         self.log(self.fast.describe())
+        if self.cp_group is not None:
+            if not self.fast.doc_attention:
+                raise SystemExit("slurmrl: trainer: trainer.parallel.cp needs transformers' attention interface; "
+                                 f"{type(self.model).__name__} has none")
+            cpar.install(self.model, self.cp_group)
+            self.log(f"context parallel: cp {self.cp} (Ulysses), {self.dp_world} data-parallel group(s)")
         if self.lora:
             self.log(self.lora.describe(self.model))
         self.config = self.model.config
@@ -218,6 +238,8 @@ class Trainer:
             else:
                 self.ref, _ = load_model(self.model_id, self.d, False, trainable=False,
                                          trust_remote_code=s.trust_remote_code, compile_layers=s.compile)
+                if self.cp_group is not None:
+                    cpar.install(self.ref, self.cp_group)
         self.optim = numerics.optimizer([p for p in self.model.parameters() if p.requires_grad], s.lr,
                                         s.weight_decay, self.d.cuda)
         self.data = None
@@ -268,19 +290,19 @@ class Trainer:
     # ---- steps -----------------------------------------------------------------------
     def sft_step(self) -> dict:
         global_batch = self.s.global_batch
-        if global_batch % (self.world * self.micro):
+        if global_batch % (self.dp_world * self.micro):
             raise SystemExit(f"slurmrl: trainer: batch {global_batch} does not split into micro_batch_size "
-                             f"{self.micro} x {self.world} ranks")
+                             f"{self.micro} x {self.dp_world} data-parallel ranks")
         assert self.data is not None, "kind sft loads its dataset as the trainer starts"
         epoch = self.data.epoch
         packs = self.data.take(global_batch)
         n_tgt = max(1, int(sum(int(p.targets.sum()) for p in packs)))
         tokens = int(sum(int(p.used) for p in packs))
-        per_rank = global_batch // self.world
-        mine = packs[self.rank * per_rank : (self.rank + 1) * per_rank]
+        per_rank = global_batch // self.dp_world
+        mine = packs[self.dp_rank * per_rank : (self.dp_rank + 1) * per_rank]
         loss_sum = torch.zeros((), device=self.d.device)
         for k in range(0, per_rank, self.micro):
-            logp, _ = self.logprobs(self.model, packing.pack_sft(mine[k : k + self.micro]))
+            logp, _ = self.logprobs(self.model, self.local(packing.pack_sft(mine[k : k + self.micro])))
             loss = -logp.sum()
             (loss * self.world / n_tgt).backward()
             loss_sum += loss.detach()
@@ -294,7 +316,8 @@ class Trainer:
         n_tgt = max(1, rollouts.target_tokens(samples, self.seq_len))
         tokens = sum(min(len(x["prompt_ids"]) + len(x["completion_ids"]), self.seq_len) for x in samples)
         stats = rl_metrics.RLStats(self.d.device)
-        for row in rollouts.split(samples, self.rank, self.world, self.micro, self.seq_len):
+        for whole in rollouts.split(samples, self.dp_rank, self.dp_world, self.micro, self.seq_len):
+            row = self.local(whole)
             with router_replay.replay(self.model, row.experts if self.moe else None):  # forward and backward
                 self.rl_row(row, stats, n_tgt)
         rewards = [float(x.get("reward", 0.0)) for x in samples]
