@@ -22,6 +22,9 @@ import time
 
 import pytest
 
+from slurmrl.app import status
+from slurmrl.app.plot import training_line
+from slurmrl.rundir import ended
 from slurmrl.runtime import exposition
 from slurmrl.runtime.steps import guard, killed
 from tests.test_failure_probes import PY, probe, supervise
@@ -188,3 +191,36 @@ def test_metrics_prints_nothing_when_a_scraper_goes_away(tmp_path):
         _, err = server.communicate(timeout=10)
     assert "Traceback" not in err and "Error" not in err, err
     assert isinstance(exposition.Server.daemon_threads, bool)
+
+
+# ---- a planned stop is not a failure (issue 36 item 2), status of an RL job (item 5) -----------------------
+def component(state: str | None, torn_down: bool = False, stopped: bool = False, dead: bool = False) -> dict:
+    return {"step": {"state": state, "exit_code": "15:0"} if state else None, "ready": [], "torn_down": torn_down,
+            "stopped": stopped, "dead": [{"task": 0}] if dead else []}
+
+
+@pytest.mark.parametrize(("c", "shown"), [
+    (component("FAILED", torn_down=True), "stopped by the script"),  # the collector in a COMPLETED job
+    (component("CANCELLED by 1000", torn_down=True), "stopped by the script"),
+    (component("FAILED", stopped=True), "stopped as asked"),  # the router after salloc's cancel: no teardown phase
+    (component("FAILED", torn_down=True, dead=True), "FAILED"),  # it failed on its own before the teardown
+    (component("FAILED"), "FAILED"),
+    (component("COMPLETED", torn_down=True), "COMPLETED"),
+    (component(None), "not started"),
+])
+def test_a_planned_stop_reads_as_stopped_never_failed(c, shown):
+    assert status.shown_state(c) == shown
+
+
+def test_every_task_asked_to_stop_is_a_planned_stop():
+    stop, fail = ended.Ended(1, 143, "stopped", 2, ""), ended.Ended(1, 1, "failed", 2, "x")
+    assert ended.all_stopped({("router", 0): stop, ("router", 1): stop}, "router")
+    assert not ended.all_stopped({("router", 0): stop, ("router", 1): fail}, "router")
+    assert not ended.all_stopped({("trainer", 0): stop}, "router")
+
+
+def test_status_shows_the_environments_turns_errors_and_timeouts():
+    line = training_line({"step": 3, "reward_mean": 0.5, "env/turns_mean": 2.25, "env/errors": 1, "env/timeouts": 0,
+                          "env/cut": 2}, None)
+    assert line is not None and line.endswith(", env turns 2.25, errors 1, timeouts 0, cut 2"), line
+    assert "env" not in (training_line({"step": 3, "reward_mean": 0.5}, None) or "")
