@@ -102,17 +102,23 @@ except SignalException:
 """
 
 
-def test_the_guard_leaves_torchruns_tracebacks_out_of_the_log_after_a_stop(tmp_path):
+def stopped_under_the_guard(tmp_path: Path, script: str) -> tuple[int, str]:
+    """Run ``script`` under the real guard, its output to a file as srun gives it; TERM once it is ready."""
     log = tmp_path / "trainer.0.log"
     with log.open("w") as out:
         p = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.steps.guard", "--", sys.executable, "-c",
-                              FAKE_TORCHRUN], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+                              script], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         deadline = time.monotonic() + 30
         while "ready" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.05)
         p.send_signal(signal.SIGTERM)
         code = p.wait(timeout=30)
     text = log.read_text()
+    return code, text
+
+
+def test_the_guard_leaves_torchruns_tracebacks_out_of_the_log_after_a_stop(tmp_path):
+    code, text = stopped_under_the_guard(tmp_path, FAKE_TORCHRUN)
     assert "Traceback" not in text and text.startswith("ready\n"), text
     assert "stopped on signal 15 as asked (a planned stop)" in text, text
     assert code == 143
@@ -145,16 +151,7 @@ def test_a_logging_error_of_the_stops_signal_leaves_no_fragment(tmp_path):
     """Real logging's "--- Logging error ---" block (its traceback, "Call stack:", "Message:", "Arguments:")
     of a SignalException raised inside a log call: after a stop, left out whole, not in fragments around
     the line that says the traceback was left out."""
-    log = tmp_path / "trainer.0.log"
-    with log.open("w") as out:
-        p = subprocess.Popen([sys.executable, "-m", "slurmrl.runtime.steps.guard", "--", sys.executable, "-c",
-                              LOGGING_TORCHRUN], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-        deadline = time.monotonic() + 30
-        while "ready" not in log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        p.send_signal(signal.SIGTERM)
-        code = p.wait(timeout=30)
-    text = log.read_text()
+    code, text = stopped_under_the_guard(tmp_path, LOGGING_TORCHRUN)
     for fragment in ("Logging error", "Call stack:", "Message: ", "Arguments: ", "Traceback", "  File "):
         assert fragment not in text, text
     assert "after the log call" in text and "stopped on signal 15 as asked" in text and code == 143, text
