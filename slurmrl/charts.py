@@ -86,7 +86,8 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
             right.plot([x for x, _ in ent], [y for _, y in ent], color="grey", linestyle="--", label="entropy")
             right.set_ylabel("entropy (nats)")
             right.legend(loc="upper right", fontsize="small")
-        drift.legend(loc="upper left", fontsize="small")
+        if drift.get_legend_handles_labels()[0]:
+            drift.legend(loc="upper left", fontsize="small")
         drift.grid(alpha=0.3)
     for a in axes:
         a.xaxis.set_major_locator(MaxNLocator(integer=True))
