@@ -80,7 +80,11 @@ Root Cause (first observed failure):
 '''
 
 
-@pytest.mark.parametrize("lived_on", [THREAD_TRACEBACK, REQUEST_TRACEBACK, LOGGING_ERROR])
+ASYNCIO = THREAD_TRACEBACK.replace("Exception in thread metrics-0 (serve):",
+                                   "Exception in callback Server.scrape()\nhandle: <Handle Server.scrape()>")
+
+
+@pytest.mark.parametrize("lived_on", [THREAD_TRACEBACK, REQUEST_TRACEBACK, LOGGING_ERROR, ASYNCIO])
 def test_a_traceback_the_process_lived_on_after_is_no_cause(lived_on):
     p, _ = probe("step 1\n" + lived_on + "step 2\n")
     assert p.cause is None

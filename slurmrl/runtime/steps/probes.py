@@ -79,7 +79,7 @@ FRAME = re.compile(r'^\s+File "(.+)", line (\d+)(?:, in .*)?$')
 EXCEPTION = re.compile(r"^((?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*))(?::\s?(.*))?$")
 # the line before a traceback that a process printed and lived on (a thread, a request handler, logging, asyncio)
 NOT_THE_END = re.compile(r"^(?:Exception in thread |Exception occurred during processing of request from |--- Logging error ---$"
-                         r"|Task exception was never retrieved$|future: <Task |Exception in callback |Exception ignored in)")
+                         r"|Task exception was never retrieved$|future: <Task |Exception in callback |handle: <|Exception ignored in)")
 ROOT_CAUSE = "Root Cause (first observed failure):"
 ROOT_RANK = re.compile(r"^rank\s*:\s*(\d+)")
 ROOT_EXIT = re.compile(r"^exitcode\s*:\s*(-?\d+) \(pid: (\d+)\)")
