@@ -1,0 +1,144 @@
+"""Weights published beside the next step (``slurmrl.runtime.trainer.publish``), on CPU with real torch:
+every rank writes its own shard (two ranks over gloo, FSDP2) and the folder loads as one sharded HF
+checkpoint with the trainer's exact tensors; the background write holds about two buckets, never
+the model; a publish that fails half-way leaves no READY and names the step; the trainer's resident
+set stays flat over a 20-step RL run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from test_trainer import Trainer, metrics, run_dir_for  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BUCKET = 4_000_000
+
+
+def wider_tiny(out: Path) -> Path:
+    """The tiny test model made wider (55 MB in float32): many buckets of BUCKET bytes."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from slurmrl.runtime.fixtures.tiny_model import build
+
+    build(out, seed=0)
+    cfg = AutoConfig.from_pretrained(out)
+    cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers = 512, 1536, 4
+    cfg.num_attention_heads = cfg.num_key_value_heads = 8
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("publish2")
+    model, out = wider_tiny(tmp / "model"), tmp / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           str(ROOT / "tests" / "publish_ranks.py"), str(model), str(out), str(BUCKET)],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def test_every_rank_writes_its_shard_and_the_folder_loads_as_one_checkpoint(two_ranks):
+    from transformers import AutoModelForCausalLM
+
+    folder = two_ranks / "weights" / "step-000001"
+    files = sorted(p.name for p in folder.glob("*.safetensors"))
+    assert files == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"], files
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    expected = torch.load(two_ranks / "expected.pt")  # the full state, gathered to rank 0 the old way
+    assert set(index["weight_map"]) == set(expected) and set(index["weight_map"].values()) == set(files)
+    assert index["metadata"]["total_size"] == sum(v.numel() * 4 for v in expected.values())
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).state_dict()
+    for name, tensor in expected.items():
+        assert torch.equal(loaded[name], tensor), name
+    ready = folder / "READY"
+    assert all(p.stat().st_mtime_ns <= ready.stat().st_mtime_ns for p in folder.iterdir())
+
+
+def test_the_background_write_holds_about_two_buckets_never_the_model(two_ranks):
+    for rank in (0, 1):
+        peak = json.loads((two_ranks / f"peak-rank{rank}.json").read_text())
+        assert peak["buckets"] >= 10
+        above = peak["peak_above_kib"] * 1024
+        # one bucket gathered (W pieces), one being written, and the allocator's slack
+        assert above <= 3 * peak["largest_bucket"] + 2**20, (rank, peak)
+        assert above < peak["model_bytes"] / 4, (rank, peak)
+
+
+def test_a_publish_that_fails_half_way_leaves_no_ready_and_names_the_step(tmp_path):
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from slurmrl.runtime.fixtures.tiny_model import build
+
+    src = build(tmp_path / "model", seed=0)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+    bad = tmp_path / "tokenizer"
+    (bad / "tokenizer.json").mkdir(parents=True)  # copied after the weights are written: fails then
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        failed_half_way(tmp_path, src, bad, model)
+    finally:
+        dist.destroy_process_group()  # a trainer forked from this process starts its own
+
+
+def failed_half_way(tmp_path: Path, src: Path, bad: Path, model) -> None:
+    from slurmrl.runtime.step_files import latest
+    from slurmrl.runtime.trainer.publish import FolderWriter, Publisher, PublishFailed
+
+    pub = Publisher(model, 0, 1, torch.bfloat16, bucket_bytes=100_000)
+    root = tmp_path / "weights"
+    good = FolderWriter(root, pub.snapshot, model.config, None, src, None, keep=3)
+    pub.submit(1, good.write)
+    assert pub.wait() is not None and (root / "step-000001" / "READY").exists()
+    failing = FolderWriter(root, pub.snapshot, model.config, None, bad, None, keep=3)
+    pub.submit(2, failing.write)
+    with pytest.raises(PublishFailed, match=r"publishing the weights of step 2 failed: IsADirectoryError"):
+        pub.wait()
+    assert not (root / "step-000002").exists()
+    tmp = root / ".step-000002.tmp"
+    assert (tmp / "model.safetensors").stat().st_size > 0  # the weights were written: it failed after them
+    assert latest(root, "READY")[0] == 1  # what the orchestrator would load
+
+
+def test_the_trainer_resident_set_is_flat_over_20_rl_steps(tmp_path):
+    """Completions of changing length (as RL's are): with glibc's default the heap keeps what
+    activations of one step's sizes left; the trainer maps large blocks on their own instead."""
+    from slurmrl.runtime.fixtures.tiny_model import build
+
+    steps, seq = 20, 256
+    model = build(tmp_path / "model", seed=0)
+    run_dir = run_dir_for(tmp_path, "rl-debug.toml", "run", [
+        f"model.path={model}", "trainer.micro_batch_size=16", f"trainer.max_steps={steps}",
+        f"trainer.checkpoint_every={steps}", "trainer.kl_coef=0", f"trainer.seq_len={seq}"])
+    rng = random.Random(0)
+    for step in range(1, steps + 1):
+        samples = []
+        for i in range(16):
+            n = rng.randrange(seq // 8, seq - seq // 4)
+            samples.append({"prompt_ids": [rng.randrange(10, 90) for _ in range(seq // 4)],
+                            "completion_ids": [rng.randrange(10, 90) for _ in range(n)], "logprobs": [-3.0] * n,
+                            "advantage": (-1.0) ** i, "reward": float(i % 2)})
+        path = run_dir / "rollouts" / f"step-{step:06d}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"step": step, "policy_step": step - 1, "samples": samples}))
+    trainer = Trainer(run_dir)
+    assert trainer.wait(timeout=300) == 0, trainer.tail()
+    rss = [r["cpu_rss_gib"] * 2**30 for r in metrics(run_dir) if "cpu_rss_gib" in r]
+    assert len(rss) == steps
+    later = rss[2:]
+    assert max(later) - min(later) < 24 * 2**20, [round(x / 2**20) for x in rss]
