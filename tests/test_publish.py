@@ -142,3 +142,70 @@ def test_the_trainer_resident_set_is_flat_over_20_rl_steps(tmp_path):
     assert len(rss) == steps
     later = rss[2:]
     assert max(later) - min(later) < 24 * 2**20, [round(x / 2**20) for x in rss]
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory) -> Path:
+    return wider_tiny(tmp_path_factory.mktemp("wide") / "model")
+
+
+def rl_run(tmp_path: Path, model: Path, steps: int) -> Path:
+    from slurmrl.rundir.paths import RunDir
+
+    run_dir = run_dir_for(tmp_path, "rl-debug.toml", "run", [
+        f"model.path={model}", "trainer.micro_batch_size=4", f"trainer.max_steps={steps}",
+        "trainer.checkpoint_every=1", "trainer.keep_checkpoints=2", "trainer.kl_coef=0", "trainer.seq_len=64"])
+    rng = random.Random(0)
+    for step in range(1, steps + 1):
+        samples = [{"prompt_ids": [rng.randrange(10, 90) for _ in range(8)],
+                    "completion_ids": [rng.randrange(10, 90) for _ in range(8)], "logprobs": [-3.0] * 8,
+                    "advantage": (-1.0) ** i, "reward": float(i % 2)} for i in range(4)]
+        path = RunDir(run_dir).rollouts / f"step-{step:06d}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"step": step, "policy_step": step - 1, "samples": samples}))
+    return run_dir
+
+
+def in_flight(weights: Path) -> bool:
+    return weights.is_dir() and any(p.name.startswith(".step-") for p in weights.iterdir())
+
+
+def complete_weights(weights: Path) -> list[int]:
+    """The steps whose folder has READY; each such folder loads whole."""
+    from safetensors import safe_open
+
+    done = []
+    for d in sorted(weights.glob("step-*")):
+        if (d / "READY").exists():
+            with safe_open(str(d / "model.safetensors"), "pt") as f:
+                assert {"lm_head.weight", "model.embed_tokens.weight"} <= set(f.keys()), d
+            done.append(int(d.name.split("-")[1]))
+    return done
+
+
+def test_a_stop_or_a_requeue_during_a_publish_resumes_with_complete_steps(tmp_path, wide):
+    """TERM while a publish is in flight: it completes (READY) before the checkpoint, exit 143.
+    KILL while one is in flight (a requeue without grace): the next attempt drops the half-written
+    folder and every folder with READY is whole."""
+    import signal
+
+    steps = 8
+    run_dir = rl_run(tmp_path, wide, steps)
+    weights = run_dir / "weights"
+    first = Trainer(run_dir, tag="a")
+    first.until(lambda: in_flight(weights), "a publish in flight", timeout=120)
+    first.proc.send_signal(signal.SIGTERM)
+    assert first.wait() == 143, first.tail()
+    ckpt = max(int(p.name.split("-")[1]) for p in (run_dir / "checkpoints").glob("step-*") if (p / "DONE").exists())
+    assert not in_flight(weights) and complete_weights(weights)[-1] == ckpt, (ckpt, first.tail())
+
+    second = Trainer(run_dir, tag="b")
+    second.until(lambda: any(p.name.startswith(f".step-{s:06d}") for p in weights.iterdir() for s in
+                             range(ckpt + 2, steps + 1)), "a later publish in flight", timeout=120)
+    second.proc.kill()
+    second.wait()
+    third = Trainer(run_dir, tag="c")
+    assert third.wait(timeout=300) == 0, third.tail()
+    assert not in_flight(weights)
+    assert complete_weights(weights)[-1] == steps
+    assert [r["step"] for r in metrics(run_dir) if "loss" in r][-1] == steps

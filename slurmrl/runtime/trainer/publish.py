@@ -190,6 +190,19 @@ def write_tensors(out, tensors: list[tuple[str, torch.Tensor]]) -> None:
         out.write(t.contiguous().view(torch.uint8).numpy().data)
 
 
+def publish_weights(root: Path, step: int, model, config, generation_config, tokenizer_src, tokenizer,
+                    dtype: torch.dtype, keep: int, rank: int) -> Path:
+    """One publish, waited for (the benchmarks' way; the trainer keeps one ``Publisher`` and
+    ``FolderWriter`` and lets each publish run beside the next step). Collective."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    pub = Publisher(model, rank, world, dtype)
+    writer = FolderWriter(root, pub.snapshot, config, generation_config, tokenizer_src, tokenizer, keep,
+                          log=lambda m: None)
+    pub.submit(step, writer.write)
+    pub.wait()
+    return root / step_name(step)
+
+
 def broadcast_work(broadcaster, root: Path, keep: int, rank: int, stopping):
     """What a publish does with a broadcast (``weight_sync.Broadcaster``): send, then rank 0 marks
     ``root/step-N/READY`` for the orchestrator (not when a planned stop took the servers down)."""
