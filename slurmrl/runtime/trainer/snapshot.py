@@ -146,7 +146,7 @@ class Snapshot:
         self.buffer = torch.empty(layout.local_numel, dtype=layout.dtype, device=device)
         self.ready = torch.cuda.Event() if device.type == "cuda" else None
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self.staging: torch.Tensor | None = None  # pinned host memory for one bucket's rows (CUDA)
+        self.staging: list[torch.Tensor] = []  # pinned host memory for two buckets' rows (CUDA)
 
     def take(self) -> None:
         """Copy (and cast) this rank's rows into the buffer: on the device, in the caller's stream."""
@@ -166,9 +166,9 @@ class Snapshot:
         if self.device.type != "cuda":
             return part
         assert self.stream is not None and self.ready is not None, "set for a CUDA snapshot"
-        if self.staging is None or self.staging.numel() < part.numel():
-            self.staging = torch.empty(max(part.numel(), self._largest()), dtype=part.dtype, pin_memory=True)
-        host = self.staging[: part.numel()]
+        if not self.staging:  # bucket k in k % 2: on one rank its views are still being written while k + 1 comes
+            self.staging = [torch.empty(self._largest(), dtype=part.dtype, pin_memory=True) for _ in range(2)]
+        host = self.staging[k % 2][: part.numel()]
         with torch.cuda.stream(self.stream):  # beside the next step's kernels, after the snapshot's copy
             self.stream.wait_event(self.ready)
             host.copy_(part, non_blocking=True)
