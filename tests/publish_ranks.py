@@ -3,7 +3,8 @@ MODEL OUT BUCKET_BYTES``): the model made ready as the trainer makes it (FSDP2 o
 optimizer step so the weights differ from the files they came from, then one publish of step 1
 through the trainer's own ``Publisher`` and ``FolderWriter``. Rank 0 also saves the full state
 (gathered the old way) as ``OUT/expected.pt``, and every rank its peak resident set above what it
-held when the background write began (``OUT/peak-rank<R>.json``)."""
+held when the background write began, and when the buckets went to rank 0 as a broadcast sends
+them (``OUT/peak-rank<R>.json``; rank 0 the sum of each tensor it assembled, ``OUT/sent-sums.json``)."""
 
 from __future__ import annotations
 
@@ -50,8 +51,18 @@ def main() -> None:
     before = vm_kib("VmRSS")
     writer.write(1)
     peak = vm_kib("VmHWM")
+    # the broadcast's way (weight_sync.SnapshotSource): every bucket to rank 0, which hands it on and drops it
+    Path("/proc/self/clear_refs").write_text("5")
+    before_send = vm_kib("VmRSS")
+    sent = {}
+    for k in range(len(pub.layout.buckets)):
+        for name, tensor in pub.snapshot.bucket(k, 0) or ():
+            sent[name] = float(tensor.double().sum())
+    peak_send = vm_kib("VmHWM")
+    if d.rank == 0:
+        (out / "sent-sums.json").write_text(json.dumps(sent))
     (out / f"peak-rank{d.rank}.json").write_text(json.dumps({
-        "peak_above_kib": peak - before, "buckets": len(pub.layout.buckets), "model_bytes": pub.layout.bytes,
+        "peak_above_kib": peak - before, "send_peak_above_kib": peak_send - before_send, "buckets": len(pub.layout.buckets), "model_bytes": pub.layout.bytes,
         "largest_bucket": max(pub.layout.bucket_bytes_of(k) for k in range(len(pub.layout.buckets)))}))
     torch.distributed.destroy_process_group()
 

@@ -69,7 +69,7 @@ def test_every_rank_writes_its_shard_and_the_folder_loads_as_one_checkpoint(two_
     assert all(p.stat().st_mtime_ns <= ready.stat().st_mtime_ns for p in folder.iterdir())
 
 
-def test_the_background_write_holds_about_two_buckets_never_the_model(two_ranks):
+def test_the_background_write_and_send_hold_about_two_buckets_never_the_model(two_ranks):
     for rank in (0, 1):
         peak = json.loads((two_ranks / f"peak-rank{rank}.json").read_text())
         assert peak["buckets"] >= 10
@@ -77,6 +77,13 @@ def test_the_background_write_holds_about_two_buckets_never_the_model(two_ranks)
         # one bucket gathered (W pieces), one being written, and the allocator's slack
         assert above <= 3 * peak["largest_bucket"] + 2**20, (rank, peak)
         assert above < peak["model_bytes"] / 4, (rank, peak)
+        sending = peak["send_peak_above_kib"] * 1024  # the broadcast's way: every bucket to rank 0
+        assert sending <= 3 * peak["largest_bucket"] + 2**20, (rank, peak)
+    expected = torch.load(two_ranks / "expected.pt")
+    sums = json.loads((two_ranks / "sent-sums.json").read_text())
+    assert set(sums) == set(expected)
+    for name, tensor in expected.items():
+        assert sums[name] == pytest.approx(float(tensor.double().sum()), rel=1e-12, abs=1e-9), name
 
 
 def test_a_publish_that_fails_half_way_leaves_no_ready_and_names_the_step(tmp_path):
