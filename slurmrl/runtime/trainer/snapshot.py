@@ -192,6 +192,7 @@ class Snapshot:
         mine = rows if rows.numel() == width else torch.cat([rows, rows.new_zeros(width - rows.numel())])
         pieces = [torch.empty(width, dtype=rows.dtype) for _ in range(lay.world)] if lay.rank == dst else None
         dist.gather(mine, pieces, dst=dst, group=self.group)
+        del mine, rows  # a padded copy: gone before the bucket is assembled
         if pieces is None:
             return None
         return self._split([p[:n] for p, n in zip(pieces, sizes)], idx)
