@@ -52,6 +52,7 @@ def two_ranks(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # torchrun with two ranks, ~20 s (shared with the next test)
 def test_every_rank_writes_its_shard_and_the_folder_loads_as_one_checkpoint(two_ranks):
     from transformers import AutoModelForCausalLM
 
@@ -69,6 +70,7 @@ def test_every_rank_writes_its_shard_and_the_folder_loads_as_one_checkpoint(two_
     assert all(p.stat().st_mtime_ns <= ready.stat().st_mtime_ns for p in folder.iterdir())
 
 
+@pytest.mark.slow  # torchrun with two ranks (shared with the test before)
 def test_the_background_write_and_send_hold_about_two_buckets_never_the_model(two_ranks):
     for rank in (0, 1):
         peak = json.loads((two_ranks / f"peak-rank{rank}.json").read_text())
@@ -124,6 +126,7 @@ def failed_half_way(tmp_path: Path, src: Path, bad: Path, model) -> None:
     assert latest(root, "READY")[0] == 1  # what the orchestrator would load
 
 
+@pytest.mark.slow  # ~30 s: the full suite runs it
 def test_the_trainer_resident_set_is_flat_over_20_rl_steps(tmp_path):
     """Completions of changing length (as RL's are): with glibc's default the heap keeps what
     activations of one step's sizes left; the trainer maps large blocks on their own instead."""
@@ -192,6 +195,7 @@ def complete_weights(weights: Path) -> list[int]:
     return done
 
 
+@pytest.mark.slow  # three trainer starts, ~25 s: the full suite runs it
 def test_a_stop_or_a_requeue_during_a_publish_resumes_with_complete_steps(tmp_path, wide):
     """TERM while a publish is in flight: it completes (READY) before the checkpoint, exit 143.
     KILL while one is in flight (a requeue without grace): the next attempt drops the half-written
