@@ -243,7 +243,7 @@ def main() -> None:
     print(f"broadcast / filesystem: {bc / fs:.2f} (goal <= 0.33); opening the group once: {open_s:.2f}s")
     print(f"floor: one copy of {sent / 1e6:.1f} MB at {bandwidth / 1e9:.1f} GB/s memory bandwidth = {floor:.3f}s "
           f"(broadcast is {bc / floor:.0f}x the floor; on GPUs the floor is bytes / link bandwidth)")
-    print("(filesystem: publish_weights, then pause + reload_weights + reset_prefix_cache + resume on every server; "
+    print("(filesystem: the trainer's publish (snapshot, then the background write), then pause + reload_weights + reset_prefix_cache + resume on every server; "
           "broadcast: pause + start/update/finish_weight_update with the gloo broadcast + reset + resume)"
           + (f"\nwork dir: {work}" if args.keep else ""))
     if beside:
