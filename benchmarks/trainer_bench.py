@@ -16,8 +16,10 @@ model built from a transformers config (no download), and prints one line:
     .venv/bin/python benchmarks/trainer_bench.py --preset 100m --steps 2 --reference         # CPU, ~124M
     python benchmarks/trainer_bench.py --device cuda --preset qwen3-0.6b --mode rl --reference   # 1 GPU
 
-Printed per variant: step time (median), tokens/s, tokens/s counting the weight publish (RL: the
-trainer publishes after every step; timed once per variant), peak memory (CUDA: allocator peak;
+Printed per variant: step time (median), tokens/s, and for RL the weight publish as the trainer
+runs it (``publish_figures``): alone, counted in series (the step, then the publish), and counted
+beside the next step (steps each followed by a background publish, all counted: what the trainer
+does), with the time the step is held for the snapshot; peak memory (CUDA: allocator peak;
 CPU: the process's peak resident set, and its rise over what was resident before the first step),
 and MFU under two formulas:
 ``6N`` = 6 x non-embedding parameters (LM head included) per token, as the trainer's metric (MoE
@@ -224,7 +226,6 @@ def run_variant(args) -> dict:
         os.environ["SLURMRL_TRAINER_DEVICE"] = "cpu"
     import torch
 
-    from slurmrl.runtime.trainer import state
     from slurmrl.runtime.trainer.loop import Dist, ready_model, untie
     from slurmrl.runtime.trainer.token_forward import FastPath
 
@@ -272,28 +273,56 @@ def run_variant(args) -> dict:
         times.append(time.perf_counter() - t)
     step_s = sorted(times)[len(times) // 2]
     peak, peak_step = peak_memory_gib(d, rss_before)
-    publish_s = 0.0
-    if args.mode == "rl" and args.publish:
-        with tempfile.TemporaryDirectory() as tmp:
-            t = time.perf_counter()
-            state.publish_weights(Path(tmp), 1, model, model.config, None, None, None, torch.bfloat16, 1, d.rank)
-            publish_s = time.perf_counter() - t
+    pub = publish_figures(args, d, model, step) if args.mode == "rl" and args.publish else {}
     total = sum(q.numel() for q in model.parameters())
     non_emb = active_params(model, p)
     return {"variant": args.variant, "preset": args.preset, "vocab": p["vocab"], "mode": args.mode, "seq": p["seq"], "docs": args.docs,
-            "tokens": tokens, "step_s": step_s, "publish_s": publish_s, "peak_gib": peak, "step_peak_gib": peak_step,
+            "tokens": tokens, "step_s": step_s, "publish_s": pub.get("publish_s", 0.0), **pub, "peak_gib": peak, "step_peak_gib": peak_step,
             "params": total, "non_embedding": non_emb, "layers": p["layers"], "hidden": p["hidden"],
             "device": torch.cuda.get_device_name(d.device) if d.cuda else f"CPU, {torch.get_num_threads()} threads",
             "torch": torch.__version__}
 
 
+def publish_figures(args, d, model, step) -> dict:
+    """The trainer's publish (``slurmrl.runtime.trainer.publish``: snapshot, then every rank writes
+    its shard in a background thread) of bf16 weights to a temporary folder: alone (the first one
+    and the last of two), and beside the steps: ``--steps`` steps, each followed by a publish that
+    runs while the next step does, the last one waited for, all counted."""
+    import statistics
+
+    import torch
+
+    from slurmrl.runtime.trainer.publish import FolderWriter, Publisher
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pub = Publisher(model, d.rank, d.world, torch.bfloat16)
+        writer = FolderWriter(Path(tmp), pub.snapshot, model.config, None, None, None, keep=1, log=lambda m: None)
+        alone = []
+        for i in range(2):
+            pub.submit(i + 1, writer.write)
+            alone.append(pub.wait())
+        held = []
+        t = time.perf_counter()
+        for i in range(args.steps):
+            step()
+            held.append(pub.submit(10 + i, writer.write))
+        pub.wait()
+        beside = (time.perf_counter() - t) / args.steps
+    return {"publish_s": alone[-1], "first_publish_s": alone[0], "held_s": statistics.median(held),
+            "step_with_publish_s": beside, "publish_bytes": pub.layout.bytes}
+
+
 def line(r: dict, peak_tflops: float | None) -> str:
     tok_s = r["tokens"] / r["step_s"]
     with_pub = r["tokens"] / (r["step_s"] + r["publish_s"])
+    beside = r["tokens"] / r["step_with_publish_s"] if r.get("step_with_publish_s") else 0.0
     out = (f"{r['variant']:>10}  {r['preset']} {r['mode']} seq {r['seq']} vocab {r['vocab']}"
            + (f" ({r['docs']} docs/row)" if r["mode"] == "sft" else "")
            + f"  step {r['step_s'] * 1000:9.1f} ms  {tok_s:9.0f} tok/s"
-           + (f"  {with_pub:9.0f} tok/s with publish ({r['publish_s']:.2f} s)" if r["publish_s"] else "")
+           + (f"  publish alone {r['publish_s']:.2f} s (first {r['first_publish_s']:.2f} s, "
+              f"{r['publish_bytes'] / 1e9:.2f} GB): {with_pub:9.0f} tok/s in series, {beside:9.0f} tok/s beside "
+              f"the next step ({beside / tok_s:.2f}x; the step held {r['held_s'] * 1000:.0f} ms)"
+              if r["publish_s"] else "")
            + f"  peak {r['peak_gib']:.2f} GiB" + ("" if r["peak_gib"] == r["step_peak_gib"] else
                                                  f" ({r['step_peak_gib']:.2f} GiB above the loaded model)"))
     if peak_tflops:

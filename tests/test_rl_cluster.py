@@ -257,7 +257,7 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_debug2, t
 
     trainer = {rec["step"]: rec for rec in lines(trainer_log)}
     assert sorted(trainer) == list(range(1, BROADCAST_STEPS + 1)), f"steps lost or repeated: {sorted(trainer)}"
-    # a step whose sync the requeue cut short (its servers stop first) is kept by its checkpoint: sync_s 0
+    # a step whose sync the requeue cut short (its servers stop first) is kept by its checkpoint (no READY mark)
     synced = {step: rec for step, rec in trainer.items() if rec["sync_s"] > 0}
     assert len(trainer) - len(synced) <= 1, trainer
     for step, rec in trainer.items():

@@ -31,6 +31,7 @@ from slurmrl.runtime.trainer import dataset, losses, numerics, packing, rl_metri
 from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env
 from slurmrl.runtime.trainer.lora import AdaptersOff
 from slurmrl.runtime.trainer.lora import Policy as LoRAPolicy
+from slurmrl.runtime.trainer.publish import FolderWriter, Publisher, broadcast_work, flat_host_memory
 from slurmrl.runtime.trainer.ready import mark_ready
 from slurmrl.runtime.trainer.token_forward import FastPath, logprobs
 from slurmrl.settings.trainer import TrainerSettings
@@ -158,6 +159,7 @@ class Trainer:
         self.s, self.run_dir = s, s.root
         self.target, self.broadcaster = target, None
         self.kind = s.kind
+        self.flat_memory = flat_host_memory()  # before the first large allocation
         self.d = Dist(s.dtype)
         self.rank, self.world = self.d.rank, self.d.world
         self.seed, self.max_steps, self.micro, self.seq_len = s.seed, s.max_steps, s.micro_batch_size, s.seq_len
@@ -280,11 +282,22 @@ class Trainer:
         self.log(f"MFU = 6·N·tokens/s (+ 2·N·tokens/s through the reference) / (peak x {self.world} device(s)), "
                  f"N = {self.flops.n / 1e6:.1f}M, peak {f'{peak:g} TFLOP/s' if peak else 'none'}: {source}")
         self.log(f"model loaded in {time.perf_counter() - t:.1f}s ({n_params / 1e6:.1f}M parameters)")
+        self.publisher = None if self.lora else Publisher(self.model, self.rank, self.world, self.publish_dtype,
+                                                          self.log)
+        if self.publisher is not None:
+            self.send = FolderWriter(self.weights_root, self.publisher.snapshot, self.config, self.gen_config,
+                                     self.model_dir, self.tok, self.keep, self.log).write
+            self.log(f"weights published beside the next step, {len(self.publisher.layout.buckets)} bucket(s) of "
+                     f"<= {self.publisher.layout.bucket_bytes / 2**20:.0f} MiB from a {self.publish_dtype} snapshot"
+                     + ("" if self.flat_memory else "; host memory: no glibc mallopt here"))
         if self.target is not None:
-            self.broadcaster = sender = self.target.connect(self.model, self.rank, self.publish_dtype, self.log)
+            self.broadcaster = sender = self.target.connect(self.model, self.rank, self.publish_dtype, self.log,
+                                                            self.publisher.snapshot if self.publisher else None)
+            self.send = broadcast_work(sender, self.weights_root, self.keep, self.rank, STOP.is_set)
             if self.start:  # after a requeue: the servers take the checkpoint's weights before any rollout
+                self.sync(self.start)
                 self.log(f"servers on the weights of checkpoint {self.start} "
-                         f"({self.sync(self.start):.2f}s, {sender.bytes / 1e9:.3f} GB)")
+                         f"({self.wait_publish() or 0.0:.2f}s, {sender.bytes / 1e9:.3f} GB)")
         mark_ready(self.run_dir)
 
     # ---- steps -----------------------------------------------------------------------
@@ -352,27 +365,24 @@ class Trainer:
 
     # ---- saving ----------------------------------------------------------------------
     def sync(self, step: int) -> float:
-        """The weights of ``step`` to the servers: broadcast (then marked for the orchestrator), or
-        published to the run dir (the orchestrator has every server reload them). Seconds."""
-        if self.broadcaster is None:
-            return self.publish(step)
-        took = self.broadcaster.sync(step, stopping=STOP.is_set)
-        if took is None:  # a planned stop took the servers down mid-sync: the checkpoint has the weights
-            return 0.0
-        if self.rank == 0:
-            state.mark_broadcast(self.weights_root, step, self.keep)
-        return took
-
-    def publish(self, step: int) -> float:
-        t = time.perf_counter()
-        if self.lora:  # the adapter alone (megabytes); the servers hot-load it under a new name
+        """Start getting the weights of ``step`` to the servers beside the next step: broadcast
+        (then marked for the orchestrator), or published to the run dir (the orchestrator has every
+        server reload them). Seconds the step is held (the publish before it, the snapshot)."""
+        if self.publisher is None:  # LoRA: the adapter alone (megabytes), in series
+            assert self.lora is not None, "only a LoRA policy publishes without a publisher"
+            t = time.perf_counter()
             path = self.lora.publish(self.weights_root, step, self.model, self.publish_dtype, self.keep, self.rank)
-        else:
-            path = state.publish_weights(self.weights_root, step, self.model, self.config, self.gen_config,
-                                         self.model_dir, self.tok, self.publish_dtype, self.keep, self.rank)
-        dt = time.perf_counter() - t
-        self.log(f"weights of step {step} at {path} ({dt:.2f}s)")
-        return dt
+            self.log(f"weights of step {step} at {path} ({time.perf_counter() - t:.2f}s)")
+            return time.perf_counter() - t
+        return self.publisher.submit(step, self.send)
+
+    def wait_publish(self) -> float | None:
+        """Until the publish in flight is complete (READY written); its seconds."""
+        return self.publisher.wait() if self.publisher is not None else None
+
+    def publish(self, step: int) -> None:
+        self.sync(step)
+        self.wait_publish()
 
     def export_merged(self) -> None:
         assert self.lora is not None, "called for a LoRA policy only"
@@ -407,6 +417,8 @@ class Trainer:
         lr = self.s.lr
         while step < self.max_steps and not stopped:
             heartbeat.beat()
+            if self.publisher is not None:
+                self.publisher.check()  # a failed background publish ends the trainer, named
             n = step + 1
             wait_s, batch = 0.0, None
             if self.kind == "rl":
@@ -438,6 +450,7 @@ class Trainer:
             record = {"step": step, "kind": self.kind, **out, "grad_norm": norm, "lr": lr,
                       "tokens_per_s": out["tokens"] / step_s if step_s > 0 else 0.0, "step_time_s": step_s,
                       "wait_s": wait_s, "publish_s": 0.0 if self.broadcaster else sync_s, "sync_s": sync_s,
+                      "sync_background_s": self.publisher.previous_s if self.publisher else None,
                       "sync_share": sync_s / (step_s + sync_s) if step_s + sync_s > 0 else 0.0,
                       "time": time.time()}
             if self.kind == "rl" and isinstance(out.get("policy_step"), int):
@@ -459,12 +472,14 @@ class Trainer:
             early = not stopped and self.d.any(self.deadline.save_now())
             self.deadline.saved_early |= early
             if stopped or early or step % self.every == 0 or step == self.max_steps:
+                self.wait_publish()  # a checkpoint of step n means READY for step n: a resume never waits for it
                 why = ("stop requested" if stopped else "last step" if step == self.max_steps else
                        "early: a save at the next step might not finish before the time limit" if early else "periodic")
                 self.checkpoint(step, why)
                 saved = step
             if stopped:
                 break
+        self.wait_publish()
         if stopped and saved < step:
             self.checkpoint(step, "stop requested")
             saved = step
