@@ -160,6 +160,8 @@ class Broken:
     """A chat environment whose answer to the second prompt's model turns raises, whose reward hangs for the
     first prompt's rollouts, and whose begin (each rollout's own task) raises for the fourth prompt."""
 
+    kind = "chat"
+
     def __init__(self):
         self.inner = __import__("slurmrl.envs.guess_number", fromlist=["GuessNumber"]).GuessNumber()
 
@@ -203,6 +205,8 @@ def test_an_environment_that_fails_costs_its_rollouts_only(model_dir, server):
 
 class PythonTool:
     """A tool environment: the model may call `python`, which runs its code in a subprocess with a limit."""
+
+    kind = "chat"
 
     tools = [__import__("slurmrl.envs.tools", fromlist=["PYTHON_TOOL"]).PYTHON_TOOL]
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
+from slurmrl.envs.protocol import CHAT_ONLY
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.user_set import user_set
 from slurmrl.settings.eval import EvalKnobs, EvalSettings
 from slurmrl.settings.judge import JUDGE_TEMPLATES, JudgeKnobs, JudgeSettings
 from slurmrl.settings.orchestrator import OrchestratorKnobs, OrchestratorSettings
@@ -36,7 +38,19 @@ def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
         hybrid=recipe.placement.colocate == "hybrid",
         eval=eval_settings(recipe),
         wandb=wandb_settings(recipe, run_dir),
+        chat_only_set=chat_only_set(recipe),
     )
+
+
+def chat_only_set(recipe: Recipe) -> list[str]:
+    """The chat-only fields (``slurmrl.envs.protocol.CHAT_ONLY``) the user set in ``recipe``, defaults never."""
+    out = []
+    for path in CHAT_ONLY:
+        section, name = path.split(".")
+        where = getattr(recipe, section)
+        if where is not None and user_set(where, name):
+            out.append(path)
+    return out
 
 
 def judge_settings(recipe: Recipe) -> JudgeSettings | None:
