@@ -49,7 +49,7 @@ nodes = 512
 
 
 def largest_recipe() -> Path:
-    from slurmrl.app.build import planned
+    from slurmrl.app.plan import planned
 
     def size(path: Path) -> tuple[int, int]:
         p = planned(path, run_dir=f"/bench/{path.stem}")[1]

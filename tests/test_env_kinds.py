@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from slurmrl import cli
-from slurmrl.app.build import planned
+from slurmrl.app.plan import planned
 from slurmrl.envs.protocol import CHAT_ONLY
 from slurmrl.errors import UserError
 from slurmrl.runtime.steps.probe import environment_problems

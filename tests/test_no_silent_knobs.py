@@ -42,7 +42,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from slurmrl import envs
-from slurmrl.app.build import planned
+from slurmrl.app.plan import planned
 from slurmrl.envs.protocol import CHAT_ONLY, refuse_chat_only
 from slurmrl.errors import UserError
 from slurmrl.plan import plan, rules
