@@ -74,9 +74,9 @@ class NoKind:
 '''
 
 
-def render(tmp_path: Path, overrides: list[str]) -> Path:
+def render(tmp_path: Path, overrides: list[str], recipe: Path = RECIPES / "rl-debug.toml") -> Path:
     run_dir = tmp_path / "run"
-    argv = ["render", str(RECIPES / "rl-debug.toml"), "--run-dir", str(run_dir)]
+    argv = ["render", str(recipe), "--run-dir", str(run_dir)]
     for o in overrides:
         argv += ["--set", o]
     assert cli.main(argv) == 0
@@ -105,3 +105,19 @@ def test_the_preflight_refuses_a_chat_only_setting_on_a_custom_text_environment(
     settings = tomllib.loads((run_dir / "components" / "orchestrator.toml").read_text())
     assert settings["chat_only_set"] == [o.split("=")[0] for o in overrides if o.split("=")[0] in CHAT_ONLY]
     assert environment_problems(run_dir) == ([problem] if problem else [])
+
+
+def test_a_chat_only_setting_at_its_default_is_written_as_a_resolved_recipe_tells_it(tmp_path, monkeypatch):
+    """components/orchestrator.toml lists the chat-only fields set to other values than their defaults: what
+    the run dir's recipe.toml (every default written out) still tells as set, so a re-render of it (`slurmrl
+    diff`, `submit --again`) writes the same file. The planner refuses a built-in text environment's whatever
+    the value (test_set_is_refused_whatever_its_value_and_however_many_text_environments)."""
+    (tmp_path / "kinds_env.py").write_text(KINDS_PY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run_dir = render(tmp_path, ["orchestrator.environment='kinds_env:Text'", "orchestrator.max_turns=8",
+                                "orchestrator.env_timeout_s=9.0"])
+    settings = tomllib.loads((run_dir / "components" / "orchestrator.toml").read_text())
+    assert settings["chat_only_set"] == ["orchestrator.env_timeout_s"]
+    again = render(tmp_path / "again", [], run_dir / "recipe.toml")
+    assert (again / "components" / "orchestrator.toml").read_text() == \
+        (run_dir / "components" / "orchestrator.toml").read_text().replace(str(run_dir), str(again))
