@@ -131,18 +131,35 @@ def _num(value, digits: int = 1) -> str:
 
 
 def benchmark_rows(summary: dict) -> list[list[str]]:
-    """A header and one row per grid point: throughput and the latency medians and p99s (ms)."""
+    """A header and one row per point: throughput and the latency medians and p99s (ms); with goodput
+    targets, the good requests per second and their share. A trace's lengths and a point without a
+    concurrency cap read "trace" and "-"."""
+    points = summary.get("points", [])
+    goodput = any("request_goodput" in p for p in points)
     rows = [["conc", "in", "out", "req/s", "out tok/s", "total tok/s", "TTFT p50/p99", "TPOT p50/p99",
-             "ITL p50/p99", "failed"]]
-    for p in summary.get("points", []):
+             "ITL p50/p99", *(["good req/s"] if goodput else []), "failed"]]
+    for p in points:
+        trace = p.get("input_len") is None and p.get("output_len") is None
         rows.append([
-            str(p.get("concurrency", "-")), str(p.get("input_len", "-")), str(p.get("output_len", "-")),
+            str(p.get("concurrency") or "-"), *(["trace", "trace"] if trace else
+                                                 [str(p.get("input_len", "-")), str(p.get("output_len", "-"))]),
             _num(p.get("request_throughput"), 2), _num(p.get("output_throughput")),
             _num(p.get("total_token_throughput")),
             *(f"{_num(p.get(f'{m}_p50_ms'))}/{_num(p.get(f'{m}_p99_ms'))}" for m in ("ttft", "tpot", "itl")),
+            *([_good(p)] if goodput else []),
             f"{p.get('failed', 0)}/{p.get('num_prompts', '-')}",
         ])
     return rows
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _good(p: dict) -> str:
+    share = p.get("good_share")
+    pct = f" ({100 * share:.0f}%)" if isinstance(share, (int, float)) and math.isfinite(share) else ""
+    return _num(p.get("request_goodput"), 2) + pct
 
 
 def benchmark_figure(summary: dict, title: str):
@@ -157,12 +174,16 @@ def benchmark_figure(summary: dict, title: str):
               ("tpot_p50_ms", "TPOT p50 (ms)"))
     for ax, (key, label) in zip(axes, panels):
         for (i, o), points in series.items():
-            points = sorted((p for p in points if isinstance(p.get(key), (int, float))),
+            name = "trace" if i is None and o is None else f"in {i} / out {o}"
+            uncapped = [p for p in points if p.get("concurrency") is None and _finite(p.get(key))]
+            for p in uncapped:  # a trace replayed without a cap: one value, across the whole axis
+                ax.axhline(p[key], linestyle="--", linewidth=1, label=f"{name}, no cap")
+            points = sorted((p for p in points if isinstance(p.get("concurrency"), int) and _finite(p.get(key))),
                             key=lambda p: p["concurrency"])
             ax.plot([p["concurrency"] for p in points], [p[key] for p in points], marker="o", markersize=3,
-                    label=f"in {i} / out {o}")
+                    label=name)
         ax.set_xscale("log", base=2)
-        ax.set_xticks(concurrencies)  # the grid's own concurrencies, as whole numbers
+        ax.set_xticks(concurrencies or [1])  # the grid's own concurrencies, as whole numbers
         ax.xaxis.set_major_formatter(plt.ScalarFormatter())
         ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.set_xlabel("concurrency")

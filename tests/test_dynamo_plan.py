@@ -259,7 +259,7 @@ def test_leftover_check_names_the_node_and_what_is_left(tmp_path):
 @pytest.mark.parametrize("recipe,field,words", [
     (base(auth="job_secret"), "inference.auth", "cannot check the job's secret"),
     (base(router={"policy": "round_robin"}), "inference.router", "frontend routes"),
-    (base(kv_offload={"kind": "cpu", "cpu_gb": 8}), "inference.kv_offload.kind", "KV offload"),
+    (base(kv_offload={"kind": "cpu", "cpu_gb": 8}), "inference.kv_offload", "KV offload"),
     (base(mode="wide_ep"), "inference.mode", "wide_ep"),
     (base(dp=2), "inference.dp", "sized by tp"),
     (base(tp=8), "inference.tp", "run on one node"),
@@ -276,7 +276,14 @@ def test_leftover_check_names_the_node_and_what_is_left(tmp_path):
      "both roles"),
     (base(env={"DYN_NAMESPACE": "x"}), "inference.env.DYN_NAMESPACE", "set by the plan"),
     ({**base(), "kind": "rl", "trainer": {}, "orchestrator": {}}, "inference.backend", "kind 'inference' only"),
-    ({**base(), "inference": {"dynamo": {"engine": "mocker"}}}, "inference.dynamo", "backend"),
+    ({**base(), "inference": {"dynamo": {"engine": "mocker"}}}, "inference.dynamo",
+     "not a key of backend 'vllm' (a key of backend 'dynamo'): set inference.backend = \"dynamo\""),
+    (base(mode="pd", prefill={"dp": 2}, decode={}), "inference.prefill.dp", "not a key of backend 'dynamo'"),
+    (base(mode="pd", prefill={}), "inference.decode", "needs both"),
+    (base(prefill={}), "inference.prefill", "only used with mode 'pd'"),
+    (base(backend="sglang"), "inference.backend", "must be 'vllm' or 'dynamo' (got 'sglang')"),
+    (base(gpu_memory_utilization=0.5), "inference.gpu_memory_utilization",
+     "engine 'mocker' takes its own in inference.dynamo.extra_args"),
 ])
 def test_refused_in_one_line_naming_the_field(tmp_path, recipe, field, words):
     with pytest.raises(UserError) as e:

@@ -221,3 +221,38 @@ def test_broadcast_through_vllms_weight_transfer_routes_changes_the_served_logpr
     assert served == pytest.approx(transformers_logprobs(models[0], prompt_ids, ids), abs=2e-3)
     with pytest.raises(SyncFailed, match="plan says 4"):  # a group the plan does not describe is refused
         Target("gloo", servers.urls, [1, 1], "127.0.0.1", port, world_size=4).check()
+
+
+def test_a_trace_replays_at_its_own_times_with_goodput_through_vllms_load_generator(servers, models, tmp_path,
+                                                                                  monkeypatch):
+    """[benchmark] trace replay against a real server: vLLM's timed_trace dataset sends each request of
+    a small Mooncake-style trace (shared hash ids: shared prompt blocks) at its timestamp, and the
+    summary has goodput under the targets (generous ones: every request is good)."""
+    import json
+
+    from slurmrl.rundir.benchmark import read_summary
+    from slurmrl.runtime.bench import runner as bench
+
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(TEST_SECRET + "\n")
+    monkeypatch.setenv("SLURMRL_SECRET_FILE", str(secret_file))
+    monkeypatch.delenv("SLURMRL_RUN_DIR", raising=False)
+    trace = tmp_path / "trace.jsonl"
+    stamps = [0, 300, 600, 900, 1200, 1500]  # ms
+    trace.write_text("".join(json.dumps({"timestamp": t, "input_length": 40, "output_length": 4,
+                                         "hash_ids": [1, 2 + k % 2, 10 + k]}) + "\n" for k, t in enumerate(stamps)))
+    argv = ["--out", str(tmp_path / "benchmark"), "--timeout", "300", "--",
+            "--base-url", servers.urls[0], "--dataset-name", "timed_trace", "--dataset-path", str(trace),
+            "--timed-trace-chunk-hash-size", "16", "--timed-trace-sec-multiplier", "0.001",
+            "--model", str(models[0]), "--served-model-name", "tiny", "--goodput", "ttft:600000", "e2el:600000",
+            "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--disable-tqdm"]
+    assert bench.run(*bench.parse(argv)) == 0
+    summary = read_summary(tmp_path)
+    assert summary is not None and summary.status == "done" and summary.data["num_prompts"] == len(stamps)
+    (p,) = summary.points
+    assert p["file"] == "trace.json" and p["completed"] == len(stamps) and p["failed"] == 0, p
+    assert p["duration_s"] >= 1.5, p  # the last request went out at its timestamp, 1.5 s in
+    assert p["request_goodput"] == pytest.approx(p["request_throughput"]) and p["good_share"] == pytest.approx(1.0)
+    point = json.loads((tmp_path / "benchmark" / "trace.json").read_text())
+    assert point["total_input_tokens"] == 40 * len(stamps) and point["total_output_tokens"] == 4 * len(stamps)

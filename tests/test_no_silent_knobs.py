@@ -46,8 +46,9 @@ from slurmrl.app.plan import planned
 from slurmrl.envs.protocol import CHAT_ONLY, refuse_chat_only
 from slurmrl.errors import UserError
 from slurmrl.plan import plan, rules
-from slurmrl.recipe.load import apply_overrides, check_numbers, read_toml
+from slurmrl.recipe.load import apply_overrides, check_numbers, format_validation_error, read_toml
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.schema import models
 from slurmrl.render.script import render_script
 from slurmrl.rundir import tomlw
 
@@ -116,31 +117,32 @@ TRIES = 6  # values tried per field before the walk gives up on finding one the 
 # ---- the schema --------------------------------------------------------------------------------
 
 
-def section_model(annotation) -> type[BaseModel] | None:
-    """The section model a field holds (``X`` or ``X | None``), else None."""
-    for cand in typing.get_args(annotation) or (annotation,):
-        if isinstance(cand, type) and issubclass(cand, BaseModel):
-            return cand
-    return None
+def section_model(annotation, part: str | None = None) -> type[BaseModel] | None:
+    """The section model a field holds (``X`` or ``X | None``), else None; of a union of sections
+    (``inference``, one per backend), the first member that has field ``part``."""
+    found = models(annotation)
+    return next((m for m in found if part is None or part in m.model_fields), None)
 
 
 def leaves(model: type[BaseModel] = Recipe, prefix: str = "") -> list[tuple[str, object]]:
-    """(dotted path, FieldInfo) of every leaf field, sections walked."""
-    out = []
+    """(dotted path, FieldInfo) of every leaf field, sections walked (each member of a union: a path
+    two engines' sections share is walked once)."""
+    out: list[tuple[str, object]] = []
     for name, f in model.model_fields.items():
-        sub = section_model(f.annotation)
-        if sub is not None:
-            out += leaves(sub, f"{prefix}{name}.")
-        else:
+        subs = models(f.annotation)
+        for sub in subs:
+            out += [leaf for leaf in leaves(sub, f"{prefix}{name}.") if leaf[0] not in {p for p, _ in out}]
+        if not subs:
             out.append((f"{prefix}{name}", f))
     return out
 
 
 def field_at(path: str):
     model, f = Recipe, None
-    for part in path.split("."):
+    parts = path.split(".")
+    for i, part in enumerate(parts):
         f = model.model_fields[part]
-        model = section_model(f.annotation)
+        model = section_model(f.annotation, parts[i + 1] if i + 1 < len(parts) else None)
     return f
 
 
@@ -265,7 +267,7 @@ def value_at(recipe: Recipe, path: str):
     for part in path.split("."):
         if node is None:
             return None
-        node = getattr(node, part)
+        node = getattr(node, part, None)  # None too for a key of another engine's section
     return node
 
 
@@ -274,7 +276,7 @@ def absent_section(recipe: Recipe, path: str) -> str | None:
     parts = path.split(".")
     node = recipe
     for i, part in enumerate(parts[:-1]):
-        node = getattr(node, part)
+        node = getattr(node, part, None)  # None too where the section is another engine's (inference.dynamo)
         if node is None:
             return ".".join(parts[: i + 1])
     return None
@@ -361,7 +363,10 @@ def outcome(recipe: Path, path: str, value) -> tuple[str, str]:
             check_numbers(data)
             p = plan(Recipe.model_validate(data), RUN_DIR)
             break
-        except ValidationError as e:  # the schema refuses the value itself: not a shape's answer
+        except ValidationError as e:  # the schema refuses the value itself: not a shape's answer,
+            shown = format_validation_error(e)  # unless it is a key of another engine's section
+            if e.errors()[0]["type"] == "extra_forbidden" and "not a key of" in shown.message and names(shown, path):
+                return "refused", str(shown)
             return "invalid", str(e.errors()[0]["msg"])
         except UserError as e:
             if names(e, path):

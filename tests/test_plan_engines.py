@@ -4,7 +4,10 @@ function (``slurmrl.plan.spec``)."""
 
 from __future__ import annotations
 
+import re
 import types
+from pathlib import Path
+from typing import Literal
 
 import pytest
 from hypothesis import given
@@ -16,6 +19,7 @@ from slurmrl.plan.engines import Engine, dynamo, judge, vllm
 from slurmrl.plan.model import Cat, Instance, Sh
 from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.spec import Slot, Spec, Supervisor, supervisor_argv
+from slurmrl.recipe import inference
 from slurmrl.recipe.load import load_recipe, validate
 
 RUN = "/cluster/runs/x"
@@ -143,6 +147,41 @@ def test_every_registered_engine_family_implements_the_protocol():
         assert isinstance(e, Engine)
 
 
+def test_every_backend_has_its_section_and_its_engine_and_nothing_else():
+    """A new engine: its section (one line in recipe.inference.Inference) and its module (one line in
+    plan.engines.BACKENDS); the two registries name the same backends, each section keyed on its own."""
+    assert list(inference.BACKENDS) == list(engines.BACKENDS) == ["vllm", "dynamo"]
+    for backend, section in inference.BACKENDS.items():
+        assert issubclass(section, inference.Serving)
+        assert section.model_fields["backend"].annotation == Literal[backend]
+        assert engines.BACKENDS[backend].name == backend and engines.BACKENDS[backend] in engines.ENGINES
+        recipe = validate(rl(inference={"backend": backend}))  # the loader picks the section by backend
+        assert type(recipe.inference) is section
+        assert [e.name for e in engines.BACKENDS.values() if e.serves(recipe)] == [backend]
+    assert type(validate(rl()).inference) is inference.BACKENDS["vllm"]  # no backend: vLLM
+
+
+def test_planner_and_rules_ask_no_engine_by_name():
+    """What differs per engine is in its module; the planner and the recipe rules call the protocol."""
+    for module in ("planner.py", "rules.py"):
+        text = (Path(engines.__file__).parent.parent / module).read_text()
+        for name in engines.BACKENDS:
+            assert not re.search(rf"[=!]=\s*[\"']{name}[\"']", text), (module, name)
+        assert not re.search(r"\.backend\s*[=!]=", text), module  # inference.backend (not weight_sync's)
+        assert "import dynamo" not in text and "engines.dynamo" not in text, module
+
+
+@pytest.mark.parametrize("key, backend, other", [
+    ("kv_offload", "dynamo", "vllm"), ("router", "dynamo", "vllm"), ("dp", "dynamo", "vllm"),
+    ("dynamo", "vllm", "dynamo"),
+])
+def test_a_key_of_another_engine_is_an_unknown_key_that_names_its_engine(key, backend, other):
+    data = rl(inference={"backend": backend, key: {}} if key != "dp" else {"backend": backend, key: 2})
+    msg = refusal(validate, data)
+    assert msg.startswith(f"inference.{key}: not a key of backend {backend!r} (a key of backend {other!r})"), msg
+    assert "\n" not in msg
+
+
 @pytest.mark.parametrize("recipe", ["inference-replicas", "inference-dynamo-agg", "rl-judge", "sft-debug"])
 def test_each_recipe_is_served_by_the_families_it_names(recipe):
     r = load_recipe(f"recipes/{recipe}.toml")
@@ -158,6 +197,7 @@ def fake_engine(calls: list[str]) -> types.ModuleType:
     the trainer."""
     m = types.ModuleType("echo")
     m.name = "echo"
+    m.leftover_check = False
 
     def check(r):
         calls.append("check")
@@ -213,3 +253,16 @@ def test_node_local_model_copy_is_what_the_servers_and_the_benchmark_read():
     assert [s.group for s in p.staging] == [p.component("inference").group]
     probe = plan(r, RUN, preflight=True)  # the probe stands in: nothing copied, nothing refused
     assert probe.staging == ()
+
+
+@pytest.mark.parametrize("recipe", ["inference-replicas", "inference-dynamo-disagg"])
+def test_a_resolved_recipe_loads_as_its_backends_section(tmp_path, recipe):
+    """A run dir's recipe.toml writes every default out, the backend's too; read back, only what
+    differs from the defaults counts as set, and the section is the backend's again."""
+    from slurmrl.app.build import build
+
+    resolved = tmp_path / "recipe.toml"
+    resolved.write_text(build(Path(f"recipes/{recipe}.toml"), run_dir=tmp_path / "run").files["recipe.toml"])
+    again, first = load_recipe(resolved), load_recipe(f"recipes/{recipe}.toml")
+    assert again == first and type(again.inference) is type(first.inference)
+    assert ("backend" in again.inference.model_fields_set) == (recipe != "inference-replicas")  # vllm: the default

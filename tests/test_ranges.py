@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmrl import cli
-from slurmrl.recipe.inference import KVOffload
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.reference import field_paths, numeric_range, range_text, reference
+from slurmrl.recipe.vllm import KVOffload
 from slurmrl.settings import trainer as trainer_settings
 from slurmrl.settings.section import Section
 
@@ -39,7 +39,7 @@ IDS = [path for path, _ in NUMERIC]
 # A gallery recipe in which each section is used (kind and mode allow it).
 BASES = {"inference.prefill": "inference-pd", "inference.decode": "inference-pd",
          "inference.kv_offload": "inference-kv-offload", "benchmark": "inference-debug", "judge": "rl-judge",
-         "eval": "rl-1node"}
+         "eval": "rl-1node", "inference.dynamo": "inference-dynamo-debug"}
 
 
 def base_for(path: str) -> Path:

@@ -89,3 +89,29 @@ def test_max_running_refuses_what_is_not_a_whole_number(text):
         assert e.value.field == "--max-running" and "needs a number of jobs" in e.value.message
     else:  # int() reads some digits the filter does not know (other scripts' digits): the range decides
         assert max_running_arg(text) == value if 1 <= value <= MAX_SWEEP_POINTS else True
+
+
+DYNAMO = tomllib.loads((SFT.parent / "inference-dynamo-debug.toml").read_text())
+
+
+def test_a_grid_over_an_engine_section_keeps_the_section_of_its_backend():
+    points = sweep_grid.point_recipes(DYNAMO, ["inference.dynamo.speedup_ratio=1,10", "inference.startup_timeout=60,120"])
+    assert [(r.inference.backend, r.inference.dynamo.speedup_ratio, r.inference.startup_timeout)
+            for _, _, r in points] == [("dynamo", 1, 60), ("dynamo", 1, 120), ("dynamo", 10, 60), ("dynamo", 10, 120)]
+
+
+def test_a_grid_over_another_engines_key_names_the_engine_that_reads_it():
+    with pytest.raises(UserError) as e:
+        sweep_grid.point_recipes(DYNAMO, ["inference.dp=1,2"])
+    assert e.value.field == "inference.dp"
+    assert e.value.message.startswith("not a key of backend 'dynamo' (a key of backend 'vllm')")
+    assert e.value.message.endswith("(sweep point 0: inference.dp=1)")
+
+
+def test_a_grid_over_the_backend_picks_each_points_section():
+    data = {**DYNAMO, "inference": {k: v for k, v in DYNAMO["inference"].items() if k != "dynamo"}}
+    with pytest.raises(UserError) as e:  # vLLM's section has no [inference.dynamo]; without it both points load
+        sweep_grid.point_recipes(DYNAMO, ["inference.backend=dynamo,vllm"])
+    assert e.value.field == "inference.dynamo" and "(sweep point 1: inference.backend=\"vllm\")" in e.value.message
+    points = sweep_grid.point_recipes(data, ["inference.backend=dynamo,vllm"])
+    assert [type(r.inference).__name__ for _, _, r in points] == ["DynamoInference", "VllmInference"]

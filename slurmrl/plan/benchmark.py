@@ -16,6 +16,7 @@ from slurmrl.errors import UserError
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.spec import Spec, Supervisor
+from slurmrl.recipe.benchmark import Benchmark
 from slurmrl.recipe.slurm_values import time_seconds
 from slurmrl.rundir.paths import RunDir
 
@@ -23,6 +24,8 @@ BENCH_CPUS = 2  # the asyncio client and the tokenizer that makes the random pro
 STAGE = 5
 # vllm bench serve reports mean, median and p99 of these (the summary takes median as p50)
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
+# benchmark.trace_format -> (prompt tokens per hash id, seconds per timestamp unit)
+TRACE_FORMATS = {"mooncake": (512, 0.001)}
 FRONTS = ("router", "frontend")  # what clients talk to when the job has one: vllm-router, Dynamo's frontend
 
 
@@ -49,6 +52,26 @@ def endpoint(ctx: Context) -> tuple[Spec, Sh]:
     return servers[0], Sh(sh=f"${{{_health(servers[0]).urls_var}}}")
 
 
+def dataset_args(bench: Benchmark) -> list[Arg]:
+    """vllm bench serve's dataset: random prompts for the grid; for a trace, vLLM's ``timed_trace``
+    replay with the format's prompt block size and its timestamps scaled to seconds and the speed-up."""
+    if bench.trace is None:
+        return ["--dataset-name", "random"]
+    block, to_seconds = TRACE_FORMATS[bench.trace_format]
+    return ["--dataset-name", "timed_trace", "--dataset-path", bench.trace,
+            "--timed-trace-chunk-hash-size", str(block),
+            "--timed-trace-sec-multiplier", f"{to_seconds / bench.trace_speedup:g}"]
+
+
+def point_args(bench: Benchmark) -> list[Arg]:
+    """The runner's points: the grid's three axes, or a trace's concurrency caps (none: one point)."""
+    caps = bench.caps()
+    if bench.trace is not None:
+        return ["--concurrencies", *map(str, caps)] if caps else []
+    return ["--concurrencies", *map(str, caps or []), "--input-lens", *map(str, bench.input_lens),
+            "--output-lens", *map(str, bench.output_lens)]
+
+
 def benchmark(ctx: Context) -> None:
     r, bench = ctx.r, ctx.r.benchmark
     if bench is None:
@@ -56,10 +79,11 @@ def benchmark(ctx: Context) -> None:
     front, url = endpoint(ctx)
     head = ctx.groups[front.group]
     ctx.reserve(head, 0, BENCH_CPUS, "the benchmark")
-    if bench.num_prompts < max(bench.concurrencies):
+    caps, requests = bench.caps(), bench.requests()
+    if caps and requests is not None and requests < max(caps):
         ctx.warnings.append(
-            f"benchmark.num_prompts ({bench.num_prompts}) is below the largest concurrency "
-            f"({max(bench.concurrencies)}): that point never has that many requests in flight"
+            f"benchmark.num_prompts ({requests}) is below the largest concurrency "
+            f"({max(caps)}): that point never has that many requests in flight"
         )
     limit = time_seconds(r.slurm.time)  # None: no time limit
     if limit is not None and bench.timeout > limit:
@@ -67,11 +91,14 @@ def benchmark(ctx: Context) -> None:
     # then = "stop": the job completes with the benchmark, not with the servers (ctx.serving_is_main)
     vllm_args: list[Arg] = [
         "--base-url", url,
-        "--dataset-name", "random",
+        *dataset_args(bench),
         "--model", ctx.model_path(),  # the tokenizer: the node-local copy with model.stage
         "--served-model-name", r.model.served_model_name,
-        "--num-prompts", str(bench.num_prompts),
     ]
+    if requests is not None:  # a trace replay without it: the runner counts the trace's requests
+        vllm_args += ["--num-prompts", str(requests)]
+    if bench.goodput():
+        vllm_args += ["--goodput", *bench.goodput()]
     if bench.request_rate is not None:
         vllm_args += ["--request-rate", f"{bench.request_rate:g}"]
     if r.model.trust_remote_code:
@@ -80,9 +107,7 @@ def benchmark(ctx: Context) -> None:
     command = [
         *ctx.py, "-m", "slurmrl.runtime.bench",
         "--out", Sh(sh="${RUN_DIR}/" + RunDir.BENCHMARK),
-        "--concurrencies", *map(str, bench.concurrencies),
-        "--input-lens", *map(str, bench.input_lens),
-        "--output-lens", *map(str, bench.output_lens),
+        *point_args(bench),
         "--timeout", str(bench.timeout),
         "--then", bench.then,
         "--", *vllm_args,

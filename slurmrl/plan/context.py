@@ -17,6 +17,7 @@ from slurmrl.recipe.judge import Judge
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.trainer import Trainer
+from slurmrl.recipe.vllm import VllmInference
 
 
 @dataclass
@@ -55,6 +56,12 @@ class Context:
     @property
     def inference(self) -> Inference:
         assert self.r.inference is not None, "built only for a recipe with [inference]"
+        return self.r.inference
+
+    @property
+    def vllm(self) -> VllmInference:
+        """[inference] of a recipe vLLM serves, for the vLLM engine's builders (its servers, router, store)."""
+        assert isinstance(self.r.inference, VllmInference), "built only for [inference] with backend 'vllm'"
         return self.r.inference
 
     @property

@@ -9,8 +9,8 @@ holds it (what the script then shows on the servers' command lines).
 from __future__ import annotations
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.inference import VLLM_LORA_RANKS
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.vllm import VLLM_LORA_RANKS, VllmInference
 
 
 def check(r: Recipe) -> None:
@@ -20,7 +20,8 @@ def check(r: Recipe) -> None:
     if r.kind != "rl":
         raise UserError("trainer.lora", f"only applies to kind 'rl' (a LoRA policy whose adapter the inference "
                         f"servers hot-load); kind {r.kind!r} trains the full weights")
-    assert r.inference is not None, "kind rl has [inference] (check_sections)"
+    if not isinstance(r.inference, VllmInference):  # another engine refuses kind rl (its own check)
+        return
     if r.inference.mode == "pd":
         raise UserError("trainer.lora", "a LoRA policy with prefill/decode disaggregation is not supported: the KV "
                         "cache a prefill server computes under the adapter would have to reach decode servers that "
@@ -41,7 +42,7 @@ def server_rank(rank: int) -> int:
 def apply(r: Recipe) -> Recipe:
     """``r`` with inference.max_lora_rank set from trainer.lora.rank where the recipe leaves it out."""
     t = r.trainer
-    if t is None or t.lora is None or r.inference is None or r.inference.max_lora_rank is not None:
+    if t is None or t.lora is None or not isinstance(r.inference, VllmInference) or r.inference.max_lora_rank is not None:
         return r
     inf = r.inference.model_copy(update={"max_lora_rank": server_rank(t.lora.rank)})
     return r.model_copy(update={"inference": inf})

@@ -39,7 +39,7 @@ def colocated(ctx: Context) -> dict[str, Slot]:
 def pd_role(ctx: Context, role: str, group: Group | None = None, first_gpu: int = 0) -> Slot:
     """Nodes of one side of prefill/decode: as few as fit its workers, unless given."""
     gpn = ctx.r.slurm.gpus_per_node
-    spec = getattr(ctx.inference, role)
+    spec = getattr(ctx.vllm, role)
     field = f"inference.{role}"
     p = Parallelism(field, spec.tp, spec.dp)
     span, per = parallel.worker_span(p, gpn - first_gpu, spec.nodes_per_worker)
@@ -58,7 +58,7 @@ def pd_role(ctx: Context, role: str, group: Group | None = None, first_gpu: int 
 
 def pd_slots(ctx: Context) -> dict[str, Slot]:
     """Prefill and decode each on their own nodes, or sharing nodes (prefill's GPUs first)."""
-    if not ctx.inference.share_nodes:
+    if not ctx.vllm.share_nodes:
         return {role: pd_role(ctx, role) for role in ("prefill", "decode")}
     prefill = pd_role(ctx, "prefill")
     group = ctx.groups[prefill.group]

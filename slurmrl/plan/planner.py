@@ -17,7 +17,6 @@ from slurmrl.errors import UserError
 from slurmrl.plan import benchmark, collector, engines, lora, placement, rules, shell, staging, topology, training
 from slurmrl.plan.context import Context, Group
 from slurmrl.plan.directives import group_directives
-from slurmrl.plan.engines import dynamo
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep
 from slurmrl.plan.spec import Spec
 from slurmrl.recipe.recipe import Recipe
@@ -129,7 +128,7 @@ class _Builder:
                 directives=group_directives(r, g.index, g.nodes, g.gpus_per_node, self._group_cpus(g), self.run_dir)
                 + topology.directives(r, g.name),
                 claim_srun=self.claim_srun(g),
-                check_srun=self.check_srun(g) if dynamo.serves(r) else (),  # wide-EP leaves /dev/shm/moe_*
+                check_srun=self.check_srun(g) if engines.leftover_check(r) else (),  # Dynamo's wide-EP: /dev/shm
             )
             for g in ctx.groups
         )

@@ -18,9 +18,9 @@ What vllm-router 0.1.17 reads (its ``--help`` and what it logs at start):
 from __future__ import annotations
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.inference import Inference
 from slurmrl.recipe.router import Router
 from slurmrl.recipe.user_set import user_set
+from slurmrl.recipe.vllm import VllmInference
 
 PD_EVENT_BLOCK_SIZE = 16  # vllm-router 0.1.17: "--pd-kv-events ... Block size is 16"
 
@@ -43,7 +43,7 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def policies(inf: Inference) -> dict[str, str]:
+def policies(inf: VllmInference) -> dict[str, str]:
     """The policy of each pool the router picks a server from, by component name."""
     r = inf.router
     if inf.mode == "pd":
@@ -51,12 +51,12 @@ def policies(inf: Inference) -> dict[str, str]:
     return {"inference": r.policy}
 
 
-def reads_events(inf: Inference, name: str) -> bool:
+def reads_events(inf: VllmInference, name: str) -> bool:
     """Whether the router subscribes to the KV-cache events of component ``name``'s servers."""
     return name in ("inference", "prefill") and policies(inf).get(name) == "kv_aware"
 
 
-def event_block_size(inf: Inference) -> int:
+def event_block_size(inf: VllmInference) -> int:
     """Tokens per KV block in the events the router reads (the servers' ``--block-size``)."""
     return PD_EVENT_BLOCK_SIZE if inf.mode == "pd" else inf.router.kv_event_block_size
 
@@ -66,7 +66,7 @@ def changed(r: Router) -> list[str]:
     return [n for n, f in Router.model_fields.items() if n in OPTIONS and getattr(r, n) != f.default]
 
 
-def option_args(inf: Inference) -> list[str]:
+def option_args(inf: VllmInference) -> list[str]:
     """``--flag VALUE`` for every option that differs from vllm-router's default (``check`` has
     refused those no policy in use reads). ``kv_event_model`` is not here: the caller always gives
     the router a model identity with static event sources."""
@@ -83,7 +83,7 @@ def _describe(pol: dict[str, str]) -> str:
     return ", ".join(f"{k} {v!r}" for k, v in pol.items()) if len(pol) > 1 else f"policy {next(iter(pol.values()))!r}"
 
 
-def _needs(name: str, inf: Inference, pol: dict[str, str]) -> str | None:
+def _needs(name: str, inf: VllmInference, pol: dict[str, str]) -> str | None:
     """Why option ``name`` would be ignored with these policies (and what would use it), or None."""
     pd = inf.mode == "pd"
     used = f"the router routes by {_describe(pol)}"
@@ -119,7 +119,7 @@ def _block_size_arg(args: list[str]) -> str | None:
     return found
 
 
-def check(inf: Inference) -> None:
+def check(inf: VllmInference) -> None:
     """Refuse, naming the field, every setting the router that runs would silently ignore (when no
     router runs, ``services.router`` refuses every router setting)."""
     r = inf.router
@@ -139,6 +139,12 @@ def check(inf: Inference) -> None:
     if r.retry_initial_backoff_ms > r.retry_max_backoff_ms:
         raise UserError(field("retry_initial_backoff_ms"), f"{r.retry_initial_backoff_ms} ms is longer than "
                         f"retry_max_backoff_ms ({r.retry_max_backoff_ms})")
+    check_events(inf, pol)
+
+
+def check_events(inf: VllmInference, pol: dict[str, str]) -> None:
+    """kv_aware reads one KV-event stream per server, in blocks of the size the plan gives the servers."""
+    r = inf.router
     for name in pol:
         if not reads_events(inf, name):
             continue

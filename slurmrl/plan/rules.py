@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 
 from slurmrl.errors import UserError
-from slurmrl.plan import eval_rules, router_rules
+from slurmrl.plan import eval_rules
 from slurmrl.plan.env_rules import check_environment, check_kinds
-from slurmrl.plan.model_kind import check_moe
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import Recipe, global_batch
 from slurmrl.recipe.user_set import user_set
@@ -65,10 +64,6 @@ def check_hybrid(r: Recipe) -> None:
     if getattr(r.trainer, "lora", None) is not None:  # level-2 sleep drops the base weights an adapter sits on
         raise UserError("trainer.lora", "a LoRA policy with colocate = \"hybrid\" is not supported yet (the servers "
                         "reload full weights after each sleep); use colocate = true")
-    assert r.inference is not None, "colocate is kind rl's (check_placement)"
-    if r.inference.admin_endpoints is False:
-        raise UserError("inference.admin_endpoints", "colocate = \"hybrid\" puts the servers to sleep and wakes them "
-                        "through their admin endpoints (/sleep, /wake_up); remove admin_endpoints = false")
 
 
 def check_gpus(r: Recipe) -> None:
@@ -85,64 +80,21 @@ def check_gpus(r: Recipe) -> None:
             raise UserError(f"{section}.gpus_per_node", "must be at least 1")
 
 
-def check_inference(r: Recipe) -> None:
+def check_roles(r: Recipe) -> None:
+    """Prefill/decode roles, in every engine's section: mode ``pd`` has both, and sizes by them."""
     inf = r.inference
     if inf is None:
         return
-    if inf.mode == "pd":
-        for role in ("prefill", "decode"):
-            if getattr(inf, role) is None:
-                raise UserError(f"inference.{role}", "mode 'pd' needs both [inference.prefill] and [inference.decode]")
-        if inf.router.enabled is False:
-            raise UserError("inference.router.enabled", "mode 'pd' needs the router to pair prefill and decode")
-        if inf.dp != 1:
-            raise UserError("inference.dp", "mode 'pd' sizes each role with prefill/decode dp, tp and replicas; remove dp")
-    else:
-        for name in ("share_nodes", "kv_load_failure_policy", "kv_buffer_device", "kv_connector",
-                     "kv_transfer_protocol"):
-            if changed(inf, name):
-                raise UserError(f"inference.{name}", f"only applies to mode 'pd' (mode is {inf.mode!r})")
-        for role in ("prefill", "decode"):
-            if getattr(inf, role) is not None:
-                raise UserError(f"inference.{role}", f"only used with mode 'pd' (mode is {inf.mode!r})")
-    off = inf.kv_offload
-    if off.kind != "none" and off.cpu_gb <= 0:
-        raise UserError("inference.kv_offload.cpu_gb", f"kind {off.kind!r} needs a CPU budget > 0 GB")
-    if off.kind == "cpu_disk" and (not off.disk_path or off.disk_gb <= 0):
-        raise UserError("inference.kv_offload.disk_path", "kind 'cpu_disk' needs disk_path and disk_gb > 0")
-    if inf.expert_parallel is not None and inf.mode == "pd":
-        raise UserError("inference.expert_parallel", "mode 'pd' sets it per role: prefill.expert_parallel, "
-                        "decode.expert_parallel")
-    given = [("inference.extra_args", inf.extra_args)] + [
-        (f"inference.{role}.extra_args", getattr(inf, role).extra_args)
-        for role in ("prefill", "decode") if getattr(inf, role) is not None]
-    for key in inf.vllm_extra:
-        flag = "--" + key.replace("_", "-")
-        for where, args in given:
-            if any(a == flag or a.startswith(flag + "=") or a == "--no-" + flag[2:] for a in args):
-                raise UserError("inference.vllm_extra", f"{key} is also in {where} ({flag}); give it once")
-    if inf.return_routed_experts and inf.mode == "pd":
-        raise UserError("inference.return_routed_experts", "vLLM returns routed experts without P/D only "
-                        "(its KV connectors do not carry them)")
-    if inf.return_routed_experts and inf.kv_offload.kind != "none":
-        raise UserError("inference.return_routed_experts", "vLLM does not return routed experts with KV offload; "
-                        "set inference.kv_offload.kind = 'none'")
-    if inf.return_routed_experts:
-        check_moe(r.model.path, "inference.return_routed_experts")
-    for name in ("enable_eplb", "enable_dbo"):
-        if getattr(inf, name):
-            if inf.mode == "pd":
-                no_ep = [role for role in ("prefill", "decode") if not getattr(inf, role).expert_parallel]
-            else:
-                ep = inf.expert_parallel if inf.expert_parallel is not None else inf.mode == "wide_ep"
-                no_ep = [] if ep else ["inference"]
-            if no_ep:
-                where = " and ".join(f"{r}.expert_parallel" for r in no_ep) if inf.mode == "pd" else "expert_parallel"
-                raise UserError(f"inference.{name}", f"needs expert parallel; set inference.{where} = true")
-    if changed(inf, "kv_transfer_protocol") and inf.kv_connector != "MooncakeConnector":
-        raise UserError("inference.kv_transfer_protocol", "only applies to kv_connector 'MooncakeConnector'")
-    if changed(inf, "kv_buffer_device") and inf.kv_connector != "NixlConnector":
-        raise UserError("inference.kv_buffer_device", "only applies to kv_connector 'NixlConnector'")
+    roles = {"prefill": inf.prefill, "decode": inf.decode}
+    for role, spec in roles.items():
+        if inf.mode == "pd" and spec is None:
+            raise UserError(f"inference.{role}", "mode 'pd' needs both [inference.prefill] and [inference.decode]")
+        if inf.mode != "pd" and spec is not None:
+            raise UserError(f"inference.{role}", f"only used with mode 'pd' (mode is {inf.mode!r})")
+    for name in ("nodes", "tp"):
+        if inf.mode == "pd" and changed(inf, name):
+            raise UserError(f"inference.{name}", f"mode 'pd' sizes each role: set inference.prefill.{name} and "
+                            f"inference.decode.{name}")
 
 
 def check_trainer(r: Recipe) -> None:
@@ -180,11 +132,6 @@ def check_broadcast(r: Recipe, backend: str) -> None:
     if r.trainer.lora is not None:
         raise UserError("trainer.weight_sync", "a LoRA policy's servers hot-load each step's adapter from the "
                         "run dir; use 'filesystem' with [trainer.lora]")
-    if r.inference.backend == "dynamo":
-        raise UserError("trainer.weight_sync", "Dynamo's workers have no weight-transfer routes; use 'filesystem'")
-    if r.inference.admin_endpoints is False:
-        raise UserError("inference.admin_endpoints", f"trainer.weight_sync = {backend!r} drives vLLM's "
-                        "weight-transfer routes, which are admin endpoints; remove admin_endpoints = false")
 
 
 def check_orchestrator(r: Recipe) -> None:
@@ -213,16 +160,6 @@ def changed(section, name: str) -> bool:
     return user_set(section, name)
 
 
-# Fields of [inference.kv_offload] and the offload kinds that use them.
-OFFLOAD_FIELDS = {
-    "cpu_gb": ("cpu", "cpu_disk", "mooncake"),
-    "disk_path": ("cpu_disk", "mooncake"),
-    "disk_gb": ("cpu_disk",),
-    "mooncake_protocol": ("mooncake",),
-    "mooncake_device": ("mooncake",),
-}
-
-
 def check_applies(r: Recipe) -> None:
     """No silent knobs: a field set where this shape never uses it is refused, saying what applies instead."""
     s, o, t, inf = r.slurm, r.orchestrator, r.trainer, r.inference
@@ -246,30 +183,6 @@ def check_applies(r: Recipe) -> None:
     if t is not None and r.kind != "sft" and t.dataset is not None:
         raise UserError("trainer.dataset", f"only applies to kind 'sft'; kind {r.kind!r} trains on the orchestrator's "
                         "rollouts (orchestrator.environment)")
-    if inf is None:
-        return
-    if inf.tool_call_parser and inf.backend == "dynamo":
-        raise UserError("inference.tool_call_parser", "sets vLLM's own servers' tool-call parsing; Dynamo's frontend "
-                        "parses tool calls with its own flag (inference.dynamo.frontend_args)")
-    if inf.mode == "pd":
-        for name in ("nodes", "tp"):
-            if changed(inf, name):
-                raise UserError(f"inference.{name}", f"mode 'pd' sizes each role: set inference.prefill.{name} and "
-                                f"inference.decode.{name}")
-    off = inf.kv_offload
-    for name, kinds in OFFLOAD_FIELDS.items():
-        if changed(off, name) and off.kind not in kinds:
-            raise UserError(f"inference.kv_offload.{name}", f"only applies to kv_offload.kind "
-                            f"{' or '.join(map(repr, kinds))} (kind is {off.kind!r})")
-    header = inf.router.session_header
-    if changed(inf.router, "session_header") and "consistent_hash" not in router_rules.policies(inf).values():
-        raise UserError("inference.router.session_header", "only the consistent_hash policy keys on a session header "
-                        f"(the router's policies: {', '.join(sorted(set(router_rules.policies(inf).values())))}); "
-                        "leave it out")
-    if header != type(inf.router).model_fields["session_header"].default:  # vllm-router 0.1.17 has no flag for it
-        raise UserError("inference.router.session_header", "vllm-router cannot be told which header to hash: "
-                        "consistent_hash reads the session headers it knows (X-Session-ID, X-User-ID, X-Tenant-ID, ...) "
-                        "in its own order, whichever a request sends; leave it out")
 
 
 # A hub id (``org/name``) or a URL: what a trainer reading local files cannot open.
@@ -304,7 +217,7 @@ def check(r: Recipe) -> None:
     check_sections(r)
     check_placement(r)
     check_gpus(r)
-    check_inference(r)
+    check_roles(r)
     check_trainer(r)
     check_orchestrator(r)
     check_benchmark(r)

@@ -10,7 +10,7 @@ from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.placement import server_names
 from slurmrl.plan.rules import changed
 from slurmrl.plan.spec import Spec, Supervisor
-from slurmrl.recipe.inference import Inference
+from slurmrl.recipe.vllm import VllmInference
 
 SERVICE_CPUS = {"router": 2, "mooncake-master": 1, "mooncake-client": 1}
 ROUTER_HEALTH_INTERVAL_S = 5
@@ -27,13 +27,13 @@ ROUTER_WORKERS = {
 def router_program(ctx: Context) -> tuple[str, ...]:
     """``vllm-router``; in P/D mode with the job's secret, our module that runs it with the secret as
     the key it sends to the servers (it does not forward the client's Authorization there)."""
-    inf = ctx.inference
+    inf = ctx.vllm
     if inf.mode == "pd" and inf.auth == "job_secret":
         return (*ctx.py, "-m", "slurmrl.runtime.gates.router_key")
     return shell.tool(ctx.py, "vllm-router")
 
 
-def router_enabled(inf: Inference, servers: int) -> bool:
+def router_enabled(inf: VllmInference, servers: int) -> bool:
     """vllm-router runs when asked, or in front of more than one server task (``servers``), or for P/D."""
     if inf.router.enabled is not None:
         return inf.router.enabled
@@ -42,7 +42,7 @@ def router_enabled(inf: Inference, servers: int) -> bool:
 
 def router(ctx: Context, enabled: bool) -> None:
     """vllm-router (``enabled``: see router_enabled) in front of the servers, with its pools."""
-    inf = ctx.inference
+    inf = ctx.vllm
     if not enabled:
         for name in type(inf.router).model_fields:  # no silent knobs: the router's settings need a router
             if name != "enabled" and changed(inf.router, name):
@@ -132,7 +132,7 @@ def _event_sources(flag: str, workers: str) -> list[str]:
 
 
 def mooncake(ctx: Context) -> None:
-    off = ctx.inference.kv_offload
+    off = ctx.vllm.kv_offload
     if off.kind != "mooncake":
         return
     groups: dict[int, int] = {}  # het group -> inference nodes in it: a client on each

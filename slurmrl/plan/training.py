@@ -68,7 +68,7 @@ def broadcast_words(ctx: Context) -> tuple[list[str], list[Arg]]:
     backend = ctx.trainer.weight_sync
     if r.kind != "rl" or backend == "filesystem":
         return [], []
-    inf = ctx.inference
+    inf = ctx.vllm  # broadcast drives vLLM's weight-transfer routes
     prelude: list[str] = []
     args: list[Arg] = []
     workers = 0

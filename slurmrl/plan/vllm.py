@@ -12,9 +12,10 @@ import json
 from slurmrl import ports
 from slurmrl.plan import router_rules, shell
 from slurmrl.plan.model import Arg, Cat, Sh
-from slurmrl.recipe.inference import Inference
 from slurmrl.recipe.judge import Judge
 from slurmrl.recipe.model import Model
+from slurmrl.recipe.serving import VllmFlags
+from slurmrl.recipe.vllm import VllmInference
 
 PORT = Sh(sh="${port}")  # this task's HTTP port (prelude: port=...)
 ENTRY = ("-m", "vllm.entrypoints.openai.api_server")
@@ -31,7 +32,7 @@ def serve_args(model: Model, tp: int, path: str | Cat | None = None) -> list[Arg
             "--host", "0.0.0.0", "--port", PORT, "--tensor-parallel-size", str(tp)]
 
 
-def common_args(model: Model, inf: Inference, tp: int, path: str | Cat | None = None) -> list[Arg]:
+def common_args(model: Model, inf: VllmInference, tp: int, path: str | Cat | None = None) -> list[Arg]:
     args: list[Arg] = [*serve_args(model, tp, path), *engine_args(model, inf)]
     if inf.max_lora_rank:
         args += ["--enable-lora", "--max-lora-rank", str(inf.max_lora_rank)]
@@ -72,7 +73,7 @@ def pooling(args: list[Arg]) -> bool:
     return next((b for a, b in zip(args, args[1:]) if a == "--runner"), None) == "pooling"
 
 
-def engine_args(model: Model, inf: Inference | Judge) -> list[Arg]:
+def engine_args(model: Model, inf: VllmFlags | Judge) -> list[Arg]:
     """The engine flags [model] and [inference] give every vLLM server (ours, and Dynamo's vllm workers);
     the judge's from [judge.model] and [judge], which has the same two fields as [inference]."""
     args: list[Arg] = []
@@ -135,7 +136,7 @@ def multi_node(dp: int, dp_local: int, span: int, group: int, first_node: int, i
     return prelude, args
 
 
-def pd(inf: Inference, role: str, first_gpu: int, gpus: int, first_index: int,
+def pd(inf: VllmInference, role: str, first_gpu: int, gpus: int, first_index: int,
        multi: bool) -> tuple[list[str], dict, list]:
     """KV transfer for a prefill or decode component: (prelude, connector config, env).
 
@@ -163,7 +164,7 @@ def pd(inf: Inference, role: str, first_gpu: int, gpus: int, first_index: int,
     return prelude, cfg, env
 
 
-def offload(inf: Inference, servers_per_node: int, group: int, transfer: dict | None = None) -> tuple[list[Arg], list]:
+def offload(inf: VllmInference, servers_per_node: int, group: int, transfer: dict | None = None) -> tuple[list[Arg], list]:
     """KV-cache offload, the per-node CPU/disk budget split between the node's servers, together with
     P/D's ``transfer`` connector when there is one (vLLM's MultiConnector): (args, env)."""
     off = inf.kv_offload
@@ -204,7 +205,7 @@ def offload(inf: Inference, servers_per_node: int, group: int, transfer: dict | 
     return ["--kv-transfer-config", shell.json_word(parts[0] if len(parts) == 1 else cfg)], env
 
 
-def kv_events(inf: Inference, name: str) -> list[Arg]:
+def kv_events(inf: VllmInference, name: str) -> list[Arg]:
     """KV-cache events for vllm-router's kv_aware policy, when it reads component ``name``'s:
     each server publishes over ZMQ on its port of the ``kv_events`` block, which is its HTTP port
     plus the fixed distance between the blocks (the router derives it from the server's URL), in

@@ -1,13 +1,15 @@
-"""[inference.dynamo]: NVIDIA Dynamo's services and workers."""
+"""[inference] with ``backend = "dynamo"``: NVIDIA Dynamo's services and workers (``[inference.dynamo]``)."""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from slurmrl.recipe.fields import EnvMap
+from slurmrl.recipe.serving import Role, Serving, VllmFlags
+from slurmrl.settings.limits import MAX_GPUS_PER_NODE
 from slurmrl.settings.section import PathText, Section
 
 
@@ -68,3 +70,46 @@ class Dynamo(Section):
         if v is not None and not re.fullmatch(r"(nats|tls)://[^\s,/]+", v):
             raise ValueError(f"{v!r} is not nats://HOST:PORT")
         return v
+
+
+class DynamoRole(Role):
+    """One side of Dynamo's prefill/decode disaggregation: workers of ``tp`` GPUs."""
+
+
+class DynamoInference(VllmFlags, Serving):
+    """NVIDIA Dynamo's frontend and workers for the policy (``backend = "dynamo"``), kind ``inference`` only.
+    ``gpu_memory_utilization`` and ``enforce_eager`` are read by engine ``vllm``'s workers only."""
+
+    KEY_HINTS: ClassVar[dict[str, str]] = {  # what the loader adds when a key of another engine is set here
+        "router": "Dynamo's frontend routes requests: use inference.dynamo.router_mode and frontend_args",
+        "extra_args": "Dynamo workers take inference.dynamo.extra_args (every worker) and prefill/decode extra_args",
+        "dp": "Dynamo workers are sized by tp; data parallelism is the engine's own (trtllm: enable_attention_dp in "
+              "the engine config; vllm: inference.dynamo.extra_args)",
+        "nodes_per_worker": "Dynamo workers are sized by tp (and nodes)",
+        "kv_offload": "KV offload is vLLM-server configuration; pass the engine's own flags in "
+                      "inference.dynamo.extra_args",
+        "admin_endpoints": "the admin endpoints are vLLM server routes",
+        "max_lora_rank": "runtime LoRA loading goes through vLLM's admin endpoints",
+        "tool_call_parser": "Dynamo's frontend parses tool calls with its own flag (inference.dynamo.frontend_args)",
+        **{k: "vLLM P/D configuration; Dynamo's disaggregation moves KV itself" for k in (
+            "kv_connector", "kv_transfer_protocol", "kv_load_failure_policy", "kv_buffer_device", "share_nodes")},
+        **{k: "a vLLM-server knob; Dynamo workers take their engine's flags in inference.dynamo.extra_args"
+           for k in ("return_routed_experts", "enable_eplb", "enable_dbo", "vllm_extra")},
+    }
+
+    backend: Literal["dynamo"] = Field(description="`dynamo`: NVIDIA Dynamo's frontend and workers, this table.")
+    mode: Literal["replicas", "pd"] = Field(
+        "replicas", description="`replicas`: aggregated workers; `pd`: prefill and decode workers (each role its "
+        "own het group).",
+    )
+    tp: int = Field(
+        1, ge=1, le=MAX_GPUS_PER_NODE,
+        description="GPUs per worker (its tensor-parallel size); engine `trtllm`'s workers may span nodes "
+        f"(1-{MAX_GPUS_PER_NODE}).",
+    )
+    expert_parallel: bool = Field(
+        False, description="Engine `vllm`: `--enable-expert-parallel` for the aggregated workers."
+    )
+    prefill: DynamoRole | None = Field(None, description="`pd`: the prefill workers.")
+    decode: DynamoRole | None = Field(None, description="`pd`: the decode workers.")
+    dynamo: Dynamo = Field(default_factory=Dynamo, description="Dynamo's services and its workers' engine.")

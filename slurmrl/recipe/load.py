@@ -10,6 +10,7 @@ import math
 import os
 import tomllib
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from slurmrl.errors import UserError
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.schema import KeyedOn, key_of, models, variants
 from slurmrl.recipe.user_set import unresolve
 from slurmrl.settings.limits import INT64
 
@@ -64,33 +66,78 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-def _model_at(loc: tuple, model: type[BaseModel] = Recipe) -> type[BaseModel] | None:
-    """The pydantic model class that owns the field at ``loc`` (for suggestions)."""
-    for part in loc:
-        if not isinstance(part, str) or part not in model.model_fields:
-            return None
-        ann = model.model_fields[part].annotation
-        for cand in getattr(ann, "__args__", (ann,)):
-            if isinstance(cand, type) and issubclass(cand, BaseModel):
-                model = cand
-                break
-        else:
-            return None
-    return model
+@dataclass
+class _Place:
+    """Where a validation error's location leads in the schema."""
+
+    loc: tuple  # the location as the user writes it: a union's tag (``inference``'s backend) left out
+    model: type[BaseModel] | None  # the section at its end (None: a value, a table of values, or unknown)
+    tag: str | None = None  # the nearest union above it: the member the data picked, and what picks it
+    key: KeyedOn | None = None
+    others: dict[str, type[BaseModel] | None] = field(default_factory=dict)  # other members, the same place
+
+
+def _annotation(model: type[BaseModel] | None, name):
+    """The annotation of ``model``'s field ``name``, None where there is no such field."""
+    if model is None or not isinstance(name, str) or name not in model.model_fields:
+        return None
+    return model.model_fields[name].annotation
+
+
+def _section(model: type[BaseModel] | None, name) -> type[BaseModel] | None:
+    """The one section model ``model``'s field ``name`` holds (None: a value, or a union of sections)."""
+    found = models(_annotation(model, name))
+    return found[0] if len(found) == 1 else None
+
+
+def _place(raw: tuple) -> _Place:
+    """Follow ``raw`` (pydantic's error location) through the schema from the recipe down."""
+    place = _Place((), Recipe)
+    parts = list(raw)
+    while parts:
+        part = parts.pop(0)
+        place.loc += (part,)
+        ann = _annotation(place.model, part)
+        members = variants(ann) if ann is not None else {}
+        if members and parts and parts[0] in members:
+            place.tag, place.key = parts.pop(0), key_of(ann)
+            place.model = members[place.tag]
+            place.others = {t: m for t, m in members.items() if t != place.tag}
+            continue
+        place.model = _section(place.model, part)
+        place.others = {t: _section(m, part) for t, m in place.others.items()}
+    return place
+
+
+def _unknown_key(place: _Place, name) -> str:
+    """The message for a key the section at ``place`` does not have: whose key it is, or what is close."""
+    import difflib
+
+    owner = place.model
+    allowed = sorted(owner.model_fields) if owner else []
+    assert place.key is not None or not place.others, "others come with the union's key"
+    whose = [t for t, m in place.others.items() if m is not None and name in m.model_fields]
+    if whose and place.key is not None:
+        hint = getattr(owner, "KEY_HINTS", {}).get(name)  # the section's word on another engine's key
+        return (f"not a key of {place.key.field} {place.tag!r} (a key of {place.key.field} "
+                f"{' and '.join(map(repr, whose))})" + (f": {hint}" if hint else f"; allowed: {', '.join(allowed)}"))
+    close = difflib.get_close_matches(str(name), allowed, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown key; {hint}allowed: {', '.join(allowed)}"
 
 
 def format_validation_error(err: ValidationError) -> UserError:
-    import difflib
-
     e = err.errors()[0]
-    loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-    field = ".".join(str(p) for p in loc) or "recipe"
+    raw = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     if e["type"] == "extra_forbidden":
-        owner = _model_at(loc[:-1])
-        allowed = sorted(owner.model_fields) if owner else []
-        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        return UserError(field, f"unknown key; {hint}allowed: {', '.join(allowed)}")
+        place = _place(raw[:-1])
+        return UserError(".".join(str(p) for p in (*place.loc, raw[-1])), _unknown_key(place, raw[-1]))
+    place = _place(raw)
+    field = ".".join(str(p) for p in place.loc) or "recipe"
+    if e["type"] == "union_tag_invalid":  # a union of sections, keyed on a name no member has
+        ann = _annotation(_place(raw[:-1]).model, raw[-1])
+        keyed, names = key_of(ann), " or ".join(map(repr, variants(ann)))
+        return UserError(f"{field}.{keyed.field}" if keyed else field, f"must be {names} (got {e['ctx']['tag']!r})")
     if e["type"] == "missing":
         return UserError(field, "is required")
     msg = e["msg"].removeprefix("Value error, ")

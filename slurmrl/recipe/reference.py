@@ -13,13 +13,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from slurmrl.recipe.recipe import Recipe
-
-
-def _submodel(annotation) -> type[BaseModel] | None:
-    for cand in typing.get_args(annotation) or (annotation,):
-        if isinstance(cand, type) and issubclass(cand, BaseModel):
-            return cand
-    return None
+from slurmrl.recipe.schema import key_of, models, variants
 
 
 def _type_name(annotation) -> str:
@@ -86,13 +80,33 @@ def range_text(field) -> str | None:
 
 
 def field_paths(model: type[BaseModel] = Recipe, prefix: str = "") -> Iterator[tuple[str, FieldInfo, type | None]]:
-    """Every (dotted path, field info, sub-model) in the schema, depth first."""
+    """Every (dotted path, field info, sub-model) in the schema, depth first. A union of sections
+    (``inference``, one per backend) has no one sub-model: each member's fields follow, under one path."""
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
-        sub = _submodel(field.annotation)
-        yield path, field, sub
-        if sub is not None:
+        subs = models(field.annotation)
+        yield path, field, subs[0] if len(subs) == 1 else None
+        for sub in subs:
             yield from field_paths(sub, path + ".")
+
+
+def _tables(model: type[BaseModel], prefix: str, where: str, tables: dict[str, list[str]]) -> None:
+    """The reference's rows of ``model``'s fields, by table; ``where`` names a union's member."""
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        members = variants(field.annotation)
+        subs = list(members.items()) if members else [(None, m) for m in models(field.annotation)]
+        kind = "table" if subs else _type_name(field.annotation)
+        if members:
+            key = key_of(field.annotation)
+            assert key is not None, "a union of sections is keyed"
+            kind = f"table: one of {len(members)}, by `{key.field}`"
+        meaning = (field.description or "").replace("|", "\\|")
+        tables.setdefault(f"{prefix[:-1]}{where}", []).append(f"| `{path}` | {kind} | {_default(field)} | {meaning} |")
+        for tag, sub in subs:
+            label = f' with {key.field} = "{tag}"' if tag is not None and key is not None else where
+            tables.setdefault(f"{path}{label}", [])
+            _tables(sub, path + ".", label, tables)
 
 
 def reference() -> str:
@@ -105,19 +119,13 @@ def reference() -> str:
         "",
     ]
     tables: dict[str, list[str]] = {"": []}
-    for path, field, sub in field_paths():
-        section, _, _ = path.rpartition(".")
-        if sub is not None:
-            tables.setdefault(path, [])
-        kind = "table" if sub is not None else _type_name(field.annotation)
-        meaning = (field.description or "").replace("|", "\\|")
-        tables.setdefault(section, []).append(
-            f"| `{path}` | {kind} | {_default(field)} | {meaning} |"
-        )
+    _tables(Recipe, "", "", tables)
     for section, rows in tables.items():
         if not rows:
             continue
-        out += [f"## [{section}]" if section else "## Top level", "", "| field | type | default | meaning |",
+        table, _, member = section.partition(" with ")  # a union's member: "inference with backend = ..."
+        title = f"## [{table}]" + (f" (with {member})" if member else "") if section else "## Top level"
+        out += [title, "", "| field | type | default | meaning |",
                 "|---|---|---|---|", *rows, ""]
     return "\n".join(out)
 

@@ -11,17 +11,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from slurmrl.recipe.schema import model_for
+
 
 def user_set(section: BaseModel, name: str) -> bool:
     """``section.name`` was set by the user (in the recipe or by ``--set``), whatever its value."""
     return name in section.model_fields_set
-
-
-def _model_of(annotation) -> type[BaseModel] | None:
-    for cand in getattr(annotation, "__args__", None) or (annotation,):
-        if isinstance(cand, type) and issubclass(cand, BaseModel):
-            return cand
-    return None
 
 
 def _same(value, default) -> bool:
@@ -37,7 +32,7 @@ def unresolve(model: type[BaseModel], data: dict) -> dict:
         if field is None:  # unknown keys stay, for validation to refuse by name
             out[key] = value
             continue
-        sub = _model_of(field.annotation)
+        sub = model_for(field.annotation, value)  # a union's member: the one the data names
         default = None if field.is_required() else field.get_default(call_default_factory=True)
         if sub is not None and isinstance(value, dict):
             value = unresolve(sub, value)

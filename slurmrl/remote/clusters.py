@@ -112,6 +112,14 @@ def _file(where: str, value, source: Path) -> str:
     return str(found)
 
 
+def _names(where: str, names) -> tuple[str, ...]:
+    if not isinstance(names, list):
+        raise UserError(where, f"should be a list of environment variable names (got {names!r})")
+    for i, n in enumerate(names):
+        _string(f"{where}.{i}", n, ENV_NAME, "an environment variable name")
+    return tuple(names)
+
+
 def parse(name: str, table, source: Path) -> Cluster:
     """One cluster's table, checked field by field."""
     at = f"{source}: {name}"
@@ -130,23 +138,17 @@ def parse(name: str, table, source: Path) -> Cluster:
                            "an absolute path of letters, digits and _ . - + @ / (it goes into job.sbatch and "
                            "ssh and rsync command lines)"),
     }
-    if "user" in table:
-        fields["user"] = _string(f"{at}.user", table["user"], USER, "a user name")
-    if "port" in table:
-        fields["port"] = _int(f"{at}.port", table["port"], 1, 65535)
-    if "jump" in table:
-        fields["jump"] = _string(f"{at}.jump", table["jump"], JUMP, "[user@]host[:port] (ssh's ProxyJump)")
-    if "ssh_config" in table:
-        fields["ssh_config"] = _file(f"{at}.ssh_config", table["ssh_config"], source)
-    if "forward_env" in table:
-        names = table["forward_env"]
-        if not isinstance(names, list):
-            raise UserError(f"{at}.forward_env", f"should be a list of environment variable names (got {names!r})")
-        for i, n in enumerate(names):
-            _string(f"{at}.forward_env.{i}", n, ENV_NAME, "an environment variable name")
-        fields["forward_env"] = tuple(names)
-    if "persist_s" in table:
-        fields["persist_s"] = _int(f"{at}.persist_s", table["persist_s"], 0, MAX_PERSIST_S)
+    optional = {
+        "user": lambda w, v: _string(w, v, USER, "a user name"),
+        "port": lambda w, v: _int(w, v, 1, 65535),
+        "jump": lambda w, v: _string(w, v, JUMP, "[user@]host[:port] (ssh's ProxyJump)"),
+        "ssh_config": lambda w, v: _file(w, v, source),
+        "forward_env": _names,
+        "persist_s": lambda w, v: _int(w, v, 0, MAX_PERSIST_S),
+    }
+    for key, check in optional.items():
+        if key in table:
+            fields[key] = check(f"{at}.{key}", table[key])
     return Cluster(name=name, source=source, **fields)
 
 

@@ -40,7 +40,7 @@ def _point(p, where: str) -> dict:
     for key, value in p.items():
         if key in WHOLE and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise UserError(f"{where} {key}", f"should be a whole number, not {kind(value)}")
-        if key.endswith(("_ms", "_throughput")) and value is not None and (
+        if key.endswith(("_ms", "_throughput", "_goodput", "_share")) and value is not None and (
                 isinstance(value, bool) or not isinstance(value, (int, float))):
             raise UserError(f"{where} {key}", f"should be a number, not {kind(value)}")
     errors = p.get("errors", [])

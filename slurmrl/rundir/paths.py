@@ -303,8 +303,11 @@ class RunDir:
 
     # ---- the benchmark's folder, RUN_DIR/benchmark (the job passes it to runtime.bench as --out) ----
     @staticmethod
-    def benchmark_point_name(concurrency: int, input_len: int, output_len: int) -> str:
-        """vllm bench serve's result for one grid point (per-request lists left out)."""
+    def benchmark_point_name(concurrency: int | None, input_len: int | None, output_len: int | None) -> str:
+        """vllm bench serve's result for one point (per-request lists left out): ``c8-in512-out128.json``
+        for the grid, ``trace-c8.json`` (``trace.json`` without a cap) for a trace replay."""
+        if input_len is None or output_len is None:
+            return "trace.json" if concurrency is None else f"trace-c{concurrency}.json"
         return f"c{concurrency}-in{input_len}-out{output_len}.json"
 
     def benchmark_dir(self) -> Path:

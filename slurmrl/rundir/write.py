@@ -14,6 +14,28 @@ from slurmrl.rundir.paths import RunDir
 __all__ = ["write_run_dir", "write_text"]
 
 
+def _assemble(tmp: Path, files: dict[str, str]) -> None:
+    """``files`` written afresh into the private folder ``tmp`` (scripts executable by the owner only)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(mode=0o700)
+    for rel, text in files.items():
+        path = tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o700 if rel.endswith(".sbatch") else 0o600)
+
+
+def _carry_over(run_dir: Path, tmp: Path, produced: set[str], carried: list[tuple[Path, Path]]) -> None:
+    """What the job wrote into the old run dir (every entry a render does not produce) moves to ``tmp``;
+    each move is noted in ``carried`` as it happens, to be undone on an error."""
+    if not run_dir.exists():
+        return
+    for entry in sorted(run_dir.iterdir()):
+        if entry.name not in produced:
+            entry.rename(tmp / entry.name)
+            carried.append((tmp / entry.name, entry))
+
+
 def write_run_dir(run_dir: Path, files: dict[str, str], force: bool = False) -> None:
     """Write ``files`` (relative path -> text) as ``run_dir``, all or nothing.
 
@@ -39,18 +61,8 @@ def write_run_dir(run_dir: Path, files: dict[str, str], force: bool = False) -> 
     carried: list[tuple[Path, Path]] = []
     old_umask = os.umask(0o077)
     try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(mode=0o700)
-        for rel, text in files.items():
-            path = tmp / rel
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path.write_text(text, encoding="utf-8")
-            path.chmod(0o700 if rel.endswith(".sbatch") else 0o600)
-        if run_dir.exists():
-            for entry in sorted(run_dir.iterdir()):
-                if entry.name not in produced:
-                    entry.rename(tmp / entry.name)
-                    carried.append((tmp / entry.name, entry))
+        _assemble(tmp, files)
+        _carry_over(run_dir, tmp, produced, carried)
         if not RunDir(tmp).logs.exists():
             RunDir(tmp).logs.mkdir(mode=0o700)  # sbatch opens logs/batch-%j.out before the script runs
         if run_dir.exists():

@@ -1,8 +1,12 @@
 """Engine families, one module each, behind one protocol (``base.Engine``).
 
-The planner places and builds them in this order: the policy's servers (vLLM's, or Dynamo's in
-their place), then the judge, whose servers follow the policy's ports on shared nodes.
-A new family: one module with ``name``, ``check``, ``serves``, ``place``, ``build``, listed here.
+``BACKENDS``: the engines that serve the policy, keyed on ``inference.backend`` (each has its
+section in ``slurmrl.recipe.inference.Inference``); ``ENGINES``: every family, in the order the
+planner places and builds them: the policy's servers, then the judge, whose servers follow the
+policy's ports on shared nodes.
+
+A new engine: one module here (``name``, ``leftover_check``, ``check``, ``serves``, ``place``,
+``build``), its section in ``slurmrl.recipe`` with one line in ``Inference``, and one line below.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from slurmrl.plan.engines import dynamo, judge, vllm
 from slurmrl.plan.engines.base import Engine
 from slurmrl.recipe.recipe import Recipe
 
-ENGINES: tuple[Engine, ...] = (vllm, dynamo, judge)
+BACKENDS: dict[str, Engine] = {e.name: e for e in (vllm, dynamo)}  # inference.backend -> its engine
+ENGINES: tuple[Engine, ...] = (*BACKENDS.values(), judge)
 
 
 def check(r: Recipe) -> None:
@@ -20,4 +25,9 @@ def check(r: Recipe) -> None:
         engine.check(r)
 
 
-__all__ = ["ENGINES", "Engine", "check", "dynamo", "judge", "vllm"]
+def leftover_check(r: Recipe) -> bool:
+    """The job checks its nodes for an earlier job's leftovers first: an engine it runs asks for it."""
+    return any(e.leftover_check and e.serves(r) for e in ENGINES)
+
+
+__all__ = ["BACKENDS", "ENGINES", "Engine", "check", "dynamo", "judge", "leftover_check", "vllm"]

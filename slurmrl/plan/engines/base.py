@@ -1,8 +1,10 @@
 """The one protocol every engine family implements (srt-slurm's ``backends/base.py`` is the model).
 
-An engine family is one module of ``slurmrl.plan.engines`` with these four names; it owns its
-recipe checks, where its components go and their command lines. A new family (SGLang next) is
-one new module, listed once in ``slurmrl.plan.engines.ENGINES``.
+An engine family is one module of ``slurmrl.plan.engines`` with these names; it owns its recipe
+checks, where its components go and their command lines. The planner calls nothing else of it, and
+asks no engine's name. An engine that serves the policy (``inference.backend``) has its section in
+``slurmrl.recipe`` (a member of ``slurmrl.recipe.inference.Inference``) and its line in
+``slurmrl.plan.engines.BACKENDS``; one beside it (the judge) is listed in ``ENGINES`` only.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from slurmrl.recipe.recipe import Recipe
 
 @runtime_checkable
 class Engine(Protocol):
-    name: str  # the family, as a person names it: "vllm", "dynamo", "judge"
+    name: str  # the family, as a person names it: "vllm", "dynamo", "judge"; a policy engine's is its backend
+    leftover_check: bool  # its nodes are checked for an earlier job's leftovers first (Dynamo: wide-EP /dev/shm)
 
     def check(self, r: Recipe) -> None:
         """Every rule of this family the recipe breaks: one UserError naming the field. Runs for
-        every registered family, whether it serves the recipe or not (a knob of a family that is
-        not used is refused)."""
+        every registered family, whether it serves the recipe or not (a family beside the policy,
+        the judge, refuses settings that need it)."""
         ...
 
     def serves(self, r: Recipe) -> bool:
@@ -34,3 +37,8 @@ class Engine(Protocol):
     def build(self, ctx: Context) -> None:
         """Its components, whole: instances, health, supervisor and command line (``ctx.add``)."""
         ...
+
+
+def serves_backend(r: Recipe, name: str) -> bool:
+    """A policy engine serves the recipe whose ``inference.backend`` names it."""
+    return r.inference is not None and r.inference.backend == name

@@ -26,11 +26,11 @@ from slurmrl import ports
 from slurmrl.errors import UserError
 from slurmrl.plan import parallel, shell, vllm
 from slurmrl.plan.context import Context
+from slurmrl.plan.engines.base import serves_backend
 from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.spec import Slot, Spec, Supervisor
-from slurmrl.recipe.dynamo import Dynamo
-from slurmrl.recipe.inference import Inference
+from slurmrl.recipe.dynamo import Dynamo, DynamoInference
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.user_set import user_set
 from slurmrl.rundir.paths import RunDir
@@ -43,113 +43,103 @@ NAMESPACE = Sh(sh="job${SLURM_JOB_ID}")  # one Dynamo namespace per job, the sam
 OWN_ENV = ("DYN_NAMESPACE", "ETCD_ENDPOINTS", "NATS_SERVER", "DYN_SYSTEM_PORT", "DYN_REQUEST_PLANE",
            "DYN_EVENT_PLANE")  # set by the plan; a recipe's env may not
 NIXL_CONFIG = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
-VLLM_SERVER_KNOBS = ("return_routed_experts", "enable_eplb", "enable_dbo", "vllm_extra")  # vLLM servers' (when set)
 WORKER_ROLE = "dynamo-worker"
 FRONTEND_ROLE = "dynamo-frontend"
 
 
+leftover_check = True  # wide-EP workers leave /dev/shm/moe_* and GPU memory behind when killed
+
+
 def serves(r: Recipe) -> bool:
-    return r.inference is not None and r.inference.backend == "dynamo"
+    return serves_backend(r, name)
 
 
-def settings(inf: Inference) -> Dynamo:
-    return inf.dynamo or Dynamo()
+def section(r: Recipe) -> DynamoInference:
+    """[inference] of a recipe Dynamo serves."""
+    assert isinstance(r.inference, DynamoInference), "planned only for [inference] with backend 'dynamo'"
+    return r.inference
 
 
 def needs_nats(d: Dynamo) -> bool:
     return "nats" in (d.request_plane, d.event_plane)
 
 
-# ---- what makes no sense with Dynamo -----------------------------------------------------------
+# ---- what Dynamo cannot honour (a key of another engine is the loader's unknown key) -------------
 def check(r: Recipe) -> None:
     """One line naming the field for every combination Dynamo cannot honour."""
-    inf = r.inference
-    if inf is None or inf.backend != "dynamo":
-        if inf is not None and inf.dynamo is not None:
-            raise UserError("inference.dynamo", "set inference.backend = \"dynamo\" to use it")
+    if not serves(r):
         return
-    d = settings(inf)
+    inf = section(r)
     if r.kind != "inference":
         raise UserError("inference.backend", f"Dynamo serves kind 'inference' only (kind is {r.kind!r}): RL reloads "
                         "weights through vLLM's admin endpoints")
-    if inf.mode == "wide_ep":
-        raise UserError("inference.mode", "Dynamo has no 'wide_ep' mode: use 'replicas' (aggregated) or 'pd', with "
-                        "engine 'trtllm' for workers spanning nodes")
     if inf.auth != "none":
         raise UserError("inference.auth", "Dynamo's frontend cannot check the job's secret (it has no API-key option): "
                         "set auth = \"none\" and keep its port off networks you do not trust")
-    if user_set(inf, "router"):
-        raise UserError("inference.router", "Dynamo's frontend routes requests: use inference.dynamo.router_mode and "
-                        "frontend_args instead of [inference.router]")
-    if user_set(inf.kv_offload, "kind"):
-        raise UserError("inference.kv_offload.kind", "KV offload is vLLM-server configuration; with Dynamo pass the "
-                        "engine's own flags in inference.dynamo.extra_args")
-    for name, why in (("max_lora_rank", "runtime LoRA loading goes through vLLM's admin endpoints"),
-                      ("admin_endpoints", "the admin endpoints are vLLM server routes")):
-        if user_set(inf, name):
-            raise UserError(f"inference.{name}", f"not available with Dynamo: {why}")
     if inf.gpus_per_node == 0:
         raise UserError("inference.gpus_per_node", "Dynamo workers take tp GPUs each (the mocker too: it stands in "
                         "for a GPU engine); leave it out or give at least tp")
-    if user_set(inf, "extra_args"):
-        raise UserError("inference.extra_args", "vLLM-server arguments; Dynamo workers take inference.dynamo.extra_args "
-                        "(every worker) and prefill/decode extra_args")
-    if user_set(inf, "dp"):
-        raise UserError("inference.dp", "Dynamo workers are sized by tp; data parallelism is the engine's own "
-                        "(trtllm: enable_attention_dp in the engine config; vllm: extra_args)")
-    defaults = Inference.model_fields
-    for name in ("kv_connector", "share_nodes", "kv_load_failure_policy", "kv_buffer_device"):
-        if name in defaults and user_set(inf, name):
-            raise UserError(f"inference.{name}", "vLLM P/D configuration; Dynamo's disaggregation moves KV itself")
-    for name in VLLM_SERVER_KNOBS:
-        if name in defaults and user_set(inf, name):
-            raise UserError(f"inference.{name}", "a vLLM-server knob; Dynamo workers take their engine's flags in "
-                            "inference.dynamo.extra_args")
-    for role in ("prefill", "decode"):
-        spec = getattr(inf, role)
-        for name in ("dp", "nodes_per_worker"):
-            if spec is not None and user_set(spec, name):
-                raise UserError(f"inference.{role}.{name}", "Dynamo workers are sized by tp (and nodes)")
-        if spec is not None and user_set(spec, "expert_parallel") and d.engine != "vllm":
-            raise UserError(f"inference.{role}.expert_parallel", f"engine {d.engine!r}: set expert parallelism in "
+    check_engine_flags(r, inf)
+    check_configs(inf)
+    check_services(r, inf)
+
+
+def check_engine_flags(r: Recipe, inf: DynamoInference) -> None:
+    """vLLM's flags (and the model's) are read by engine ``vllm``'s workers only."""
+    engine = inf.dynamo.engine
+    if engine == "vllm":
+        return
+    own = "the engine config" if engine == "trtllm" else "inference.dynamo.extra_args"
+    for role, spec in (("prefill", inf.prefill), ("decode", inf.decode)):
+        if spec is not None and user_set(spec, "expert_parallel"):
+            raise UserError(f"inference.{role}.expert_parallel", f"engine {engine!r}: set expert parallelism in "
                             "the engine config")
-    if d.engine != "vllm":
-        for name in ("gpu_memory_utilization", "expert_parallel"):
-            if user_set(inf, name):
-                raise UserError(f"inference.{name}", f"a vLLM flag; engine {d.engine!r} takes its own in "
-                                f"{'the engine config' if d.engine == 'trtllm' else 'inference.dynamo.extra_args'}")
-        if user_set(inf, "enforce_eager"):
-            raise UserError("inference.enforce_eager", f"a vLLM flag; engine {d.engine!r} does not take it")
-        if user_set(r.model, "dtype"):
-            raise UserError("model.dtype", f"engine {d.engine!r} takes the dtype from the model (or engine config)")
-        if user_set(r.model, "trust_remote_code"):
-            raise UserError("model.trust_remote_code", f"a vLLM flag; engine {d.engine!r} does not take it")
-    if d.engine == "trtllm":
-        configs = {"engine_config": d.engine_config}
-        if inf.mode == "pd":
-            configs = {"prefill_engine_config": d.prefill_engine_config or d.engine_config,
-                       "decode_engine_config": d.decode_engine_config or d.engine_config}
-        for name, value in configs.items():
-            if not value:
-                raise UserError(f"inference.dynamo.{name}", "engine 'trtllm' needs an engine-config YAML "
-                                "(--extra-engine-args)")
-    else:
-        for name in ("engine_config", "prefill_engine_config", "decode_engine_config"):
-            if getattr(d, name):
-                raise UserError(f"inference.dynamo.{name}", "only engine 'trtllm' reads an engine-config YAML")
+    for field in ("gpu_memory_utilization", "expert_parallel"):
+        if user_set(inf, field):
+            raise UserError(f"inference.{field}", f"a vLLM flag; engine {engine!r} takes its own in {own}")
+    if user_set(inf, "enforce_eager"):
+        raise UserError("inference.enforce_eager", f"a vLLM flag; engine {engine!r} does not take it")
+    if user_set(r.model, "dtype"):
+        raise UserError("model.dtype", f"engine {engine!r} takes the dtype from the model (or engine config)")
+    if user_set(r.model, "trust_remote_code"):
+        raise UserError("model.trust_remote_code", f"a vLLM flag; engine {engine!r} does not take it")
+
+
+def check_configs(inf: DynamoInference) -> None:
+    """Engine ``trtllm`` reads an engine-config YAML per role; no other engine reads one."""
+    d = inf.dynamo
+    if d.engine != "trtllm":
+        for field in ("engine_config", "prefill_engine_config", "decode_engine_config"):
+            if getattr(d, field):
+                raise UserError(f"inference.dynamo.{field}", "only engine 'trtllm' reads an engine-config YAML")
+        return
+    configs = {"engine_config": d.engine_config}
+    if inf.mode == "pd":
+        configs = {"prefill_engine_config": d.prefill_engine_config or d.engine_config,
+                   "decode_engine_config": d.decode_engine_config or d.engine_config}
+    for field, value in configs.items():
+        if not value:
+            raise UserError(f"inference.dynamo.{field}", "engine 'trtllm' needs an engine-config YAML "
+                            "(--extra-engine-args)")
     if inf.mode == "pd" and d.engine_config and d.prefill_engine_config and d.decode_engine_config:
         raise UserError("inference.dynamo.engine_config", "both roles have their own (prefill_engine_config, "
                         "decode_engine_config)")
     if inf.mode != "pd" and (d.prefill_engine_config or d.decode_engine_config):
         raise UserError("inference.dynamo.prefill_engine_config", "only used with mode 'pd'")
+
+
+def check_services(r: Recipe, inf: DynamoInference) -> None:
+    """The mocker's clock, NATS, and the environment the plan sets for every Dynamo process."""
+    d = inf.dynamo
     if d.speedup_ratio is not None and d.engine != "mocker":
         raise UserError("inference.dynamo.speedup_ratio", "only engine 'mocker' simulates time")
     if d.nats_server and not needs_nats(d):
         raise UserError("inference.dynamo.nats_server", "no plane uses NATS: set request_plane or event_plane "
                         "to \"nats\"")
-    for where, env in (("env", r.env), ("inference.env", inf.env), ("inference.dynamo.env", d.env),
-                       *((f"inference.{role}.env", getattr(inf, role).env)
-                         for role in ("prefill", "decode") if getattr(inf, role) is not None)):
+    envs = [("env", r.env), ("inference.env", inf.env), ("inference.dynamo.env", d.env)]
+    envs += [(f"inference.{role}.env", spec.env) for role, spec in (("prefill", inf.prefill), ("decode", inf.decode))
+             if spec is not None]
+    for where, env in envs:
         for key in env:
             if key in OWN_ENV:
                 raise UserError(f"{where}.{key}", "is set by the plan for every Dynamo process (see "
@@ -183,15 +173,14 @@ class Role:
 
 def _worker_span(r: Recipe, p: Parallelism, gpn: int) -> tuple[int, int]:
     """(nodes per worker, its GPUs per node): a worker spans nodes only with engine 'trtllm' (MPI)."""
-    assert r.inference is not None, "dynamo's workers are planned only for [inference]"
-    engine = settings(r.inference).engine
+    engine = section(r).dynamo.engine
     return parallel.worker_span(p, gpn, tp_spans=engine == "trtllm", one_node=f"; dynamo.{engine} workers run on "
                                 "one node (engine 'trtllm' spans nodes with MPI)")
 
 
 def roles(r: Recipe) -> list[Role]:
-    assert r.inference is not None, "dynamo's workers are planned only for [inference]"
-    inf, d = r.inference, settings(r.inference)
+    inf = section(r)
+    d = inf.dynamo
     gpn = r.slurm.gpus_per_node
     out = []
     if inf.mode != "pd":
@@ -212,7 +201,7 @@ def roles(r: Recipe) -> list[Role]:
             per_node = spec.replicas // nodes if span == 1 else 1
             config = getattr(d, f"{name}_engine_config") or d.engine_config
             out.append(Role(name, name, field, spec.replicas, spec.tp, span, per_node, nodes, used,
-                            tuple(spec.extra_args), dict(spec.env), config, bool(getattr(spec, "expert_parallel", False))))
+                            tuple(spec.extra_args), dict(spec.env), config, spec.expert_parallel))
     for role in out:
         if role.per_node > ports.MAX_LOCAL:
             raise UserError(f"{role.field}.tp", f"{role.per_node} workers per node; at most {ports.MAX_LOCAL}")
@@ -230,7 +219,7 @@ def place(ctx: Context) -> None:
 # ---- components --------------------------------------------------------------------------------
 def common_env(ctx: Context, head: int) -> list:
     """What every Dynamo process of the job reads: its namespace, etcd, NATS."""
-    d = settings(ctx.inference)
+    d = section(ctx.r).dynamo
     h = shell.head(head).sh
     etcd = d.etcd_endpoints or Sh(sh=f"http://{h}:{shell.var('etcd_client').sh}")
     env: list = [("DYN_NAMESPACE", NAMESPACE), ("ETCD_ENDPOINTS", etcd)]
@@ -252,7 +241,7 @@ def data_dir(service: str) -> Sh:
 
 def services(ctx: Context, head: int) -> None:
     """etcd and NATS (stage 0) on the head node, unless the recipe names existing ones."""
-    d = settings(ctx.inference)
+    d = section(ctx.r).dynamo
     g = ctx.groups[head]
     env = sorted(d.env.items())  # not the workers' ETCD_*: etcd reads ETCD_* as its own flags
     host_prelude = [*shell.declare("host"), shell.HOST_LINE]
@@ -296,7 +285,8 @@ def services(ctx: Context, head: int) -> None:
 
 def engine_args(ctx: Context, role: Role) -> list[Arg]:
     """The worker's command-line arguments after ``python -m dynamo.<engine>``."""
-    r, inf, d = ctx.r, ctx.inference, settings(ctx.inference)
+    r, inf = ctx.r, section(ctx.r)
+    d = inf.dynamo
     m = r.model
     if d.engine == "mocker":
         args: list[Arg] = ["--model-path", m.path, "--model-name", m.served_model_name]
@@ -324,12 +314,12 @@ def engine_args(ctx: Context, role: Role) -> list[Arg]:
 
 
 def worker_env(ctx: Context, role: Role, head: int) -> list:
-    return common_env(ctx, head) + sorted({**ctx.inference.env, **role.env}.items())
+    return common_env(ctx, head) + sorted({**section(ctx.r).env, **role.env}.items())
 
 
 def workers(ctx: Context, role: Role, slot: Slot, head: int, first_index: int = 0) -> None:
     """mocker and vllm: one task per worker, every worker of the role in one srun step."""
-    d = settings(ctx.inference)
+    d = section(ctx.r).dynamo
     # per-task values straight in the environment (a preflight runs the probe with the same env, no prelude)
     env = worker_env(ctx, role, head) + [("DYN_SYSTEM_PORT", Sh(sh=shell.per_task("server", first_index)))]
     nixl = d.engine == "vllm" and role.mode is not None
@@ -392,7 +382,7 @@ def mpi_workers(ctx: Context, role: Role, slot: Slot, head: int) -> None:
 
 def frontend(ctx: Context, head: int, workers_total: int) -> None:
     """Dynamo's OpenAI frontend on the head node; ready once the model is listed with every worker."""
-    d, m = settings(ctx.inference), ctx.r.model
+    d, m = section(ctx.r).dynamo, ctx.r.model
     ctx.reserve(ctx.groups[head], 0, SERVICE_CPUS["frontend"], "Dynamo's frontend")
     port = shell.var("dynamo_frontend")
     args: list[Arg] = ["--http-host", "0.0.0.0", "--http-port", port, *planes(d)]
@@ -405,7 +395,7 @@ def frontend(ctx: Context, head: int, workers_total: int) -> None:
         name="frontend", role=FRONTEND_ROLE, group=head, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=SERVICE_CPUS["frontend"], gpus_per_node=0, stage=3,
         health=Health(kind="http", ports=("dynamo_frontend",), path="/v1/models", first_node_only=True,
-                      timeout=ctx.inference.startup_timeout, urls_var="URLS_FRONTEND"),
+                      timeout=section(ctx.r).startup_timeout, urls_var="URLS_FRONTEND"),
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={"http": "dynamo_frontend"}),),
         task=ctx.task(
             sup, prelude=[*shell.declare("host"), shell.HOST_LINE], env=common_env(ctx, head),
@@ -417,7 +407,7 @@ def frontend(ctx: Context, head: int, workers_total: int) -> None:
 def build(ctx: Context) -> None:
     """Every Dynamo component, after ``place``: services, workers, the frontend (in place of
     vLLM's servers and router)."""
-    d = settings(ctx.inference)
+    d = section(ctx.r).dynamo
     all_roles = roles(ctx.r)
     head = ctx.slots[all_roles[0].name].group
     services(ctx, head)

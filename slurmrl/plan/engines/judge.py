@@ -21,11 +21,13 @@ from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.rules import changed
 from slurmrl.plan.spec import Slot, Spec, Supervisor
+from slurmrl.recipe.judge import Judge
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.roles import judge_settings
 from slurmrl.settings.judge import template_fields
 
 name = "judge"
+leftover_check = False
 GENERATIVE_ONLY = ("max_tokens", "max_score")
 SERVED = ("path", "served_name", "dtype", "max_model_len", "trust_remote_code")  # what the judge's vLLM reads
 
@@ -44,14 +46,7 @@ def check(r: Recipe) -> None:
     if env in envs.BUILTIN and env != "judge":
         raise UserError("orchestrator.environment", f"{env!r} scores rewards itself, not through the [judge]; use "
                         "environment 'judge' or a custom one with use_judge(), or remove [judge]")
-    for name in type(j.model).model_fields:  # [judge.model] is a [model]; the rest of [model] is for the policy
-        if name not in SERVED and changed(j.model, name):
-            raise UserError(f"judge.model.{name}", f"applies to [model] only; the judge's server reads "
-                            f"{', '.join('judge.model.' + n for n in SERVED)}")
-    if j.kind == "reward_model":
-        for name in GENERATIVE_ONLY:
-            if changed(j, name):
-                raise UserError(f"judge.{name}", "only applies to kind 'generative' (a reward model returns its score)")
+    check_fields(j)
     gpn = r.slurm.gpus_per_node
     gpus = j.gpus_per_node or j.tp
     p = parallelism(r)
@@ -60,19 +55,36 @@ def check(r: Recipe) -> None:
         raise UserError("judge.gpus_per_node", f"{gpus} is more than the {gpn} GPUs per node (slurm.gpus_per_node)")
     parallel.per_node(p, gpus, of=f"the judge's {gpus} GPUs")
     if j.placement == "inference":
-        inf = r.inference
-        assert inf is not None, "kind rl has [inference] (check_sections)"
-        if inf.mode != "replicas":
-            raise UserError("judge.placement", f"'inference' shares nodes with mode 'replicas' only (mode is "
-                            f"{inf.mode!r}); use 'own'")
-        if r.placement.share_gpus:
-            raise UserError("judge.placement", "with placement.share_gpus the trainer and inference share their GPUs; "
-                            "the judge needs GPUs of its own: use 'own'")
-        inf_nodes = 1 if r.placement.colocate else inf.nodes
-        if j.nodes > inf_nodes:
-            raise UserError("judge.nodes", f"{j.nodes} judge nodes, but the judge shares the inference nodes and there "
-                            f"are {inf_nodes}")
+        check_shared_nodes(r, j)
     check_template(r)
+
+
+def check_fields(j: Judge) -> None:
+    """What the judge's server reads of [judge.model], and what only a generative judge reads."""
+    for name in type(j.model).model_fields:  # [judge.model] is a [model]; the rest of [model] is for the policy
+        if name not in SERVED and changed(j.model, name):
+            raise UserError(f"judge.model.{name}", f"applies to [model] only; the judge's server reads "
+                            f"{', '.join('judge.model.' + n for n in SERVED)}")
+    if j.kind == "reward_model":
+        for name in GENERATIVE_ONLY:
+            if changed(j, name):
+                raise UserError(f"judge.{name}", "only applies to kind 'generative' (a reward model returns its score)")
+
+
+def check_shared_nodes(r: Recipe, j: Judge) -> None:
+    """``placement = "inference"``: the judge's servers on the policy's nodes, on GPUs of their own."""
+    inf = r.inference
+    assert inf is not None, "kind rl has [inference] (check_sections)"
+    if inf.mode != "replicas":
+        raise UserError("judge.placement", f"'inference' shares nodes with mode 'replicas' only (mode is "
+                        f"{inf.mode!r}); use 'own'")
+    if r.placement.share_gpus:
+        raise UserError("judge.placement", "with placement.share_gpus the trainer and inference share their GPUs; "
+                        "the judge needs GPUs of its own: use 'own'")
+    inf_nodes = 1 if r.placement.colocate else inf.nodes
+    if j.nodes > inf_nodes:
+        raise UserError("judge.nodes", f"{j.nodes} judge nodes, but the judge shares the inference nodes and there "
+                        f"are {inf_nodes}")
 
 
 def parallelism(r: Recipe) -> Parallelism:

@@ -11,13 +11,15 @@ from dataclasses import dataclass
 
 from slurmrl import ports
 from slurmrl.errors import UserError
-from slurmrl.plan import lora, parallel, placement, router_rules, services, shell, vllm
+from slurmrl.plan import lora, parallel, placement, router_rules, services, shell, vllm, vllm_rules
 from slurmrl.plan.context import Context
+from slurmrl.plan.engines.base import serves_backend
 from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.placement import server_names
 from slurmrl.plan.spec import Slot, Spec, Supervisor
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.vllm import VllmInference
 
 name = "vllm"
 
@@ -32,7 +34,7 @@ class Shape(Slice):
 
 def server_shape(ctx: Context, slot: Slot, tp: int, dp: int, where: str, span: int | None = None) -> Shape:
     """Workers of tp x dp GPUs on this slot, or a UserError naming the field."""
-    inf, n = ctx.inference, len(slot.gpus)
+    inf, n = ctx.vllm, len(slot.gpus)
     if inf.mode == "wide_ep" and dp == 1:  # one deployment over every node
         dp = parallel.per_node(Parallelism("inference", tp, by_tp=True), n) * slot.nodes
     p = Parallelism(where, tp, dp)
@@ -50,7 +52,7 @@ def server_shape(ctx: Context, slot: Slot, tp: int, dp: int, where: str, span: i
 
 
 def vllm_env(ctx: Context, role_env: dict) -> list:
-    r, inf = ctx.r, ctx.inference
+    r, inf = ctx.r, ctx.vllm
     env: list = sorted({**inf.env, **role_env}.items())
     admin = inf.admin_endpoints if inf.admin_endpoints is not None else r.kind == "rl"
     if admin:
@@ -62,6 +64,28 @@ def vllm_env(ctx: Context, role_env: dict) -> list:
     return env
 
 
+def server_instances(inf: VllmInference, slot: Slot, shape: Shape, pd_role: str | None, first_index: int,
+                     events: bool) -> tuple[Instance, ...]:
+    """Each task of a server component and the ports it listens on: HTTP and the data-parallel RPC
+    on a worker's first node, its KV ports (Mooncake's bootstrap, NIXL's side channels), the KV
+    events the router subscribes to."""
+    instances: list[Instance] = []
+    for node, local, gpus in shape.tasks(slot.gpus, slot.nodes):
+        lead = shape.leads(node)
+        index = first_index + local
+        iports = {"http": f"server_{index}"} if lead else {}
+        if lead and shape.dp > 1:
+            iports["dp_rpc"] = f"dprpc_{index}"
+        if pd_role == "prefill" and inf.kv_connector == "MooncakeConnector" and lead:
+            iports["kv"] = f"kv_{index}"  # the Mooncake bootstrap port
+        elif pd_role and inf.kv_connector == "NixlConnector":  # NIXL: one side-channel port per engine (data-parallel rank) of the task
+            iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(shape.dp_local)})
+        if events and "http" in iports:  # the router subscribes to it (claimed with the job's ports)
+            iports["kv_events"] = f"kv_events_{index}"
+        instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
+    return tuple(instances)
+
+
 def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: list[str], role_env: dict,
             pd_role: str | None, expert_parallel: bool, routed: bool, first_index: int = 0,
             neighbours: int = 0) -> None:
@@ -69,7 +93,7 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
     with per-task values in the prelude. ``first_index``: the first per-node port index it may use,
     ``neighbours``: servers of other components on the same nodes (P/D sharing nodes); ``routed``:
     vllm-router fronts it."""
-    r, inf = ctx.r, ctx.inference
+    r, inf = ctx.r, ctx.vllm
     if r.placement.share_gpus and inf.gpu_memory_utilization is None:
         inf = inf.model_copy(update={"gpu_memory_utilization": 0.45})
         ctx.warnings.append("inference.gpu_memory_utilization set to 0.45: the trainer shares the GPU")
@@ -113,20 +137,7 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
     a, e = vllm.offload(inf, shape.per_node + neighbours, ctx.slots[server_names(r)[0]].group, transfer)
     args += a + list(inf.extra_args) + list(extra)
     env += e
-    instances: list[Instance] = []
-    for node, local, gpus in shape.tasks(slot.gpus, slot.nodes):
-        lead = shape.leads(node)
-        index = first_index + local
-        iports = {"http": f"server_{index}"} if lead else {}
-        if lead and shape.dp > 1:
-            iports["dp_rpc"] = f"dprpc_{index}"
-        if pd_role == "prefill" and inf.kv_connector == "MooncakeConnector" and lead:
-            iports["kv"] = f"kv_{index}"  # the Mooncake bootstrap port
-        elif pd_role and inf.kv_connector == "NixlConnector":  # NIXL: one side-channel port per engine (data-parallel rank) of the task
-            iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(shape.dp_local)})
-        if events and "http" in iports:  # the router subscribes to it (claimed with the job's ports)
-            iports["kv_events"] = f"kv_events_{index}"
-        instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
+    instances = server_instances(inf, slot, shape, pd_role, first_index, events)
     health = Health(
         kind="http",
         ports=tuple(f"server_{first_index + i}" for i in range(shape.per_node)),
@@ -141,7 +152,7 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
         name=name, role="inference", group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
         tasks_per_node=shape.per_node, gpus_per_node=len(slot.gpus), stage=2,
         main=r.kind == "inference" and ctx.serving_is_main, fail_fast=r.kind != "inference", health=health,
-        instances=tuple(instances), reads_model=True,
+        instances=instances, reads_model=True,
         task=ctx.task(
             Supervisor(name, gpus=shell.gpu_slice(slot.gpus[0], shape.gpus, not multi), ready=ready,
                        ready_completion=completion, fail_on=tuple(inf.fail_on)),
@@ -152,13 +163,19 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
 
 
 # ---- the engine protocol (slurmrl.plan.engines.base.Engine) -------------------------------------
+leftover_check = False
+
+
 def check(r: Recipe) -> None:
-    """vLLM's own rules beyond the recipe's (``slurmrl.plan.rules``): a LoRA policy its servers hot-load."""
+    """vLLM's own rules beyond every recipe's (``slurmrl.plan.rules``): its section's
+    (``slurmrl.plan.vllm_rules``, the router's), and a LoRA policy its servers hot-load."""
     lora.check(r)
+    if isinstance(r.inference, VllmInference):
+        vllm_rules.check(r, r.inference)
 
 
 def serves(r: Recipe) -> bool:
-    return r.inference is not None and r.inference.backend != "dynamo"
+    return serves_backend(r, name)
 
 
 def place(ctx: Context) -> None:
@@ -169,7 +186,7 @@ def place(ctx: Context) -> None:
 def build(ctx: Context) -> None:
     """The servers (sized first: the router runs in front of more than one), then the Mooncake store
     and the router."""
-    inf = ctx.inference
+    inf = ctx.vllm
     if inf.mode == "pd":
         specs = {role: getattr(inf, role) for role in ("prefill", "decode")}
         shapes = {role: server_shape(ctx, ctx.slots[role], s.tp, s.dp, f"inference.{role}", s.nodes_per_worker)

@@ -2,6 +2,13 @@
 
     python -m slurmrl.runtime.bench --out DIR --concurrencies C... --input-lens I... --output-lens O...
         [--timeout S] [--then stop|serve] -- VLLM_BENCH_SERVE_ARGS...
+    python -m slurmrl.runtime.bench --out DIR [--concurrencies C...] [--timeout S] [--then stop|serve]
+        -- --dataset-name timed_trace --dataset-path TRACE ... VLLM_BENCH_SERVE_ARGS...
+
+A trace replay (``--dataset-name timed_trace`` among vLLM's arguments, no lengths) has one point per
+concurrency cap, or one point without a cap; without ``--num-prompts`` it replays every request of the
+trace (it counts the trace's lines). With ``--goodput`` targets each point's summary has the good
+requests per second and their share.
 
 For every grid point (each input length x output length x concurrency) it runs vLLM's
 ``vllm.benchmarks.serve`` in this process (its own argparse and ``main``: ``vllm bench serve``
@@ -52,9 +59,38 @@ def log(msg: str) -> None:
     print(f"slurmrl: benchmark: {msg}", flush=True)
 
 
-def grid(concurrencies: list[int], input_lens: list[int], output_lens: list[int]) -> list[tuple[int, int, int]]:
-    """(concurrency, input length, output length) of every point, in run order (the recipe's order)."""
-    return [(c, i, o) for i in input_lens for o in output_lens for c in concurrencies]
+Point = tuple[int | None, int | None, int | None]  # (concurrency cap, input length, output length); None: none/the trace's
+
+
+def grid(concurrencies: list[int] | None, input_lens: list[int] | None, output_lens: list[int] | None) -> list[Point]:
+    """(concurrency, input length, output length) of every point, in run order (the recipe's order);
+    without lengths (a trace replay): one point per concurrency cap, or one without a cap."""
+    caps: list[int | None] = list(concurrencies) if concurrencies else [None]
+    if input_lens is None or output_lens is None:
+        return [(c, None, None) for c in caps]
+    return [(c, i, o) for i in input_lens for o in output_lens for c in caps]
+
+
+def point_argv(c: int | None, i: int | None, o: int | None) -> list[str]:
+    """vllm bench serve's arguments for one point (a trace's lengths come from the trace)."""
+    argv = [] if c is None else ["--max-concurrency", str(c)]
+    if i is not None and o is not None:
+        argv += ["--input-len", str(i), "--output-len", str(o)]
+    return argv
+
+
+def trace_requests(path: str) -> int:
+    """The requests in a JSONL trace: its lines that are not blank."""
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for line in f if line.strip())
+    except OSError as e:
+        raise Failed(f"cannot read the trace {path}: {e.strerror or e}") from None
+
+
+def point_label(c: int | None, i: int | None, o: int | None) -> str:
+    cap = "no cap" if c is None else f"concurrency {c}"
+    return cap if i is None else f"{cap}, in {i}, out {o}"
 
 
 def value_after(args: list[str], flag: str) -> str | None:
@@ -68,7 +104,7 @@ def value_after(args: list[str], flag: str) -> str | None:
     return found
 
 
-def point_summary(c: int, i: int, o: int, result: dict) -> dict:
+def point_summary(c: int | None, i: int | None, o: int | None, result: dict) -> dict:
     """One summary line from vLLM's result of one point."""
     errors = [e for e in result.get("errors") or [] if e]
     out = {
@@ -83,6 +119,10 @@ def point_summary(c: int, i: int, o: int, result: dict) -> dict:
     for m in METRICS:
         out[f"{m}_p50_ms"] = result.get(f"median_{m}_ms")
         out[f"{m}_p99_ms"] = result.get(f"p99_{m}_ms")
+    if result.get("request_goodput") is not None:  # only with --goodput targets
+        out["request_goodput"] = result["request_goodput"]
+        throughput, goodput = result.get("request_throughput"), result["request_goodput"]
+        out["good_share"] = goodput / throughput if isinstance(throughput, (int, float)) and throughput > 0 else None
     out["errors"] = sorted(set(errors))[:3]
     out["file"] = RunDir.benchmark_point_name(c, i, o)
     return out
@@ -94,8 +134,10 @@ def summarize(points: list[dict]) -> str:
     if not ok:
         return f"{len(points)} point(s)"
     best = max(ok, key=lambda p: p["output_throughput"])
-    return (f"{len(points)} point(s), best {best['output_throughput']:.1f} output tok/s at concurrency "
-            f"{best['concurrency']} (in {best['input_len']}, out {best['output_len']})")
+    c, i, o = best["concurrency"], best["input_len"], best["output_len"]
+    where = "without a cap" if c is None else f"at concurrency {c}"
+    return (f"{len(points)} point(s), best {best['output_throughput']:.1f} output tok/s {where} "
+            + ("(trace)" if i is None else f"(in {i}, out {o})"))
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -152,27 +194,35 @@ def vllm_runner():
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="results folder (RUN_DIR/benchmark)")
-    ap.add_argument("--concurrencies", type=int, nargs="+", required=True)
-    ap.add_argument("--input-lens", type=int, nargs="+", required=True)
-    ap.add_argument("--output-lens", type=int, nargs="+", required=True)
+    ap.add_argument("--concurrencies", type=int, nargs="+", help="one point per cap (a trace without: one point)")
+    ap.add_argument("--input-lens", type=int, nargs="+", help="the grid's prompt lengths (a trace: none)")
+    ap.add_argument("--output-lens", type=int, nargs="+", help="the grid's output lengths (a trace: none)")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds the whole grid may take")
     ap.add_argument("--then", choices=("stop", "serve"), default="stop")
     if "--" not in argv:
         ap.error("give vllm bench serve's arguments after --")
     k = argv.index("--")
-    return ap.parse_args(argv[:k]), argv[k + 1:]
+    args, vllm_args = ap.parse_args(argv[:k]), argv[k + 1:]
+    trace = value_after(vllm_args, "--dataset-name") == "timed_trace"
+    if trace and (args.input_lens or args.output_lens):
+        ap.error("a trace replay (--dataset-name timed_trace) takes its lengths from the trace: no --input-lens/--output-lens")
+    if not trace and not (args.concurrencies and args.input_lens and args.output_lens):
+        ap.error("the grid needs --concurrencies, --input-lens and --output-lens")
+    return args, vllm_args
 
 
 def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [*out.glob("c*-in*-out*.json"), out / RunDir.BENCHMARK_SUMMARY, out / RunDir.BENCHMARK_PLOT]:
+    for stale in [*out.glob("c*-in*-out*.json"), *out.glob("trace*.json"), out / RunDir.BENCHMARK_SUMMARY,
+                  out / RunDir.BENCHMARK_PLOT]:
         stale.unlink(missing_ok=True)  # an earlier attempt's
     points = grid(args.concurrencies, args.input_lens, args.output_lens)
     base, model = value_after(vllm_args, "--base-url"), value_after(vllm_args, "--served-model-name")
     summary: dict[str, Any] = {
         "status": "running", "target": base, "model": model or value_after(vllm_args, "--model"),
-        "num_prompts": int(value_after(vllm_args, "--num-prompts") or 1000),
+        "num_prompts": None, "trace": value_after(vllm_args, "--dataset-path")
+        if value_after(vllm_args, "--dataset-name") == "timed_trace" else None,
         "planned_points": len(points), "started": int(time.time()), "finished": None,
         "points": [], "error": None,
     }
@@ -186,18 +236,13 @@ def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
     signal.alarm(args.timeout)
     where = "before the first point"
     try:
-        key = secret.read()
-        if key:
-            os.environ["OPENAI_API_KEY"] = key  # how vLLM's client sends a bearer token
-        if not base:
-            raise Failed("no --base-url among vllm bench serve's arguments")
-        check_endpoint(base, model, secret.headers())
+        vllm_args = prepare(vllm_args, summary)
+        check_endpoint(summary["target"], model, secret.headers())
         phase(f"benchmark started: {len(points)} point(s) against {base}")
         runner = runner or vllm_runner()
         for n, (c, i, o) in enumerate(points, 1):
-            where = f"at point {n}/{len(points)} (concurrency {c}, in {i}, out {o})"
-            argv = [*vllm_args, "--max-concurrency", str(c), "--input-len", str(i), "--output-len", str(o),
-                    "--save-detailed"]
+            where = f"at point {n}/{len(points)} ({point_label(c, i, o)})"
+            argv = [*vllm_args, *point_argv(c, i, o), "--save-detailed"]
             log(f"point {n}/{len(points)}: vllm bench serve {' '.join(argv)}")
             result = runner(argv)
             p = point_summary(c, i, o, result)
@@ -226,6 +271,28 @@ def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
         signal.alarm(0)
         return finish(out, summary, "failed", f"{where}: {type(e).__name__}: {e}")
     return finish(out, summary, "done", None)
+
+
+def prepare(vllm_args: list[str], summary: dict) -> list[str]:
+    """Before the first point: the job's secret where vLLM's client reads an API key, a target, and the
+    requests per point (written into the summary, and added to vLLM's arguments where not given)."""
+    key = secret.read()
+    if key:
+        os.environ["OPENAI_API_KEY"] = key  # how vLLM's client sends a bearer token
+    if not summary["target"]:
+        raise Failed("no --base-url among vllm bench serve's arguments")
+    summary["num_prompts"] = requests_per_point(vllm_args, summary["trace"])
+    if value_after(vllm_args, "--num-prompts") is None:
+        return [*vllm_args, "--num-prompts", str(summary["num_prompts"])]
+    return vllm_args
+
+
+def requests_per_point(vllm_args: list[str], trace: str | None) -> int:
+    """``--num-prompts`` where given, else every request of the trace (vLLM's default, 1000, for the grid)."""
+    given = value_after(vllm_args, "--num-prompts")
+    if given is not None:
+        return int(given)
+    return trace_requests(trace) if trace else 1000
 
 
 def finish(out: Path, summary: dict, status: str, error: str | None) -> int:
