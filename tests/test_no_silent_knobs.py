@@ -206,6 +206,7 @@ def candidates(path: str, f, current, recipe: Recipe) -> list:
     elif typing.get_origin(kind) is list:
         item, _ = _strip(typing.get_args(kind)[0])
         base = current if current is not None else default
+        base = base if base is not None else [1]  # a list whose default is "decided by the shape"
         if item and item[0] is int:  # e.g. a grid of lengths: each value changed, or one more
             vals = [[v * 2 for v in base], [*base, max(base, default=0) * 2 + 1]]
         else:
