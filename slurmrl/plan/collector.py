@@ -8,6 +8,7 @@ register (``SLURMRL_METRICS_PORT``, ``slurmrl.plan.training``). Non-critical by 
 
 from __future__ import annotations
 
+from slurmrl.contract import env as job_env
 from slurmrl.plan import shell
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Instance, Sh
@@ -43,4 +44,4 @@ def collector(ctx: Context) -> None:
 def metrics_env(ctx: Context, port: str) -> list[tuple[str, Arg]]:
     """The trainer's or orchestrator's ``SLURMRL_METRICS_PORT`` (port-table name ``port``) when the
     recipe has a [collector]; nothing otherwise (no /metrics is served)."""
-    return [("SLURMRL_METRICS_PORT", shell.var(port))] if ctx.r.collector is not None else []
+    return [(job_env.METRICS_PORT, shell.var(port))] if ctx.r.collector is not None else []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from slurmrl import ports
+from slurmrl.contract import env as job_env
 from slurmrl.plan import router_rules, shell
 from slurmrl.plan.model import Arg, Cat, Sh
 from slurmrl.recipe.inference import Inference
@@ -119,7 +120,7 @@ def multi_node(dp: int, dp_local: int, span: int, group: int, first_node: int, i
     The worker's first node serves the API; its other nodes run headless from their first rank."""
     first = f"{first_node} + " if first_node else ""
     prelude = [
-        f'read -ra nodes <<<"${{SLURMRL_NODES_G{group}}}"',
+        f'read -ra nodes <<<"${{{job_env.nodes_of_group(group)}}}"',
         f"leader=${{nodes[{first}SLURM_NODEID / {span} * {span}]}}  # first node of this task's worker",
         f"rank=$((SLURM_NODEID % {span} * {dp_local}))  # its first data-parallel rank",
         "rank_args=()",

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmrl import charts, secret
+from slurmrl.contract import env as job_env
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.vllm import client
 
@@ -106,7 +107,7 @@ def write_json(path: Path, data: dict) -> None:
 
 def phase(what: str) -> None:
     """A milestone in the attempt's phases file (`slurmrl status`), when run inside the job."""
-    if os.environ.get("SLURMRL_RUN_DIR"):
+    if job_env.in_job():
         RunDir.from_env().add_phase(RunDir.attempt_from_env(), what)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl import ports
+from slurmrl.contract import env as job_env
 from slurmrl.rundir.paths import RunDir
 
 
@@ -51,13 +52,9 @@ def load(name: str, env: Mapping[str, str] | None = None) -> Component:
 
 
 def hosts(group: int, env: Mapping[str, str] | None = None) -> list[str]:
-    env = os.environ if env is None else env
-    value = env.get(f"SLURMRL_NODES_G{group}")
-    if value is None:
-        raise SystemExit(f"slurmrl: SLURMRL_NODES_G{group} is not set; run this inside the job script")
-    return value.split()
+    return job_env.hosts_of_group(group, env)
 
 
 def port(name: str, env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
-    return int(env["SLURMRL_PORT_BASE"]) + ports.offset(name)
+    return int(env[job_env.PORT_BASE]) + ports.offset(name)

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from slurmrl import envs
+from slurmrl.contract import env as job_env
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime.step_files import write_json_atomic
@@ -31,9 +32,9 @@ from slurmrl.runtime.steps import container, fabric
 from slurmrl.runtime.steps.supervise import narrow_gpus, tcp_ok
 from slurmrl.runtime.trainer import dataset
 
-DEADLINE_S = float(os.environ.get("SLURMRL_PROBE_TIMEOUT", "300"))
+DEADLINE_S = job_env.probe_timeout()
 REPORTED_ENV = ("SLURM_JOB_ID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_GPUS",
-                "SLURMRL_PORT_BASE", "SLURMRL_ATTEMPT")
+                job_env.PORT_BASE, job_env.ATTEMPT)
 
 
 class _ProbeServer(ThreadingHTTPServer):

@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from slurmrl.contract import env as job_env
 from slurmrl.rundir.paths import RunDir
 
 MANIFEST = ".slurmrl-stage.json"
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'already in' if hit else 'copied to'} {dest}" + ("" if hit else f" in {took:.1f}s, sha256 checked")
             + f" (waited {waited:.1f}s for the lock)")
     print(f"slurmrl: {what}", flush=True)
-    if os.environ.get("SLURMRL_RUN_DIR"):
+    if job_env.in_job():
         RunDir.from_env().add_phase(RunDir.attempt_from_env(), what)
     return 0
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import psutil
 
 from slurmrl import heartbeat
+from slurmrl.contract import env as job_env
 from slurmrl.rundir import ended
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
@@ -234,7 +235,7 @@ def heartbeat_file(name: str) -> Path:
 
 def ended_file(name: str) -> Path | None:
     """This task's end record (slurmrl.rundir.ended); None outside a job script (no SLURMRL_RUN_DIR)."""
-    if not os.environ.get("SLURMRL_RUN_DIR"):
+    if not job_env.in_job():
         return None
     return RunDir.from_env().ended_file(RunDir.attempt_from_env(), name, int(os.environ.get("SLURM_PROCID", "0")))
 
