@@ -102,6 +102,7 @@ def main() -> None:
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from slurmrl.contract.weight_sync import Broadcast
     from slurmrl.runtime.trainer import state
     from slurmrl.runtime.trainer.weight_sync import Broadcaster, Target
     from slurmrl.runtime.vllm import client, plugin
@@ -128,7 +129,7 @@ def main() -> None:
         n_params = sum(p.numel() for p in model.parameters())
         for url, proc, log in zip(urls, procs, logs):
             wait_ready(url, proc, log)
-        target = Target("gloo", urls, [1] * args.servers, "127.0.0.1", free_port(), 1 + args.servers)
+        target = Target(Broadcast("gloo", 600), urls, [1] * args.servers, "127.0.0.1", free_port(), 1 + args.servers)
         t = time.perf_counter()
         sender = Broadcaster(target, model, rank=0, dtype=dtype)
         open_s = time.perf_counter() - t

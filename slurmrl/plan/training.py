@@ -65,8 +65,7 @@ def broadcast_words(ctx: Context) -> tuple[list[str], list[Arg]]:
     group (its own node: torchrun's rank 0 uses the value of the task it runs in; the port table's
     ``weight_broadcast``) and the group's size."""
     r = ctx.r
-    backend = ctx.trainer.weight_sync
-    if r.kind != "rl" or backend == "filesystem":
+    if r.kind != "rl" or not ctx.trainer.sync.by_broadcast:
         return [], []
     inf = ctx.inference
     prelude: list[str] = []

@@ -11,6 +11,7 @@ import json
 
 from slurmrl import ports
 from slurmrl.contract import env as job_env
+from slurmrl.contract.weight_sync import Broadcast
 from slurmrl.plan import router_rules, shell
 from slurmrl.plan.model import Arg, Cat, Sh
 from slurmrl.recipe.inference import Inference
@@ -62,10 +63,10 @@ def otlp_args(*envs: dict[str, str]) -> list[Arg]:
     return ["--otlp-traces-endpoint", url] if url else []
 
 
-def weight_transfer(backend: str) -> list[Arg]:
+def weight_transfer(sync: Broadcast) -> list[Arg]:
     """``trainer.weight_sync`` by broadcast: the engine each server's workers receive with (``gloo``:
-    slurmrl's, registered by its vLLM plugin; ``nccl``/``ipc``: vLLM's own)."""
-    return ["--weight-transfer-config", json.dumps({"backend": backend}, separators=(",", ":"))]
+    slurmrl's, registered by its vLLM plugin; ``nccl``/``ipc``: vLLM's own), in vLLM's own flag."""
+    return ["--weight-transfer-config", json.dumps({"backend": sync.backend}, separators=(",", ":"))]
 
 
 def pooling(args: list[Arg]) -> bool:

@@ -170,8 +170,8 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
         nonlocal loaded, reload_s
         reload_s = 0.0
         newest, path = latest_weights(run_dir)
-        if newest > loaded and s.weight_sync != "filesystem":  # the trainer has sent them to every server itself
-            log(f"servers now on weights of step {newest} (broadcast by the trainer, {s.weight_sync})")
+        if newest > loaded and s.weight_sync.by_broadcast:  # the trainer has sent them to every server itself
+            log(f"servers now on weights of step {newest} (broadcast by the trainer, {s.weight_sync.describe()})")
             loaded = newest
         elif newest > loaded:
             assert path is not None, "latest_weights names the folder of each step it finds"

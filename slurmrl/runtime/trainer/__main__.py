@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from slurmrl.contract.weight_sync import Broadcast
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.step_files import latest
 from slurmrl.runtime.trainer.ready import mark_ready
@@ -42,12 +43,13 @@ def main() -> int:
 
 def broadcast_target(s: TrainerSettings, args: argparse.Namespace, ap: argparse.ArgumentParser):
     """What ``--weight-*`` say (None for filesystem sync): the servers, their workers, the group."""
-    if s.kind != "rl" or s.weight_sync == "filesystem":
+    sync = s.weight_sync
+    if s.kind != "rl" or not isinstance(sync, Broadcast):
         return None
     from slurmrl.runtime.trainer.weight_sync import Target  # vllm
 
     if not args.weight_servers or not args.weight_master or not args.weight_world_size:
-        ap.error(f"trainer.weight_sync = {s.weight_sync!r} needs --weight-servers, --weight-master and "
+        ap.error(f"trainer.weight_sync = {sync.backend!r} needs --weight-servers, --weight-master and "
                  "--weight-world-size (the job script passes them)")
     urls, ranks = [], []
     for group in args.weight_servers:
@@ -58,7 +60,7 @@ def broadcast_target(s: TrainerSettings, args: argparse.Namespace, ap: argparse.
     host, _, port = args.weight_master.rpartition(":")
     if not host or not port.isdigit():
         ap.error(f"--weight-master {args.weight_master}: HOST:PORT")
-    return Target(s.weight_sync, urls, ranks, host, int(port), args.weight_world_size, float(s.weight_sync_timeout))
+    return Target(sync, urls, ranks, host, int(port), args.weight_world_size)
 
 
 if __name__ == "__main__":
