@@ -12,6 +12,7 @@ the job either way (``--kill-on-bad-exit=1``; the script's FAILED file names it)
 
 from __future__ import annotations
 
+from slurmrl.contract.programs import Bench as BenchArgs
 from slurmrl.errors import UserError
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh
@@ -77,16 +78,10 @@ def benchmark(ctx: Context) -> None:
     if r.model.trust_remote_code:
         vllm_args.append("--trust-remote-code")
     vllm_args += ["--percentile-metrics", PERCENTILE_METRICS, "--disable-tqdm", *bench.extra_args]
-    command = [
-        *ctx.py, "-m", "slurmrl.runtime.bench",
-        "--out", Sh(sh="${RUN_DIR}/" + RunDir.BENCHMARK),
-        "--concurrencies", *map(str, bench.concurrencies),
-        "--input-lens", *map(str, bench.input_lens),
-        "--output-lens", *map(str, bench.output_lens),
-        "--timeout", str(bench.timeout),
-        "--then", bench.then,
-        "--", *vllm_args,
-    ]
+    program = BenchArgs[Arg](Sh(sh="${RUN_DIR}/" + RunDir.BENCHMARK), tuple(bench.concurrencies),
+                             tuple(bench.input_lens), tuple(bench.output_lens), bench.timeout, bench.then,
+                             tuple(vllm_args))
+    command = [*ctx.py, "-m", BenchArgs.MODULE, *program.to_argv()]
     ctx.add(Spec(
         name="benchmark", role="benchmark", group=head.index, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=BENCH_CPUS, gpus_per_node=0, stage=STAGE, main=bench.then == "stop", health=None,

@@ -19,17 +19,18 @@ With ``--then serve`` it then waits, results written, until the job stops it (TE
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from slurmrl import charts, secret
 from slurmrl.contract import env as job_env
+from slurmrl.contract.programs import Bench as BenchArgs
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.vllm import client
 
@@ -53,7 +54,7 @@ def log(msg: str) -> None:
     print(f"slurmrl: benchmark: {msg}", flush=True)
 
 
-def grid(concurrencies: list[int], input_lens: list[int], output_lens: list[int]) -> list[tuple[int, int, int]]:
+def grid(concurrencies: Sequence[int], input_lens: Sequence[int], output_lens: Sequence[int]) -> list[tuple[int, int, int]]:
     """(concurrency, input length, output length) of every point, in run order (the recipe's order)."""
     return [(c, i, o) for i in input_lens for o in output_lens for c in concurrencies]
 
@@ -150,21 +151,12 @@ def vllm_runner():
     return run
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="results folder (RUN_DIR/benchmark)")
-    ap.add_argument("--concurrencies", type=int, nargs="+", required=True)
-    ap.add_argument("--input-lens", type=int, nargs="+", required=True)
-    ap.add_argument("--output-lens", type=int, nargs="+", required=True)
-    ap.add_argument("--timeout", type=int, default=3600, help="seconds the whole grid may take")
-    ap.add_argument("--then", choices=("stop", "serve"), default="stop")
-    if "--" not in argv:
-        ap.error("give vllm bench serve's arguments after --")
-    k = argv.index("--")
-    return ap.parse_args(argv[:k]), argv[k + 1:]
+def parse(argv: list[str]) -> tuple[BenchArgs[str], list[str]]:
+    args = BenchArgs.parse(argv, description=__doc__.splitlines()[0])
+    return args, list(args.vllm_args)
 
 
-def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
+def run(args: BenchArgs[str], vllm_args: list[str], runner=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("c*-in*-out*.json"), out / RunDir.BENCHMARK_SUMMARY, out / RunDir.BENCHMARK_PLOT]:
