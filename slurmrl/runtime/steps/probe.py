@@ -24,6 +24,7 @@ from pathlib import Path
 
 from slurmrl import envs
 from slurmrl.contract import env as job_env
+from slurmrl.contract.views import OrchestratorView, PlanView, TrainerView
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime.step_files import write_json_atomic
@@ -68,16 +69,16 @@ def serve(ports: dict[str, int], name: str) -> tuple[list, list[str]]:
     return servers, errors
 
 
-def peers(plan: dict, me: tuple[str, int]) -> list[tuple[str, str, int]]:
+def peers(plan: PlanView, me: tuple[str, int]) -> list[tuple[str, str, int]]:
     """(label, host, port) of every port every other instance in the plan listens on."""
     out = []
-    for c in plan["components"]:
-        for inst in c["instances"]:
-            if (c["name"], inst["rank"]) == me:
+    for c in plan.components:
+        for inst in c.instances:
+            if (c.name, inst.rank) == me:
                 continue
-            host = rt.hosts(c["group"])[c["first_node"] + inst["node"]]
-            for name in inst["ports"].values():
-                out.append((f"{c['name']}.{inst['rank']}", host, rt.port(name)))
+            host = rt.hosts(c.group)[c.first_node + inst.node]
+            for name in inst.ports.values():
+                out.append((f"{c.name}.{inst.rank}", host, rt.port(name)))
     return out
 
 
@@ -108,17 +109,16 @@ def environment_problems(run_dir) -> list[str]:
     path or argument is found by the preflight."""
     try:
         with open(RunDir(run_dir).component_config("orchestrator"), "rb") as f:
-            settings = tomllib.load(f)
-        env = envs.load(settings["environment"], settings.get("environment_args") or {})
-        if settings.get("judge") is not None and not hasattr(env, "use_judge"):
-            return [f"environment {settings['environment']!r} has no use_judge(judge), so it cannot score through "
+            settings = OrchestratorView.from_json(tomllib.load(f))
+        env = envs.load(settings.environment.name, settings.environment.args)
+        if settings.judge and not hasattr(env, "use_judge"):
+            return [f"environment {settings.environment.name!r} has no use_judge(judge), so it cannot score through "
                     "the job's [judge]"]
         if hasattr(env, "preflight"):
             env.preflight()  # what the environment reads at run time, e.g. the judge environment's dataset
-        evaluation = settings.get("eval") or {}
-        if evaluation and not evaluation.get("heldout", True):
+        if settings.eval_environment is not None:
             try:
-                envs.load(evaluation["environment"], evaluation.get("environment_args") or {})
+                envs.load(settings.eval_environment.name, settings.eval_environment.args)
             except SystemExit as e:
                 return [f"eval.environment: {str(e.code).removeprefix('slurmrl: ')}"]
     except SystemExit as e:
@@ -133,12 +133,12 @@ def dataset_problems(run_dir) -> list[str]:
     directory): plan can only tell a hub id from a path, not whether the file is there."""
     try:
         with open(RunDir(run_dir).component_config("trainer"), "rb") as f:
-            settings = tomllib.load(f)
+            settings = TrainerView.from_json(tomllib.load(f))
     except (OSError, ValueError) as e:
         return [f"cannot read the trainer's settings: {e}"]
-    if settings.get("kind") != "sft" or not settings.get("dataset"):
+    if settings.kind != "sft" or settings.dataset is None:
         return []
-    why = dataset.problem(settings["dataset"], Path(run_dir))
+    why = dataset.problem(settings.dataset, Path(run_dir))
     return [why] if why else []
 
 
@@ -162,7 +162,7 @@ def main() -> int:
     seen_before = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     errors = []
     gpus: list[str] = []
-    spec = gpu_spec(comp.instance.get("gpus", []))
+    spec = gpu_spec(list(comp.instance.gpus))
     if spec:
         try:
             gpus = narrow_gpus(spec, os.environ)
@@ -172,7 +172,7 @@ def main() -> int:
         errors += environment_problems(comp.run_dir)
     if comp.name == "trainer":  # every node reads the file
         errors += dataset_problems(comp.run_dir)
-    my_ports = {purpose: rt.port(name) for purpose, name in comp.instance["ports"].items()}
+    my_ports = {purpose: rt.port(name) for purpose, name in comp.instance.ports.items()}
     servers, bind_errors = serve(my_ports, comp.name)
     errors += bind_errors
     mark_ready(comp, my_ports)
@@ -180,28 +180,28 @@ def main() -> int:
     errors += check_peers(peers(plan, (comp.name, comp.rank)), deadline)
     report = {
         "component": comp.name, "rank": comp.rank, "host": socket.gethostname(),
-        "node": comp.instance["node"], "local": comp.instance["local"],
+        "node": comp.instance.node, "local": comp.instance.local,
         "gpus_seen": [g for g in seen_before.split(",") if g], "gpus": gpus,
-        "gpu_positions": comp.instance.get("gpus", []),
+        "gpu_positions": list(comp.instance.gpus),
         "ports": my_ports,
         "container": container.observe(),
         "env": {k: os.environ[k] for k in REPORTED_ENV if k in os.environ},
         "allocation": allocation(),
         "errors": errors,
         # slurm.nvlink_domain: this node's NVLink fabric (nvidia-smi -q), where the plan asks for one domain
-        "fabric": fabric.node_fabric() if comp.config["group"] in plan.get("nvlink_domain", ()) else None,
+        "fabric": fabric.node_fabric() if comp.config.group in plan.nvlink_domain else None,
     }
     out_dir = RunDir(comp.run_dir).preflight_dir()
     write_json_atomic(out_dir / f"{comp.name}.{comp.rank}.json", report, indent=1)
     print(json.dumps(report), flush=True)
-    total = sum(len(c["instances"]) for c in plan["components"])
+    total = plan.tasks
     while len(list(out_dir.glob("*.json"))) < total and time.monotonic() < deadline and not STOP.is_set():
         STOP.wait(0.5)  # stay reachable until every probe has checked us
     if STOP.is_set():
         return 143
     if errors:
         return 3
-    if not comp.config.get("main"):
+    if not comp.config.main:
         STOP.wait()  # a service: serve until the script stops us
     for srv in servers:
         srv.shutdown()
