@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from slurmrl import ports
+from slurmrl.contract.argv import AuthGate
 from slurmrl.errors import UserError
 from slurmrl.plan import router_rules, shell
 from slurmrl.plan.context import Context
@@ -116,8 +117,8 @@ def router(ctx: Context, enabled: bool) -> None:
 def gate_program(ctx: Context, port: Sh) -> tuple[Arg, ...]:
     """``python -m slurmrl.runtime.gates.auth_gate --listen 0.0.0.0:PORT --upstream PORT --``: the job's
     port, where every request but /health and /metrics needs the secret, in front of the router."""
-    return (*ctx.py, "-m", "slurmrl.runtime.gates.auth_gate", "--listen", Sh(sh=f"0.0.0.0:{port.sh}"),
-            "--upstream", shell.var("router_upstream"), "--")
+    gate = AuthGate[Arg](Sh(sh=f"0.0.0.0:{port.sh}"), shell.var("router_upstream"))
+    return (*ctx.py, "-m", AuthGate.MODULE, *gate.to_argv())
 
 
 def _event_sources(flag: str, workers: str) -> list[str]:
