@@ -24,21 +24,21 @@ class SglangInference(Serving):
 
     backend: Literal["sglang"] = Field(description="`sglang`: SGLang servers (and vllm-router), this table.")
     tp: int = Field(
-        1, ge=1, le=MAX_JOB_GPUS,
+        1, ge=1, le=MAX_GPUS_PER_NODE,
         description="`--tp-size`: tensor-parallel size of one server; above the GPUs of a node, the server spans "
-        f"tp / GPUs-per-node whole nodes (`--nnodes`, `--node-rank`, `--dist-init-addr`; 1-{MAX_JOB_GPUS}).",
+        f"tp / GPUs-per-node whole nodes (`--nnodes`, `--node-rank`, `--dist-init-addr`; 1-{MAX_GPUS_PER_NODE}).",
     )
     dp: int = Field(
-        1, ge=1, le=MAX_GPUS_PER_NODE,
+        1, ge=1, le=MAX_JOB_GPUS,
         description="`--dp-size`: data-parallel ranks in one server; a server takes tp x dp GPUs, or tp with "
-        f"`enable_dp_attention` (then dp divides tp; 1-{MAX_GPUS_PER_NODE}).",
+        f"`enable_dp_attention` (then dp divides tp; 1-{MAX_JOB_GPUS}).",
     )
     enable_dp_attention: bool = Field(
         False, description="`--enable-dp-attention`: data-parallel attention over the tp GPUs (one server per node).",
     )
     mem_fraction_static: float | None = Field(
-        None, gt=0, lt=1, description="`--mem-fraction-static`: the GPU memory share for weights and KV cache "
-        "(above 0, below 1); default SGLang's.",
+        None, gt=0, le=1, description="`--mem-fraction-static`: the GPU memory share for weights and KV cache "
+        "(above 0, at most 1); default SGLang's.",
     )
     mode: Literal["replicas", "pd"] = Field(
         "replicas", description="`replicas`: independent servers; `pd` is refused (SGLang's prefill/decode is not "
