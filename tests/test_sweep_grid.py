@@ -104,7 +104,7 @@ def test_a_grid_over_another_engines_key_names_the_engine_that_reads_it():
     with pytest.raises(UserError) as e:
         sweep_grid.point_recipes(DYNAMO, ["inference.dp=1,2"])
     assert e.value.field == "inference.dp"
-    assert e.value.message.startswith("not a key of backend 'dynamo' (a key of backend 'vllm')")
+    assert e.value.message.startswith("not a key of backend 'dynamo' (a key of backend 'vllm' and 'sglang')")
     assert e.value.message.endswith("(sweep point 0: inference.dp=1)")
 
 

@@ -84,9 +84,9 @@ def check_gpus(r: Recipe) -> None:
 def check_roles(r: Recipe) -> None:
     """Prefill/decode roles, in every engine's section: mode ``pd`` has both, and sizes by them."""
     inf = r.inference
-    if inf is None:
+    if inf is None or "prefill" not in type(inf).model_fields:  # an engine without roles refuses mode 'pd' itself
         return
-    roles = {"prefill": inf.prefill, "decode": inf.decode}
+    roles = {"prefill": getattr(inf, "prefill"), "decode": getattr(inf, "decode")}
     for role, spec in roles.items():
         if inf.mode == "pd" and spec is None:
             raise UserError(f"inference.{role}", "mode 'pd' needs both [inference.prefill] and [inference.decode]")

@@ -107,7 +107,7 @@ def check_admin(r: Recipe, inf: VllmInference) -> None:
                         "weight-transfer routes, which are admin endpoints; remove admin_endpoints = false")
 
 
-def check_router_header(inf: VllmInference) -> None:
+def check_router_header(inf: router_rules.Routed) -> None:
     header = inf.router.session_header
     if user_set(inf.router, "session_header") and "consistent_hash" not in router_rules.policies(inf).values():
         raise UserError("inference.router.session_header", "only the consistent_hash policy keys on a session header "
