@@ -5,8 +5,9 @@ naming the field, exit 2), and every rendered server argv parsed by SGLang's own
 
 The parser: sglang 0.5.23's ``sglang.srt.server_args`` imports on a CPU-only machine (the wheel
 with ``--no-deps``, IPython, and what .venv already has: torch, msgspec, ...). It is not in .venv
-(sglang pins versions vLLM's CPU build disagrees with), so the parser test runs where
-``SLURMRL_SGLANG_PYTHON`` names a Python that imports it, and is skipped, saying so, elsewhere.
+(sglang pins versions vLLM's CPU build disagrees with): scripts/install.sh puts it in .venv-sglang,
+which reads .venv's packages through a .pth. ``SLURMRL_SGLANG_PYTHON`` names another Python that
+imports it; where none does, the parser test is skipped, saying so.
 """
 
 from __future__ import annotations
