@@ -29,6 +29,14 @@ def test_step_programs_import_no_planner_and_no_pydantic(module):
     assert not {m for m in mods if m.startswith(("slurmrl.plan", "slurmrl.render", "slurmrl.recipe", "pydantic"))}
 
 
+def test_the_contract_is_the_standard_library_alone():
+    """Step wrappers that start without pydantic (and the trainer, the orchestrator, the CLI) import it."""
+    contract = sorted(f"slurmrl.contract.{p.stem}" for p in (ROOT / "slurmrl" / "contract").glob("[!_]*.py"))
+    mods = loaded_after(", ".join(contract)) - loaded_after("sys")
+    assert {m for m in mods if m.split(".")[0] not in sys.stdlib_module_names} == {"slurmrl", "slurmrl.contract",
+                                                                                    *contract}
+
+
 def test_planner_imports_no_runtime():
     mods = loaded_after("slurmrl.plan")
     assert not {m for m in mods if m.startswith("slurmrl.runtime")}
@@ -38,7 +46,7 @@ def test_planner_imports_no_runtime():
 # ---- runtime/: what runs inside job steps imports only what it reads, never the planner's side ----
 RUNTIME = ROOT / "slurmrl" / "runtime"
 RUNTIME_MAY_IMPORT = ("slurmrl.runtime", "slurmrl.settings", "slurmrl.rundir", "slurmrl.charts", "slurmrl.envs",
-                      "slurmrl.ports", "slurmrl.secret", "slurmrl.heartbeat", "slurmrl.errors")
+                      "slurmrl.ports", "slurmrl.secret", "slurmrl.heartbeat", "slurmrl.errors", "slurmrl.contract")
 
 
 def first_party_imports(path: Path) -> list[tuple[int, str]]:
@@ -78,7 +86,7 @@ PACKAGE = ROOT / "slurmrl"
 
 # low to high; a module may import from a strictly lower layer, or within its own top-level unit
 LAYERS: list[set[str]] = [
-    {"errors"},
+    {"errors", "contract"},
     {"ports", "secret", "heartbeat", "envs", "pydantic_plugins", "rundir", "localcluster", "charts"},
     {"settings"},
     {"recipe", "runtime"},
@@ -90,8 +98,9 @@ LAYERS: list[set[str]] = [
     {"__main__"},
 ]
 LEVEL = {unit: i for i, units in enumerate(LAYERS) for unit in units}
-# a leaf imports the standard library and errors only
+# a leaf imports the standard library, errors and the contract only; the contract the standard library alone
 ONLY_ERRORS = {"rundir", "errors", "ports"}
+STDLIB_ONLY = {"contract"}
 MAX_INNER_IMPORTS = 15
 
 
@@ -149,7 +158,7 @@ def test_imports_go_down_the_layers():
         ua, ub = unit(a), unit(b)
         if ua == ub:
             continue
-        if LEVEL[ub] >= LEVEL[ua] or (ua in ONLY_ERRORS and ub != "errors"):
+        if LEVEL[ub] >= LEVEL[ua] or (ua in ONLY_ERRORS and ub not in ("errors", "contract")) or ua in STDLIB_ONLY:
             wrong.append(f"{MODS[a].relative_to(PACKAGE.parent)}:{line} {a} -> {b}")
     assert wrong == []
 

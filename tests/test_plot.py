@@ -10,6 +10,7 @@ import pytest
 from slurmrl import cli
 from slurmrl.app.job_outputs import read_rewards
 from slurmrl.charts import reward_figure
+from slurmrl.contract.metrics import TrainerRow
 
 
 def write_metrics(run_dir, records):
@@ -66,7 +67,7 @@ def test_second_panel_and_status_row_from_the_trainer_metrics(tmp_path, capsys):
     assert "latest: batch 3: reward 0.750 (std 0.250, min 0, max 1), lag 1" in out
     assert "trainer step 3: loss 0.5, kl 0.03, kl max 0.2, kl inf 0.001, entropy 1.7, clip 0.050, grad 0.75" in out
     assert "rss 1.2 GiB" in out and "321 tok/s" in out and "MFU" not in out  # no peak known: no MFU shown
-    fig = reward_figure([(1, 0.25), (2, 0.5), (3, 0.75)], "run", {r["step"]: r for r in trainer})
+    fig = reward_figure([(1, 0.25), (2, 0.5), (3, 0.75)], "run", {r["step"]: TrainerRow.from_json(r, r["step"]) for r in trainer})
     try:
         reward_ax, drift = fig.axes[0], fig.axes[1]
         assert reward_ax.get_ylabel() == "mean reward"

@@ -9,9 +9,10 @@ import math
 from pathlib import Path
 
 from slurmrl.app import sweep_report
-from slurmrl.app.job_outputs import last_record, read_benchmark, read_evaluations, read_records, read_rewards
+from slurmrl.app.job_outputs import last_record, read_benchmark, read_evaluations, read_rewards, read_typed, typed
 from slurmrl.app.sweep_dir import is_sweep_dir
 from slurmrl.charts import benchmark_png, benchmark_rows, benchmark_status_line, png_chart, terminal_chart, text_table
+from slurmrl.contract.metrics import OrchestratorRow, TrainerRow
 from slurmrl.errors import UserError
 from slurmrl.rundir.evals import Evaluation
 from slurmrl.rundir.metrics import Row
@@ -28,31 +29,31 @@ def _fmt(value, spec: str) -> str | None:
         return str(value)[:20]
 
 
-def training_line(orch: dict | None, trainer: dict | None) -> str | None:
+def training_line(orch: OrchestratorRow | None, trainer: TrainerRow | None) -> str | None:
     """One line from the newest orchestrator and trainer records: reward, lag, and what debugs RL."""
     if not orch and not trainer:
         return None
     parts = []
     if orch:
-        parts.append(f"batch {orch['step']}: reward {_fmt(orch.get('reward_mean'), '.3f') or '-'}"
-                     f" (std {_fmt(orch.get('reward_std'), '.3f') or '-'}, min {_fmt(orch.get('reward_min'), '.3g') or '-'}"
-                     f", max {_fmt(orch.get('reward_max'), '.3g') or '-'}), lag {_fmt(orch.get('off_policy_lag'), 'd') or '-'}")
+        parts.append(f"batch {orch.step}: reward {_fmt(orch.reward_mean, '.3f') or '-'}"
+                     f" (std {_fmt(orch.reward_std, '.3f') or '-'}, min {_fmt(orch.reward_min, '.3g') or '-'}"
+                     f", max {_fmt(orch.reward_max, '.3g') or '-'}), lag {_fmt(orch.off_policy_lag, 'd') or '-'}")
     if trainer:
         t = trainer
-        items = [("loss", "loss", ".4g"), ("kl", "kl", ".3g"), ("kl_max", "kl max", ".3g"),
-                 ("kl_inference", "kl inf", ".3g"), ("entropy", "entropy", ".3g"), ("clip_frac", "clip", ".3f"),
-                 ("grad_norm", "grad", ".3g")]
-        words = [f"{label} {_fmt(t.get(key), spec)}" for key, label, spec in items if _fmt(t.get(key), spec)]
-        if _fmt(t.get("cuda_mem_peak_gib"), ".1f"):
-            words.append(f"cuda peak {_fmt(t['cuda_mem_peak_gib'], '.1f')} GiB "
-                         f"(reserved {_fmt(t.get('cuda_mem_reserved_gib'), '.1f') or '-'})")
-        elif _fmt(t.get("cpu_rss_gib"), ".1f"):
-            words.append(f"rss {_fmt(t['cpu_rss_gib'], '.1f')} GiB")
-        if _fmt(t.get("mfu"), ".1%"):
-            words.append(f"MFU {_fmt(t['mfu'], '.1%')}")
-        elif _fmt(t.get("tokens_per_s"), ".0f"):
-            words.append(f"{_fmt(t['tokens_per_s'], '.0f')} tok/s")
-        parts.append(f"trainer step {t['step']}: " + ", ".join(words))
+        items = [(t.loss, "loss", ".4g"), (t.kl, "kl", ".3g"), (t.kl_max, "kl max", ".3g"),
+                 (t.kl_inference, "kl inf", ".3g"), (t.entropy, "entropy", ".3g"), (t.clip_frac, "clip", ".3f"),
+                 (t.grad_norm, "grad", ".3g")]
+        words = [f"{label} {_fmt(value, spec)}" for value, label, spec in items if _fmt(value, spec)]
+        if _fmt(t.cuda_mem_peak_gib, ".1f"):
+            words.append(f"cuda peak {_fmt(t.cuda_mem_peak_gib, '.1f')} GiB "
+                         f"(reserved {_fmt(t.cuda_mem_reserved_gib, '.1f') or '-'})")
+        elif _fmt(t.cpu_rss_gib, ".1f"):
+            words.append(f"rss {_fmt(t.cpu_rss_gib, '.1f')} GiB")
+        if _fmt(t.mfu, ".1%"):
+            words.append(f"MFU {_fmt(t.mfu, '.1%')}")
+        elif _fmt(t.tokens_per_s, ".0f"):
+            words.append(f"{_fmt(t.tokens_per_s, '.0f')} tok/s")
+        parts.append(f"trainer step {t.step}: " + ", ".join(words))
     return "; ".join(parts)
 
 
@@ -101,16 +102,17 @@ def plot(run_dir: str) -> int:
     mean = lambda xs: sum(y for _, y in xs) / len(xs)  # noqa: E731
     print(f"first quarter mean {mean(first):.3f} -> last quarter mean {mean(last):.3f}")
     png = paths.reward_plot()
-    line = training_line(last_record(paths.metrics("orchestrator")), last_record(paths.metrics("trainer")))
+    line = training_line(typed(OrchestratorRow.from_json, last_record(paths.metrics("orchestrator"))),
+                         typed(TrainerRow.from_json, last_record(paths.metrics("trainer"))))
     if line:
         print(f"latest: {line}")
     found = read_evaluations(path)
     if found:
-        print(f"evaluations ({found[-1].row.values.get('split', '?')} split, metrics/eval.jsonl):")
+        print(f"evaluations ({found[-1].row.split or '?'} split, metrics/eval.jsonl):")
         print("\n".join(eval_table(found)))
     curves = {"eval reward (mean)": [(e.step, e.reward_mean) for e in found if e.reward_mean is not None],
               "eval pass@1": [(e.step, e.pass_at[1]) for e in found if 1 in e.pass_at]}
-    if png_chart(points, png, f"{path.name}: reward", read_records(paths.metrics("trainer")),
+    if png_chart(points, png, f"{path.name}: reward", read_typed(TrainerRow.from_json, paths.metrics("trainer")),
                  {label: xy for label, xy in curves.items() if xy}):
         print(f"wrote {png}")
     else:

@@ -62,20 +62,22 @@ def serving_panels(d: rd.RunData) -> dict[str, list[charts.Panel]]:
 
 
 def training_panels(d: rd.RunData) -> dict[str, list[charts.Panel]]:
-    def split(records: dict[int, dict], fields) -> list[charts.Series]:
-        return [(label, *rd.step_field(records, key)) for key, label in fields]
+    def split(records, fields) -> list[charts.Series]:
+        return [(label, *rd.step_field(records, get)) for get, label in fields]
 
-    evals = sorted({k for r in d.orchestrator.values() for k in r if k.startswith("eval")})
+    evals = sorted({k for r in d.orchestrator.values() for k in r.extra if k.startswith("eval")})
     return {
         "step-split": [("orchestrator, s per step", split(d.orchestrator, rd.ORCHESTRATOR_SPLIT), "stack"),
                        ("trainer, s per step", split(d.trainer, rd.TRAINER_SPLIT), "stack")],
-        "curves": [("reward (mean)", [("reward", *rd.step_field(d.orchestrator, "reward_mean"))], "line"),
-                   ("KL", [(k, *rd.step_field(d.trainer, k)) for k in ("kl", "kl_inference")], "line"),
-                   ("eval", [(k, *rd.step_field(d.orchestrator, k)) for k in evals], "line"),
-                   ("tokens/s", [("orchestrator (generate)", *rd.step_field(d.orchestrator, "tokens_per_s")),
-                                 ("trainer", *rd.step_field(d.trainer, "tokens_per_s"))], "line")],
-        "weight-sync": [("seconds per step", [("trainer: publish", *rd.step_field(d.trainer, "publish_s")),
-                                              ("servers: load new weights", *rd.step_field(d.orchestrator, "reload_s"))],
+        "curves": [("reward (mean)", [("reward", *rd.step_field(d.orchestrator, lambda r: r.reward_mean))], "line"),
+                   ("KL", [("kl", *rd.step_field(d.trainer, lambda r: r.kl)),
+                           ("kl_inference", *rd.step_field(d.trainer, lambda r: r.kl_inference))], "line"),
+                   ("eval", [(k, *rd.step_field(d.orchestrator, rd.unnamed(k))) for k in evals], "line"),
+                   ("tokens/s", [("orchestrator (generate)", *rd.step_field(d.orchestrator, lambda r: r.tokens_per_s)),
+                                 ("trainer", *rd.step_field(d.trainer, lambda r: r.tokens_per_s))], "line")],
+        "weight-sync": [("seconds per step", [("trainer: publish", *rd.step_field(d.trainer, lambda r: r.publish_s)),
+                                              ("servers: load new weights",
+                                               *rd.step_field(d.orchestrator, lambda r: r.reload_s))],
                          "line")],
     }
 

@@ -7,13 +7,17 @@ phase (or first scrape)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from slurmrl.app.job_outputs import read_records
+from slurmrl.app.job_outputs import read_typed
+from slurmrl.contract.metrics import OrchestratorRow, TrainerRow
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.scrape import Scrapes, read_scrapes, split_key
 
 Points = list[tuple[float, float]]
+R = TypeVar("R")
 # vLLM's names, newest first where a release renamed one
 GENERATION = ("vllm:generation_tokens_total",)
 PROMPT = ("vllm:prompt_tokens_total",)
@@ -24,9 +28,12 @@ WAITING = ("vllm:num_requests_waiting",)
 KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 QUANTILES = (0.5, 0.9, 0.99)
 # the RL step's time split: (record field, what it is), per program
-ORCHESTRATOR_SPLIT = (("generate_s", "generate"), ("score_s", "score"), ("reload_s", "load new weights"),
-                      ("wait_s", "wait for the trainer"), ("sleep_s", "sleep (hybrid)"))
-TRAINER_SPLIT = (("step_time_s", "train"), ("publish_s", "publish weights"), ("wait_s", "wait for rollouts"))
+ORCHESTRATOR_SPLIT: tuple[tuple[Callable[[OrchestratorRow], Any], str], ...] = (
+    (lambda r: r.generate_s, "generate"), (lambda r: r.score_s, "score"), (lambda r: r.reload_s, "load new weights"),
+    (lambda r: r.wait_s, "wait for the trainer"), (lambda r: r.sleep_s, "sleep (hybrid)"))
+TRAINER_SPLIT: tuple[tuple[Callable[[TrainerRow], Any], str], ...] = (
+    (lambda r: r.step_time_s, "train"), (lambda r: r.publish_s, "publish weights"),
+    (lambda r: r.wait_s, "wait for rollouts"))
 
 
 def summed(s: Scrapes, names: tuple[str, ...], suffix: str = "") -> Points:
@@ -104,8 +111,8 @@ class RunData:
     servers: dict[str, Scrapes] = field(default_factory=dict)  # "attempt-N/inference.0" -> its scrapes
     gpus: dict[str, Scrapes] = field(default_factory=dict)
     others: dict[str, Scrapes] = field(default_factory=dict)  # router, frontend, trainer, orchestrator
-    orchestrator: dict[int, dict] = field(default_factory=dict)
-    trainer: dict[int, dict] = field(default_factory=dict)
+    orchestrator: dict[int, OrchestratorRow] = field(default_factory=dict)
+    trainer: dict[int, TrainerRow] = field(default_factory=dict)
 
     def x(self, t: float) -> float:
         return t - (self.t0 or 0.0)
@@ -127,19 +134,24 @@ def read_run(run: RunDir) -> RunData:
                 d.servers[label] = s
             else:
                 d.others[label] = s
-    d.orchestrator = read_records(run.metrics("orchestrator"))
-    d.trainer = read_records(run.metrics("trainer"))
+    d.orchestrator = read_typed(OrchestratorRow.from_json, run.metrics("orchestrator"))
+    d.trainer = read_typed(TrainerRow.from_json, run.metrics("trainer"))
     starts = [p[0][0] for _, p in d.phases] + [s.times[0] for s in (*d.servers.values(), *d.gpus.values(),
                                                                       *d.others.values()) if s.times]
     d.t0 = min(starts) if starts else None
     return d
 
 
-def step_field(records: dict[int, dict], key: str) -> tuple[list[float], list[float]]:
-    """(steps, values) of the records' finite numbers in ``key``."""
+def unnamed(key: str) -> Callable[[OrchestratorRow], Any]:
+    """Reads ``key``, one no field of the row names (an older run's ``eval...`` keys)."""
+    return lambda r: r.extra.get(key)
+
+
+def step_field(records: dict[int, R], get: Callable[[R], Any]) -> tuple[list[float], list[float]]:
+    """(steps, values) of the records' finite numbers in the field ``get`` reads."""
     xs, ys = [], []
     for step in sorted(records):
-        v = records[step].get(key)
+        v = get(records[step])
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
             xs.append(float(step))
             ys.append(float(v))

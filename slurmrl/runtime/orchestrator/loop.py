@@ -42,6 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slurmrl import envs, heartbeat
+from slurmrl.contract.metrics import OrchestratorRow
+from slurmrl.contract.rollouts import RolloutBatch
 from slurmrl.envs.chat import speaks_messages
 from slurmrl.errors import UserError
 from slurmrl.rundir.metrics import last_row
@@ -49,7 +51,7 @@ from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime import step_files
 from slurmrl.runtime.metrics import Metrics
-from slurmrl.runtime.orchestrator import adapters, evaluate, hybrid
+from slurmrl.runtime.orchestrator import adapters, batch, evaluate, hybrid
 from slurmrl.runtime.orchestrator.judge_client import JudgeError
 from slurmrl.runtime.orchestrator.judge_client import attach as attach_judge
 from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
@@ -115,19 +117,13 @@ class Sampler:
         return [f.result() for f in futures]
 
 
-def advantages(rewards: list[float]) -> list[float]:
-    """Group-relative: reward minus the group mean, over the group std (0 when all equal)."""
-    mean = statistics.fmean(rewards)
-    std = statistics.pstdev(rewards)
-    return [(r - mean) / (std + 1e-4) if std > 1e-8 else 0.0 for r in rewards]
-
-
 def trainer_metrics(run_dir: Path) -> dict:
+    """The trainer's newest row as written (the orchestrator's row carries it under ``trainer/``)."""
     try:
         row = last_row(RunDir(run_dir).metrics("trainer"))
     except UserError:  # a broken trainer file must not stop the rollouts; the trainer's own log says why
         return {}
-    return {f"trainer/{k}": v for k, v in row.to_json().items()} if row else {}
+    return row.to_json() if row else {}
 
 
 def wait_for(predicate, what: str) -> float:
@@ -202,42 +198,33 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
         t = time.perf_counter()
         groups = chat_sampler.sample(tasks, step) if chat else sampler.sample(tasks, step)
         gen_s = time.perf_counter() - t
-        samples, rewards = [], []
         t = time.perf_counter()
-        scored = iter([g["reward"] for group in groups for g in group] if chat else
-                      envs.rewards(env, [task for task, group in zip(tasks, groups) for _ in group],
-                                   [g["text"] for group in groups for g in group]))
-        score_s, judged = time.perf_counter() - t, judge.take_stats() if judge else {}
-        env_stats = chat_sampler.take_stats() if chat else {}
-        for task, group in zip(tasks, groups):
-            rs = [next(scored) for _ in group]
-            for g, r, a in zip(group, rs, advantages(rs)):
-                samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs", "routed_experts",
-                                                     "completion_mask") if k in g},
-                                "reward": r, "advantage": a})
-            rewards += rs
+        rewards = ([g["reward"] for group in groups for g in group] if chat else
+                   envs.rewards(env, [task for task, group in zip(tasks, groups) for _ in group],
+                                [g["text"] for group in groups for g in group]))
+        score_s, judged = time.perf_counter() - t, judge.take_stats() if judge else None
+        env_stats = chat_sampler.take_stats() if chat else None
+        samples = batch.scored(groups, rewards)
         # hybrid: the GPUs go to the trainer before it sees the batch
         sleep_s = max(hybrid.sleep(admin_urls).values()) if s.hybrid else None
-        step_files.write_json_atomic(step_files.rollout_path(run_dir, step),
-                                {"step": step, "policy_step": loaded, "samples": samples})
-        tokens = sum(len(x["completion_ids"]) for x in samples)
-        metrics.log({
-            "step": step, "policy_step": loaded, "off_policy_lag": step - 1 - loaded,
-            "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
-            "reward_min": min(rewards), "reward_max": max(rewards),
-            "samples": len(samples), "tokens": tokens, "generate_s": gen_s, "wait_s": waited,
-            "tokens_per_s": tokens / gen_s if gen_s else 0.0, "samples_per_s": len(samples) / gen_s if gen_s else 0.0,
-            "reload_s": reload_s, **({"sleep_s": sleep_s} if s.hybrid else {}),
-            "score_s": score_s, **judged, **env_stats, "time": time.time(), **trainer_metrics(run_dir),
-        })
+        batch.write(run_dir, RolloutBatch(step, loaded, tuple(samples)))
+        tokens = sum(len(x.completion_ids) for x in samples)
+        metrics.log(OrchestratorRow(
+            step=step, policy_step=loaded, off_policy_lag=step - 1 - loaded,
+            reward_mean=statistics.fmean(rewards), reward_std=statistics.pstdev(rewards),
+            reward_min=min(rewards), reward_max=max(rewards),
+            samples=len(samples), tokens=tokens, generate_s=gen_s, wait_s=waited,
+            tokens_per_s=tokens / gen_s if gen_s else 0.0, samples_per_s=len(samples) / gen_s if gen_s else 0.0,
+            reload_s=reload_s, sleep_s=sleep_s, score_s=score_s, judge=judged, env=env_stats, time=time.time(),
+            trainer=trainer_metrics(run_dir)).to_json())
         if step == done + 1:
             RunDir(run_dir).add_phase(RunDir.attempt_from_env(), f"first rollout (step {step}, {gen_s:.1f}s)")
         log(f"step {step}/{max_steps} reward {statistics.fmean(rewards):.3f} "
             f"(policy {loaded}, generated in {gen_s:.1f}s, waited {waited:.1f}s)")
         if judged:
-            log(f"judge scored {judged['judge/scored']} samples in {score_s:.2f}s: {judged['judge/requests']} requests, "
-                f"latency mean {judged['judge/latency_mean_s']:.3f}s max {judged['judge/latency_max_s']:.3f}s, "
-                f"{judged['judge/retries']} retries, {judged['judge/unparsed']} replies without a score")
+            log(f"judge scored {judged.scored} samples in {score_s:.2f}s: {judged.requests} requests, "
+                f"latency mean {judged.latency_mean_s:.3f}s max {judged.latency_max_s:.3f}s, "
+                f"{judged.retries} retries, {judged.unparsed} replies without a score")
     if evaluator is not None and evaluator.last != max_steps:  # the final weights
         wait_for(lambda: latest_weights(run_dir)[0] >= max_steps, f"trainer step {max_steps} (the final evaluation)")
         refresh_weights()

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from slurmrl import secret
+from slurmrl.contract.metrics import EnvStats
 from slurmrl.envs.chat import tool_replies, tools_of
 from slurmrl.runtime.orchestrator.chat_tokens import ChatTokens, TemplateError
 from slurmrl.runtime.vllm.client import Server, VLLMError
@@ -84,15 +85,15 @@ class Sampling:
     model: str
 
 
-def summarize(stats: list[dict]) -> dict:
-    """Rollouts' metrics: ``env/turns_mean``, ``env/errors``, ``env/timeouts``, ``env/cut`` (rollouts a token
-    limit ended), ``env/tokens`` (the environment's tokens); empty without rollouts."""
+def summarize(stats: list[dict]) -> EnvStats | None:
+    """Rollouts' metrics (``env/...``): turns per rollout, environment steps that raised or ran past their limit,
+    rollouts a token limit ended, the environment's tokens; None without rollouts."""
     if not stats:
-        return {}
-    return {"env/turns_mean": statistics.fmean(x["turns"] for x in stats),
-            "env/errors": sum(x["failed"] == "error" for x in stats),
-            "env/timeouts": sum(x["failed"] == "timeout" for x in stats),
-            "env/cut": sum(x["cut"] for x in stats), "env/tokens": sum(x["env_tokens"] for x in stats)}
+        return None
+    return EnvStats(turns_mean=statistics.fmean(x["turns"] for x in stats),
+                    errors=sum(x["failed"] == "error" for x in stats),
+                    timeouts=sum(x["failed"] == "timeout" for x in stats),
+                    cut=sum(x["cut"] for x in stats), tokens=sum(x["env_tokens"] for x in stats))
 
 
 class ChatSampler:
@@ -241,7 +242,7 @@ class ChatSampler:
             self._stats += stats
         return groups
 
-    def take_stats(self) -> dict:
+    def take_stats(self) -> EnvStats | None:
         """The metrics (``summarize``) of training's rollouts since the last call."""
         with self._lock:
             stats, self._stats = self._stats, []
