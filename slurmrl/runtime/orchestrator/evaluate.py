@@ -30,12 +30,12 @@ from typing import NamedTuple
 
 from slurmrl import envs
 from slurmrl.contract.metrics import EnvStats, EvalRow
-from slurmrl.envs.chat import speaks_messages
 from slurmrl.envs.heldout import TrainSplit, heldout_tasks
 from slurmrl.errors import UserError
 from slurmrl.rundir.evals import last_eval
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.metrics import Metrics
+from slurmrl.runtime.orchestrator import rollout_style
 from slurmrl.runtime.orchestrator.judge_client import attach as attach_judge
 from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler, Sampling, summarize
 from slurmrl.runtime.vllm.client import Server, VLLMError
@@ -165,7 +165,7 @@ def attach(s: OrchestratorSettings, env, judge, judge_urls: list[str], servers: 
         return None
     eval_env = env if e.heldout else envs.load(e.environment, e.environment_args)
     eval_chat = None
-    if speaks_messages(eval_env.prompts(random.Random(e.seed), 1)):  # conversations, through the chat endpoint
+    if rollout_style.is_chat(eval_env, e.seed):  # conversations, through the chat endpoint
         eval_chat = chat if chat is not None and chat.env is eval_env else \
             ChatSampler([x.base for x in servers], tokenizer, s, eval_env)
     if e.heldout:

@@ -247,3 +247,19 @@ class ChatSampler:
         with self._lock:
             stats, self._stats = self._stats, []
         return summarize(stats)
+
+
+class ChatRollouts:
+    """A chat environment's rollouts: conversations, each scored by the environment as it ends."""
+
+    def __init__(self, sampler: ChatSampler):
+        self.sampler = sampler
+
+    def generate(self, tasks: list[dict], step: int) -> list[list[dict]]:
+        return self.sampler.sample(tasks, step)
+
+    def score(self, tasks: list[dict], groups: list[list[dict]]) -> list[float]:
+        return [g["reward"] for group in groups for g in group]
+
+    def stats(self) -> EnvStats | None:
+        return self.sampler.take_stats()
