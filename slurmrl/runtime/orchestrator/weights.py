@@ -119,8 +119,9 @@ class AdapterHotLoad(FilesystemReload):
 
 def pick(s: OrchestratorSettings, admin_urls: list[str], samplers: Sequence[Serves], log: Log) -> WeightUpdate:
     """The job's weight-update strategy: the one place that reads the weight-sync mode."""
-    if s.weight_sync != "filesystem":  # a broadcast backend
-        return Broadcast(s.weight_sync, log)
+    backend = None if s.weight_sync == "filesystem" else s.weight_sync  # the trainer's broadcast backend, if any
+    if backend is not None:
+        return Broadcast(backend, log)
     if s.hybrid:
         return HybridReload(admin_urls, log)
     if s.lora:
