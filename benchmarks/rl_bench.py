@@ -11,12 +11,14 @@ ratio. Prints figures; asserts nothing. Needs root (the local cluster) and ~10 m
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from slurmrl.app.job_outputs import read_typed
+from slurmrl.contract.metrics import OrchestratorRow
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -47,15 +49,15 @@ def run(mode: int, steps: int, model: Path, env: dict, work: Path) -> dict:
     t = time.perf_counter()
     done = sh(PY, "-m", "slurmrl", "status", str(run_dir), "--watch", env=env, cwd=cwd, check=False)
     wall = time.perf_counter() - t
-    recs = [json.loads(x) for x in (run_dir / "metrics" / "orchestrator.jsonl").read_text().splitlines()]
-    steady = [r for r in recs if r["step"] > 2]
-    span = recs[-1]["time"] - next(r for r in recs if r["step"] == 2)["time"]
+    recs = list(read_typed(OrchestratorRow.from_json, run_dir / "metrics" / "orchestrator.jsonl").values())
+    steady = [r for r in recs if r.step > 2]
+    span = (recs[-1].time or 0.0) - (next(r for r in recs if r.step == 2).time or 0.0)
     return {
         "completed": done.returncode == 0, "wall_s": wall,
-        "samples_per_s": sum(r["samples"] for r in steady) / span if span > 0 else float("nan"),
-        "mean_lag": sum(r["off_policy_lag"] for r in steady) / len(steady),
-        "mean_wait_s": sum(r["wait_s"] for r in steady) / len(steady),
-        "reward_last": recs[-1]["reward_mean"],
+        "samples_per_s": sum(r.samples or 0 for r in steady) / span if span > 0 else float("nan"),
+        "mean_lag": sum(r.off_policy_lag or 0 for r in steady) / len(steady),
+        "mean_wait_s": sum(r.wait_s or 0.0 for r in steady) / len(steady),
+        "reward_last": recs[-1].reward_mean,
     }
 
 

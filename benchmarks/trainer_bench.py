@@ -82,18 +82,20 @@ def build(p: dict):
     return model
 
 
-def rl_samples(p: dict, rank: int) -> list[dict]:
+def rl_samples(p: dict, rank: int) -> list:
     """``batch`` samples of ``seq`` tokens, a quarter prompt, with inference logprobs and advantages."""
     import random
+
+    from slurmrl.contract.rollouts import Sample
 
     rng = random.Random(rank)
     out = []
     for i in range(p["batch"]):
         prompt = p["seq"] // 4
-        out.append({"prompt_ids": [rng.randrange(p["vocab"]) for _ in range(prompt)],
-                    "completion_ids": [rng.randrange(p["vocab"]) for _ in range(p["seq"] - prompt)],
-                    "logprobs": [-rng.random() * 5 for _ in range(p["seq"] - prompt)],
-                    "advantage": (-1.0) ** i, "reward": float(i % 2)})
+        out.append(Sample(prompt_ids=tuple(rng.randrange(p["vocab"]) for _ in range(prompt)),
+                          completion_ids=tuple(rng.randrange(p["vocab"]) for _ in range(p["seq"] - prompt)),
+                          logprobs=tuple(-rng.random() * 5 for _ in range(p["seq"] - prompt)),
+                          advantage=(-1.0) ** i, reward=float(i % 2)))
     return out
 
 

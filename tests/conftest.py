@@ -16,6 +16,8 @@ import sys
 import pytest
 from vllm_python import VllmPython
 
+from slurmrl import secret
+
 pytest_plugins = ["slurm_cluster", "xdist_groups"]
 
 
@@ -74,3 +76,12 @@ def doubles(tmp_path, monkeypatch):
         p.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return log
+
+
+@pytest.fixture
+def job_secret(tmp_path, monkeypatch):
+    """The job's secret (``slurmrl.secret``) in a file of this test's, as a job step finds it."""
+    path = tmp_path / "secret"
+    path.write_text("s3cret\n")
+    monkeypatch.setenv(secret.ENV, str(path))
+    return "s3cret"

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from slurmrl import envs
+from slurmrl.contract.rollouts import Sample
 from slurmrl.envs.chat import tool_replies
 from slurmrl.envs.protocol import CHAT_ONLY, HOOKS, ChatEnvironment, Environment, TextEnvironment, refuse_chat_only
 from slurmrl.envs.tools import ToolTimeout, run_python
@@ -196,13 +197,13 @@ def test_the_trainer_never_targets_the_environments_tokens():
     pytest.importorskip("torch")
     from slurmrl.runtime.trainer import rollouts
 
-    sample = {"prompt_ids": [1, 2], "completion_ids": [10, 11, 20, 21, 22, 12], "completion_mask": [1, 1, 0, 0, 0, 1],
-              "logprobs": [-0.1, -0.2, None, None, None, -0.3], "advantage": 1.5}
+    sample = Sample(prompt_ids=(1, 2), completion_ids=(10, 11, 20, 21, 22, 12), completion_mask=(1, 1, 0, 0, 0, 1),
+                    logprobs=(-0.1, -0.2, None, None, None, -0.3), reward=1.0, advantage=1.5)
     [row] = rollouts.split([sample], 0, 1, 1, seq_len=64)
     assert row.input_ids[0].tolist() == [1, 2, 10, 11, 20, 21, 22, 12]
     assert row.targets[0].tolist() == [False, False, True, True, False, False, False, True]
     assert row.at_targets("old_logp", "cpu").tolist() == pytest.approx([-0.1, -0.2, -0.3])
     assert rollouts.target_tokens([sample], 64) == 3
     assert rollouts.target_tokens([sample], 5) == 2  # the row cut after the first environment token
-    plain = {"prompt_ids": [1, 2], "completion_ids": [10, 11], "logprobs": [-0.1, math.nan]}
+    plain = Sample(prompt_ids=(1, 2), completion_ids=(10, 11), logprobs=(-0.1, math.nan), reward=0.0, advantage=0.0)
     assert rollouts.target_tokens([plain], 64) == 2

@@ -117,9 +117,9 @@ def test_pass_at_k():
     assert pass_at_k(4, 0, 1) == 0 and pass_at_k(4, 4, 1) == 1 and pass_at_k(4, 1, 1) == pytest.approx(0.25)
     assert pass_at_k(4, 1, 4) == 1 and pass_at_k(4, 2, 2) == pytest.approx(1 - 1 / 6)
     row = score([[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], correct_at=1.0)
-    assert row["pass@1"] == pytest.approx(0.125) and row["pass@4"] == pytest.approx(0.5)
-    assert row["reward_mean"] == pytest.approx(0.125)
-    assert score([[0.8], [0.6]], correct_at=0.7)["pass@1"] == pytest.approx(0.5)
+    assert row.pass_at[1] == pytest.approx(0.125) and row.pass_at[4] == pytest.approx(0.5) and list(row.pass_at) == [1, 2, 4]
+    assert row.reward_mean == pytest.approx(0.125)
+    assert score([[0.8], [0.6]], correct_at=0.7).pass_at[1] == pytest.approx(0.5)
 
 
 def settings(**kw) -> EvalSettings:
@@ -231,9 +231,9 @@ def test_eval_of_a_chat_environment_runs_conversations(tmp_path):
 def test_rollout_stats_summarize():
     from slurmrl.runtime.orchestrator.rollout_chat import summarize
 
-    assert summarize([]) == {}
+    assert summarize([]) is None
     stats = [{"turns": 3, "failed": "", "cut": True, "env_tokens": 10},
              {"turns": 1, "failed": "error", "cut": False, "env_tokens": 0},
              {"turns": 2, "failed": "timeout", "cut": False, "env_tokens": 5}]
-    assert summarize(stats) == {"env/turns_mean": 2.0, "env/errors": 1, "env/timeouts": 1, "env/cut": 1,
-                                "env/tokens": 15}
+    assert summarize(stats).to_json() == {"env/turns_mean": 2.0, "env/errors": 1, "env/timeouts": 1, "env/cut": 1,
+                                          "env/tokens": 15}

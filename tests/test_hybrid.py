@@ -22,7 +22,7 @@ import pytest
 from sleep_mode_double import SleepModeDouble
 from task_expand import expand
 
-from slurmrl import cli, secret
+from slurmrl import cli
 from slurmrl.app.build import build
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
@@ -102,14 +102,6 @@ def test_vllm_parses_the_sleep_mode_line_and_its_cpu_build_has_no_sleep_mode(vll
 
 
 # ---- the sequence against the double -----------------------------------------------------------
-@pytest.fixture
-def job_secret(tmp_path, monkeypatch):
-    path = tmp_path / "secret"
-    path.write_text("s3cret\n")
-    monkeypatch.setenv(secret.ENV, str(path))
-    return "s3cret"
-
-
 def test_sleep_then_wake_reloads_into_woken_weights_before_the_kv_cache(job_secret):
     from slurmrl.runtime.orchestrator import hybrid
 

@@ -108,9 +108,9 @@ def test_batches_of_batch_size_scores_in_order_and_latency(judge):
     assert sorted(t for r in judge.requests for t in r["prompt"]) == sorted(texts)
     assert all(h["Authorization"] == "Bearer s3" for h in judge.headers)
     stats = c.take_stats()
-    assert stats["judge/requests"] == 3 and stats["judge/scored"] == 10 and stats["judge/retries"] == 0
-    assert 0 < stats["judge/latency_mean_s"] <= stats["judge/latency_max_s"]
-    assert c.take_stats()["judge/requests"] == 0  # figures are per step
+    assert stats.requests == 3 and stats.scored == 10 and stats.retries == 0
+    assert 0 < stats.latency_mean_s <= stats.latency_max_s
+    assert c.take_stats().requests == 0  # figures are per step
 
 
 def test_reward_model_reads_classify_scores(judge):
@@ -137,7 +137,7 @@ def test_replies_without_a_number_score_zero_and_are_counted():
     try:
         c = JudgeClient([j.url], settings(max_score=10))
         assert c.score_texts(["a", "b"]) == [0.0, 1.0]  # 15 clamps to the top of the scale
-        assert c.take_stats()["judge/unparsed"] == 1
+        assert c.take_stats().unparsed == 1
     finally:
         j.close()
 
@@ -149,7 +149,7 @@ def test_a_timeout_is_retried_on_the_next_server(judge):
         c = JudgeClient([judge.url, other.url], settings(timeout=1, retries=2), backoff_s=0.01)
         assert c.score_texts(["Q: 1 A: 2"]) == [9 / 10]
         assert len(other.requests) == 1  # the retry went to the next server
-        assert c.take_stats()["judge/retries"] == 1
+        assert c.take_stats().retries == 1
     finally:
         other.close()
 

@@ -24,7 +24,8 @@ from slurmrl.envs.heldout import heldout_tasks
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready, write_ready
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
-from slurmrl.runtime.orchestrator.loop import advantages, arguments
+from slurmrl.runtime.orchestrator.batch import advantages
+from slurmrl.runtime.orchestrator.loop import arguments
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -149,6 +150,13 @@ def test_orchestrator_writes_batches_without_running_ahead(tmp_path):
         assert batch["policy_step"] == 0 and len(batch["samples"]) == 4 * 8
         s = batch["samples"][0]
         assert len(s["completion_ids"]) == len(s["logprobs"]) > 0 and s["prompt_ids"]
+        # the trainer's reader takes the written batch as it is: typed, then packed into rows to train on
+        from slurmrl.runtime.trainer import rollouts as trainer_rollouts
+
+        typed = trainer_rollouts.read_batch(rollouts / "step-000001.json")
+        assert json.loads(typed.dumps()) == batch and typed.policy_step == 0
+        rows = trainer_rollouts.split(typed.samples, 0, 1, 8, seq_len=4096)
+        assert sum(int(r.targets.sum()) for r in rows) == sum(len(x["completion_ids"]) for x in batch["samples"])
         lines = (run_dir / "metrics" / "orchestrator.jsonl").read_text().splitlines()
         rec = [json.loads(x) for x in lines]
         assert [r["step"] for r in rec] == [1, 2] and [r["off_policy_lag"] for r in rec] == [0, 1]

@@ -13,6 +13,8 @@ import io
 import numpy as np
 import pytest
 
+from slurmrl.contract.rollouts import Sample
+
 torch = pytest.importorskip("torch")
 
 from slurmrl.runtime.fixtures.tiny_model import build  # noqa: E402
@@ -99,9 +101,9 @@ def test_a_packed_row_carries_each_samples_experts_at_its_tokens():
 
     a = np.arange(4 * 2 * 2).reshape(4, 2, 2) % 8  # 3 prompt + 2 completion tokens: 4 rows
     samples = [
-        {"prompt_ids": [1, 2, 3], "completion_ids": [4, 5], "logprobs": [-1.0, -1.0], "advantage": 1.0,
-         "routed_experts": b64(a)},
-        {"prompt_ids": [1, 2], "completion_ids": [6], "logprobs": [-1.0], "advantage": -1.0},
+        Sample(prompt_ids=(1, 2, 3), completion_ids=(4, 5), logprobs=(-1.0, -1.0), reward=1.0, advantage=1.0,
+               routed_experts=b64(a)),
+        Sample(prompt_ids=(1, 2), completion_ids=(6,), logprobs=(-1.0,), reward=0.0, advantage=-1.0),
     ]
     (row,) = rollouts.split(samples, rank=0, world=1, micro=2, seq_len=64)
     assert row.experts is not None and tuple(row.experts.shape) == (8, 2, 2)

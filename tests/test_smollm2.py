@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from slurmrl.runtime.fixtures import smollm2
+from slurmrl.runtime.orchestrator.batch import sample_of
 
 torch = pytest.importorskip("torch")
 
@@ -132,7 +133,7 @@ def test_a_multi_turn_sample_is_token_exact(model_dir, server):
     multi = [x for x in samples if len(spans(x["completion_mask"], 1)) >= 2]
     assert multi, [x["messages"] for x in samples]
     stats = sampler.take_stats()
-    assert stats["env/errors"] == stats["env/timeouts"] == 0 and stats["env/turns_mean"] >= 2
+    assert stats.errors == stats.timeouts == 0 and stats.turns_mean >= 2
     for x in multi:
         ids, mask = x["completion_ids"], x["completion_mask"]
         replies = [m["content"] for m in x["messages"] if m["role"] == "user"]
@@ -146,7 +147,7 @@ def test_a_multi_turn_sample_is_token_exact(model_dir, server):
         for a, b in spans(mask, 1)[:-1]:  # every model turn but the last ends where the model or its limit ended it
             assert b - a <= 6
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    rows = rollouts.split(multi, 0, 1, len(multi), seq_len=1024)
+    rows = rollouts.split([sample_of(x, x["reward"], 0.0) for x in multi], 0, 1, len(multi), seq_len=1024)
     fast = FastPath.prepare(model)
     with torch.no_grad():
         mine = torch.cat([logprobs(model, row, torch.device("cpu"), fast)[0] for row in rows])
@@ -198,7 +199,7 @@ def test_an_environment_that_fails_costs_its_rollouts_only(model_dir, server):
     groups = sampler.sample(env.prompts(random.Random(0), 4), step=1)
     stats = sampler.take_stats()
     assert [[x["reward"] for x in g] for g in groups] == [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
-    assert stats["env/timeouts"] == 2 and stats["env/errors"] == 4
+    assert stats.timeouts == 2 and stats.errors == 4
     assert all(len(x["messages"]) == 1 for x in groups[3])  # begin failed: the first turn gave the prompt, then it ended
     assert all(x["completion_ids"] and sum(x["completion_mask"]) for g in groups for x in g)
 
@@ -240,7 +241,7 @@ def test_tools_reach_the_chat_endpoint_with_the_recipes_parser(model_dir, server
                                         prompts_per_step=1), env)
     [[x]] = sampler.sample(env.prompts(random.Random(0), 1), step=1)
     stats = sampler.take_stats()
-    assert stats["env/errors"] == 0 and x["messages"][0]["role"] == "assistant"
+    assert stats.errors == 0 and x["messages"][0]["role"] == "assistant"
     called = [m for m in x["messages"] if m["role"] == "tool"]
     assert x["reward"] == float(bool(called))
 
@@ -277,7 +278,7 @@ def test_a_verifiers_tool_env_calls_its_tool_through_the_servers(model_dir, serv
     bodies = recorded(sampler)
     [[x]] = sampler.sample([env.obj.task(0)], step=1)
     stats = sampler.take_stats()
-    assert stats["env/errors"] == stats["env/timeouts"] == 0
+    assert stats.errors == stats.timeouts == 0
     assert bodies and all(b["tools"] == env.tools for b in bodies)
     called = [m for m in x["messages"] if m["role"] == "tool"]
     assert called and called[0]["content"] == "42", x["messages"]  # hermes parsed the call: tools were in the request
@@ -304,7 +305,7 @@ def test_a_verifiers_single_turn_env_is_scored_by_its_rubric(model_dir, server, 
     tasks = [env.obj.task(0), env.obj.task(1)]
     groups = sampler.sample(tasks, step=1)
     stats = sampler.take_stats()
-    assert stats["env/errors"] == 2 and stats["env/turns_mean"] == 1
+    assert stats.errors == 2 and stats.turns_mean == 1
     for x in groups[0]:
         assert [m["role"] for m in x["messages"]] == ["assistant"]
         assert x["reward"] == (1.5 if "5" in x["messages"][0]["content"] else 0.5)
@@ -356,8 +357,8 @@ def test_a_chat_environment_is_evaluated_on_its_heldout_split(model_dir, server,
             assert messages[k + 1:k + 2] == fresh.respond(task, messages[:k + 1])
     assert any(sum(m["role"] == "assistant" for m in messages) >= 2 for _, messages in scored), scored
     rewards = [fresh.reward(task, messages) for task, messages in scored]
-    assert row["reward_mean"] == pytest.approx(sum(rewards) / len(rewards))
-    assert row["pass@1"] == pytest.approx(sum(r >= 1 for r in rewards) / len(rewards))
-    assert row["env/errors"] == row["env/timeouts"] == 0 and row["prompts"] == len(held)
+    assert row.reward_mean == pytest.approx(sum(rewards) / len(rewards))
+    assert row.pass_at[1] == pytest.approx(sum(r >= 1 for r in rewards) / len(rewards))
+    assert row.env is not None and row.env.errors == row.env.timeouts == 0 and row.prompts == len(held)
     written = last_eval(RunDir(tmp_path).eval_metrics)
-    assert written is not None and written.step == 0 and written.reward_mean == pytest.approx(row["reward_mean"])
+    assert written is not None and written.step == 0 and written.reward_mean == pytest.approx(row.reward_mean)

@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from slurmrl.contract.rollouts import Sample
 from slurmrl.runtime.trainer import (
     chunked_head,
     dist,
@@ -204,8 +205,8 @@ def test_sft_packs_lose_their_padding_and_keep_their_boundaries():
     assert nxt.tolist() == [2, 3, 5, 6, 7, 9] and index.tolist() == [0, 1, 3, 4, 5, 7]
 
 
-def sample(p, c, adv, lp=None):
-    return {"prompt_ids": p, "completion_ids": c, "advantage": adv, "logprobs": lp}
+def sample(p, c, adv, lp=None) -> Sample:
+    return Sample(prompt_ids=tuple(p), completion_ids=tuple(c), advantage=adv, logprobs=tuple(lp or ()), reward=0.0)
 
 
 def test_rl_micro_batches_are_packed_without_padding():
@@ -245,15 +246,15 @@ def test_rl_metrics_through_the_chunked_path_equal_the_full_logits_ones():
     plain, plain_ref = tiny_qwen3(), tiny_qwen3(seed=1)
     stats = rl_metrics.RLStats(dev)
     for s in samples:
-        ids = torch.tensor([s["prompt_ids"] + s["completion_ids"]])
+        ids = torch.tensor([s.prompt_ids + s.completion_ids])
         sel = torch.zeros(1, ids.shape[1] - 1, dtype=torch.bool)
-        sel[0, len(s["prompt_ids"]) - 1:] = True
+        sel[0, len(s.prompt_ids) - 1:] = True
         lg = plain(input_ids=ids).logits[:, :-1]
         lp = exact_logprobs(lg[sel], ids[:, 1:][sel]).float()
         with torch.no_grad():
             rlp = exact_logprobs(plain_ref(input_ids=ids).logits[:, :-1][sel], ids[:, 1:][sel]).float()
-        o = torch.tensor(s["logprobs"], dtype=torch.float32)
-        a = torch.full_like(o, s["advantage"])
+        o = torch.tensor(s.logprobs, dtype=torch.float32)
+        a = torch.full_like(o, s.advantage)
         t = losses.ppo_clip_terms(lp, o, a, torch.ones_like(lp, dtype=torch.bool), 0.2, rlp, 0.1)
         stats.add(t, lg, sel, lp, o, rlp)
     slow = stats.finish(logp.numel())

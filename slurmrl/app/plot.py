@@ -112,7 +112,7 @@ def plot(run_dir: str) -> int:
         print(f"latest: {line}")
     found = read_evaluations(path)
     if found:
-        print(f"evaluations ({found[-1].row.values.get('split', '?')} split, metrics/eval.jsonl):")
+        print(f"evaluations ({found[-1].row.split or '?'} split, metrics/eval.jsonl):")
         print("\n".join(eval_table(found)))
     curves = {"eval reward (mean)": [(e.step, e.reward_mean) for e in found if e.reward_mean is not None],
               "eval pass@1": [(e.step, e.pass_at[1]) for e in found if 1 in e.pass_at]}

@@ -36,6 +36,7 @@ def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
         max_steps=recipe.trainer.max_steps,
         judge=judge_settings(recipe), weight_sync=recipe.trainer.sync,
         hybrid=recipe.placement.colocate == "hybrid",
+        lora=recipe.trainer.lora is not None,
         eval=eval_settings(recipe),
         wandb=wandb_settings(recipe, run_dir),
         chat_only_set=chat_only_set(recipe, changed=True),

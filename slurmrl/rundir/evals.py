@@ -4,18 +4,16 @@ them (``slurmrl.runtime.orchestrator.evaluate``); `slurmrl status` and `slurmrl 
 
 The file is a metrics log like ``metrics/<role>.jsonl`` and is read by the same rules
 (``slurmrl.rundir.metrics``): a line that is not a record is left out, a file that is not text is
-one line naming it. An evaluation's numbers are typed here: the mean reward, and pass@k per k
-(fields ``pass@K``)."""
+one line naming it. An evaluation's row is ``slurmrl.contract.metrics.EvalRow``; its numbers for display are
+the finite ones: the mean reward, and pass@k per k (fields ``pass@K``)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmrl.contract.metrics import EvalRow, finite, whole
 from slurmrl.rundir import metrics
-
-_PASS = re.compile(r"^pass@([1-9][0-9]{0,5})$")
 
 
 @dataclass(frozen=True)
@@ -27,18 +25,13 @@ class Evaluation:
     pass_at: dict[int, float]
     prompts: int | None
     samples_per_prompt: int | None
-    row: metrics.Row
+    row: EvalRow
 
     @classmethod
     def of(cls, row: metrics.Row) -> Evaluation:
-        pass_at = {}
-        for key in row.values:
-            m = _PASS.match(key)
-            if m and (value := row.number(key)) is not None:
-                pass_at[int(m.group(1))] = value
-        count = lambda k: int(v) if (v := row.number(k)) is not None and v == int(v) else None  # noqa: E731
-        return cls(row.step, row.number("reward_mean"), dict(sorted(pass_at.items())), count("prompts"),
-                   count("samples_per_prompt"), row)
+        e = EvalRow.from_json(row.values, row.step)
+        pass_at = {k: v for k, x in e.pass_at.items() if (v := finite(x)) is not None}
+        return cls(row.step, finite(e.reward_mean), pass_at, whole(e.prompts), whole(e.samples_per_prompt), e)
 
     def summary(self) -> str:
         """``step 4: reward 0.625, pass@1 0.500, pass@4 0.750 (16 prompts x 4)``."""

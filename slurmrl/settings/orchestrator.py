@@ -84,6 +84,10 @@ class OrchestratorSettings(OrchestratorKnobs):
         False, description="placement.colocate = 'hybrid': put the servers to sleep before each batch is handed "
         "to the trainer, wake them and reload the new weights before the next (slurmrl.runtime.orchestrator.hybrid).",
     )
+    lora: bool = Field(
+        False, description="[trainer.lora]: the trainer publishes each step's adapter, which every server hot-loads "
+        "under a new name (slurmrl.runtime.orchestrator.adapters).",
+    )
     eval: EvalSettings | None = Field(None, description="Evaluation during training ([eval]); None without it.")
     chat_only_set: list[str] = Field(
         default_factory=list, description="The chat-only recipe fields the recipe sets to other values than their "

@@ -26,8 +26,10 @@ import random
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 from slurmrl import envs
+from slurmrl.contract.metrics import EnvStats, EvalRow
 from slurmrl.envs.heldout import TrainSplit, heldout_tasks
 from slurmrl.errors import UserError
 from slurmrl.rundir.evals import last_eval
@@ -56,15 +58,21 @@ def ks(n: int) -> list[int]:
     return out if out[-1] == n else out + [n]
 
 
-def score(rewards: list[list[float]], correct_at: float) -> dict:
+class Score(NamedTuple):
+    """An evaluation's rewards: their mean and spread, and pass@k by k."""
+
+    reward_mean: float
+    reward_std: float
+    pass_at: dict[int, float]
+
+
+def score(rewards: list[list[float]], correct_at: float) -> Score:
     """The row's numbers for per-prompt reward lists (each of the same length n)."""
     flat = [r for rs in rewards for r in rs]
     n = len(rewards[0])
     correct = [sum(r >= correct_at for r in rs) for rs in rewards]
-    out = {"reward_mean": statistics.fmean(flat), "reward_std": statistics.pstdev(flat)}
-    for k in ks(n):
-        out[f"pass@{k}"] = statistics.fmean(pass_at_k(n, c, k) for c in correct)
-    return out
+    return Score(statistics.fmean(flat), statistics.pstdev(flat),
+                 {k: statistics.fmean(pass_at_k(n, c, k) for c in correct) for k in ks(n)})
 
 
 class Evaluator:
@@ -108,7 +116,7 @@ class Evaluator:
     def _texts(self, model: str) -> list[list[str]]:
         return [f.result() for f in [self.pool.submit(self._one, i, task, model) for i, task in enumerate(self.tasks)]]
 
-    def _conversations(self, policy_step: int, model: str) -> tuple[list[list[float]], list[int], dict]:
+    def _conversations(self, policy_step: int, model: str) -> tuple[list[list[float]], list[int], EnvStats | None]:
         """A chat environment's evaluation: rewards by task, each conversation's assistant characters, env stats."""
         assert self.chat is not None
         e = self.e
@@ -118,7 +126,7 @@ class Evaluator:
                  for group in groups for x in group]
         return [[x["reward"] for x in group] for group in groups], chars, summarize(stats)
 
-    def run(self, policy_step: int, model: str) -> dict:
+    def run(self, policy_step: int, model: str) -> EvalRow:
         """Evaluate the weights of ``policy_step`` (served as ``model``); writes and returns the row."""
         t = time.perf_counter()
         if self.chat is not None:  # rollouts are scored as they end
@@ -130,19 +138,19 @@ class Evaluator:
             flat = iter(envs.rewards(self.env, [task for task, group in zip(self.tasks, texts) for _ in group],
                                      [x for group in texts for x in group]))
             rewards = [[next(flat) for _ in group] for group in texts]
-            chars, env_stats = [len(x) for group in texts for x in group], {}
-        judged = self.judge.take_stats() if self.judge is not None else {}
-        row = {
-            "step": policy_step, "environment": self.e.environment, "split": "heldout" if self.e.heldout else "all",
-            "prompts": len(self.tasks), "samples_per_prompt": self.e.samples_per_prompt,
-            "temperature": self.e.temperature, **score(rewards, self.e.correct_at),
-            "completion_chars_mean": statistics.fmean(chars), **env_stats,
-            "generate_s": gen_s, "eval_s": time.perf_counter() - t, **judged, "time": time.time(),
-        }
-        self.metrics.log(row)
+            chars, env_stats = [len(x) for group in texts for x in group], None
+        s = score(rewards, self.e.correct_at)
+        row = EvalRow(
+            step=policy_step, environment=self.e.environment, split="heldout" if self.e.heldout else "all",
+            prompts=len(self.tasks), samples_per_prompt=self.e.samples_per_prompt, temperature=self.e.temperature,
+            reward_mean=s.reward_mean, reward_std=s.reward_std, pass_at=dict(s.pass_at),
+            completion_chars_mean=statistics.fmean(chars), env=env_stats, generate_s=gen_s,
+            eval_s=time.perf_counter() - t, judge=self.judge.take_stats() if self.judge is not None else None,
+            time=time.time())
+        self.metrics.log(row.to_json())
         self.last, self.next = policy_step, self.after(policy_step)
-        self.log(f"eval of step {policy_step}: reward {row['reward_mean']:.3f}, pass@1 {row['pass@1']:.3f} "
-                 f"({len(self.tasks)} prompts x {self.e.samples_per_prompt}, {row['eval_s']:.1f}s)")
+        self.log(f"eval of step {policy_step}: reward {s.reward_mean:.3f}, pass@1 {s.pass_at[1]:.3f} "
+                 f"({len(self.tasks)} prompts x {self.e.samples_per_prompt}, {row.eval_s:.1f}s)")
         return row
 
 

@@ -29,6 +29,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from slurmrl.contract.metrics import JudgeStats
 from slurmrl.envs.protocol import Environment
 from slurmrl.runtime.vllm.client import Answer, Server
 from slurmrl.settings.judge import JudgeSettings
@@ -101,16 +102,14 @@ class JudgeClient:
             out += f.result()
         return out
 
-    def take_stats(self) -> dict:
+    def take_stats(self) -> JudgeStats:
         """Figures since the last call, for the step's metrics: requests, their latency, retries,
         replies without a score (generative), samples scored."""
         with self._lock:
             lat, retries, unparsed, scored = self._latency, self._retries, self._unparsed, self._scored
             self._reset()
-        return {
-            "judge/requests": len(lat), "judge/scored": scored, "judge/retries": retries, "judge/unparsed": unparsed,
-            "judge/latency_mean_s": sum(lat) / len(lat) if lat else 0.0, "judge/latency_max_s": max(lat, default=0.0),
-        }
+        return JudgeStats(requests=len(lat), scored=scored, retries=retries, unparsed=unparsed,
+                          latency_mean_s=sum(lat) / len(lat) if lat else 0.0, latency_max_s=max(lat, default=0.0))
 
     # ---- one request -----------------------------------------------------------------------
     def _batch(self, texts: list[str]) -> list[float]:

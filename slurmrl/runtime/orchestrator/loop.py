@@ -1,8 +1,9 @@
 """Orchestrator: prompts -> rollouts (through the router) -> rewards -> advantages -> training batches.
 
-A text environment's prompts are completed in one request each (``Sampler``); a chat environment's
+A text environment's prompts are completed in one request each (``rollout_text``); a chat environment's
 tasks (``messages``) are multi-turn conversations through the chat endpoint, each a token-exact
-sample with the environment's tokens masked (``rollout_chat``).
+sample with the environment's tokens masked (``rollout_chat``). Which of the two, and how the servers
+take up new weights (``weights``), is picked once as the orchestrator starts.
 
 File protocol with the trainer (all in the run dir, every file written to a temporary name
 and renamed, so a reader never sees half a file):
@@ -12,11 +13,10 @@ and renamed, so a reader never sees half a file):
 
 Asynchronous with bounded staleness: the batch for step s is generated with the newest weights
 the servers have loaded, v, and never when ``s - 1 - v > max_off_policy_steps``; then it waits
-for the trainer. When newer weights appear, every inference server reloads them (``slurmrl.runtime.vllm.client``)
-before the next batch (with ``trainer.weight_sync`` by broadcast the trainer has already sent them
-to every server and ``weights/step-N/`` holds only its ``READY``: generation waits for that alone); a LoRA policy's weights are an adapter, which every server hot-loads under
-a new name (the previous one unloaded) and the requests name (``slurmrl.runtime.orchestrator.adapters``).
-``max_off_policy_steps = 0`` is synchronous RL.
+for the trainer. When newer weights appear, every inference server takes them up before the next batch
+(``slurmrl.runtime.orchestrator.weights``: reloaded from the run dir; already broadcast by the trainer, whose
+``weights/step-N/`` holds only its ``READY``; woken on them, with the hybrid engine; or a LoRA policy's
+adapter hot-loaded under a new name). ``max_off_policy_steps = 0`` is synchronous RL.
 
 Resumes after a requeue: batches already written are kept, the servers (restarted with the base
 model) reload the newest published weights, and generation goes on from the next step.
@@ -38,11 +38,12 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slurmrl import envs, heartbeat
+from slurmrl.contract.metrics import EnvStats, JudgeStats, OrchestratorRow
 from slurmrl.contract.programs import Orchestrator as OrchestratorArgs
+from slurmrl.contract.rollouts import RolloutBatch, Sample
 from slurmrl.envs.protocol import refuse_chat_only
 from slurmrl.errors import UserError
 from slurmrl.rundir.metrics import last_row
@@ -50,11 +51,12 @@ from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime import step_files
 from slurmrl.runtime.metrics import Metrics
-from slurmrl.runtime.orchestrator import adapters, evaluate, hybrid
+from slurmrl.runtime.orchestrator import batch, evaluate, rollout_style, weights
 from slurmrl.runtime.orchestrator.judge_client import JudgeError
 from slurmrl.runtime.orchestrator.judge_client import attach as attach_judge
 from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
-from slurmrl.runtime.vllm.client import Server, VLLMError, reload_weights
+from slurmrl.runtime.orchestrator.rollout_text import Sampler
+from slurmrl.runtime.vllm.client import VLLMError
 from slurmrl.settings.orchestrator import OrchestratorSettings, load
 
 STOP = threading.Event()
@@ -77,58 +79,13 @@ def written_batches(run_dir: Path) -> int:
     return n
 
 
-class Sampler:
-    """Completions with token ids and inference logprobs, over the OpenAI-compatible API."""
-
-    def __init__(self, urls: list[str], tokenizer, s: OrchestratorSettings):
-        self.servers, self.tok, self.s = [Server(u, timeout=600.0) for u in urls], tokenizer, s
-        self.adapter: str | None = None  # a LoRA policy: the adapter the servers serve the current policy as
-        self.pool = ThreadPoolExecutor(max_workers=max(4, s.prompts_per_step))
-
-    def _one(self, index: int, task: dict, step: int) -> list[dict]:
-        prompt_ids = self.tok(task["prompt"], add_special_tokens=False)["input_ids"]
-        body = {
-            "model": self.adapter or self.s.served_model_name, "prompt": prompt_ids, "n": self.s.rollouts_per_prompt,
-            "max_tokens": self.s.max_tokens, "temperature": self.s.temperature,
-            "logprobs": 0, "return_tokens_as_token_ids": True,
-            "seed": self.s.seed * 1_000_003 + step * 1_009 + index,  # reproducible sampling
-        }
-        server = self.servers[index % len(self.servers)]
-        try:
-            out = server.completions(body, headers={"X-Session-ID": f"step{step}-prompt{index}"})
-        except VLLMError as e:
-            raise VLLMError(f"sampling failed: {e}", e.answer) from None
-        samples = []
-        for choice in out["choices"]:
-            lp = choice["logprobs"]
-            samples.append({
-                "prompt_ids": prompt_ids,
-                "completion_ids": [int(t.split(":", 1)[1]) for t in lp["tokens"]],
-                "logprobs": lp["token_logprobs"],
-                "text": choice["text"],
-                # return_routed_experts: the experts each token went to (base64 .npy), for the trainer's replay
-                **({"routed_experts": choice["routed_experts"]} if choice.get("routed_experts") else {}),
-            })
-        return samples
-
-    def sample(self, tasks: list[dict], step: int) -> list[list[dict]]:
-        futures = [self.pool.submit(self._one, i, t, step) for i, t in enumerate(tasks)]
-        return [f.result() for f in futures]
-
-
-def advantages(rewards: list[float]) -> list[float]:
-    """Group-relative: reward minus the group mean, over the group std (0 when all equal)."""
-    mean = statistics.fmean(rewards)
-    std = statistics.pstdev(rewards)
-    return [(r - mean) / (std + 1e-4) if std > 1e-8 else 0.0 for r in rewards]
-
-
 def trainer_metrics(run_dir: Path) -> dict:
+    """The trainer's newest row as written (the orchestrator's row carries it under ``trainer/``)."""
     try:
         row = last_row(RunDir(run_dir).metrics("trainer"))
     except UserError:  # a broken trainer file must not stop the rollouts; the trainer's own log says why
         return {}
-    return {f"trainer/{k}": v for k, v in row.to_json().items()} if row else {}
+    return row.to_json() if row else {}
 
 
 def wait_for(predicate, what: str) -> float:
@@ -139,112 +96,115 @@ def wait_for(predicate, what: str) -> float:
     return waited
 
 
-def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_urls: Sequence[str] = ()) -> int:
-    from transformers import AutoTokenizer
+def judge_line(judged: JudgeStats, score_s: float) -> str:
+    return (f"judge scored {judged.scored} samples in {score_s:.2f}s: {judged.requests} requests, "
+            f"latency mean {judged.latency_mean_s:.3f}s max {judged.latency_max_s:.3f}s, "
+            f"{judged.retries} retries, {judged.unparsed} replies without a score")
 
-    run_dir = s.root
-    env = envs.load(s.environment, s.environment_args)
-    judge = attach_judge(env, list(judge_urls), s.judge)  # the job's [judge], if it has one
-    tok = AutoTokenizer.from_pretrained(s.model, trust_remote_code=s.trust_remote_code)
-    sampler, chat_sampler = Sampler(urls, tok, s), ChatSampler(urls, tok, s, env)
-    metrics = Metrics(run_dir, "orchestrator", s.model_dump(mode="json"), log, tracking_settings=s.wandb)
-    evaluator = evaluate.attach(s, env, judge, list(judge_urls), sampler.servers, tok, metrics, log,  # [eval]
-                                chat_sampler)
-    refuse_chat_only({"orchestrator.environment": env, **({"eval.environment": evaluator.env} if evaluator else {})},
-                     s.chat_only_set)  # a custom text environment's (the planner refuses a built-in one's)
-    train_env = evaluate.training_view(s, env)  # without the held-out split [eval] evaluates on
-    max_steps, max_off = s.max_steps, s.max_off_policy_steps
-    done = written_batches(run_dir)
-    loaded = 0
-    if done:
-        log(f"resuming after {done} written batches")
-    # The trainer drops weights newer than its checkpoint when it resumes: read none before it is up.
-    attempt = RunDir.attempt_from_env()
-    wait_for(RunDir(run_dir).ready_file(attempt, "trainer", 0).exists, "the trainer to start")
-    write_ready(RunDir(run_dir).ready_file(attempt, "orchestrator", 0), None, 1)
-    if s.hybrid and done > latest_weights(run_dir)[0]:
-        # resumed with batches the trainer has yet to step on: the (restarted, awake) servers give it the GPUs first
-        hybrid.sleep(admin_urls)
-        log(f"servers asleep: the trainer steps on batches {latest_weights(run_dir)[0] + 1}..{done} first")
 
-    reload_s = 0.0  # seconds the servers took to take up new weights before this batch
+class Orchestrator:
+    """One job's rollouts: its environment, samplers, rollout style and weight-update strategy (both picked
+    once, here), its metrics and its evaluator; ``loaded`` is the trainer step whose weights the servers have."""
 
-    def refresh_weights() -> None:
-        nonlocal loaded, reload_s
-        reload_s = 0.0
-        newest, path = latest_weights(run_dir)
-        if newest > loaded and s.weight_sync.by_broadcast:  # the trainer has sent them to every server itself
-            log(f"servers now on weights of step {newest} (broadcast by the trainer, {s.weight_sync.describe()})")
-            loaded = newest
-        elif newest > loaded:
-            assert path is not None, "latest_weights names the folder of each step it finds"
-            t = time.perf_counter()
-            try:
-                if adapters.is_adapter(path):  # a LoRA policy: hot-load the adapter under a new name, unload the old
-                    sampler.adapter = chat_sampler.adapter = adapters.swap(admin_urls, path, newest, sampler.adapter)
-                elif s.hybrid:  # the servers sleep while the trainer steps: wake the weights, load, wake the KV cache
-                    hybrid.wake_and_reload(admin_urls, str(path))
-                else:
-                    reload_weights(admin_urls, str(path))
-            except VLLMError as e:
-                raise VLLMError(f"weight update failed: {e}", e.answer) from None
-            log(f"servers now on weights of step {newest}{f' (adapter {sampler.adapter})' if sampler.adapter else ''} "
-                f"({time.perf_counter() - t:.2f}s)")
-            loaded = newest
-            reload_s = time.perf_counter() - t
+    def __init__(self, s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_urls: Sequence[str]):
+        from transformers import AutoTokenizer
 
-    for step in range(done + 1, max_steps + 1):
-        heartbeat.beat()
-        waited = wait_for(lambda: latest_weights(run_dir)[0] >= step - 1 - max_off, f"trainer step {step - 1 - max_off}")
-        refresh_weights()
-        if evaluator is not None and evaluator.due(loaded):
-            evaluator.run(loaded, sampler.adapter or s.served_model_name)
-        rng = random.Random(s.seed * 1_000_003 + step)
-        tasks = train_env.prompts(rng, s.prompts_per_step)
-        chat = train_env.chat  # a chat environment: multi-turn rollouts, scored as they end
+        self.s, self.run_dir = s, s.root
+        self.env = envs.load(s.environment, s.environment_args)
+        self.judge = attach_judge(self.env, list(judge_urls), s.judge)  # the job's [judge], if it has one
+        tok = AutoTokenizer.from_pretrained(s.model, trust_remote_code=s.trust_remote_code)
+        self.sampler, chat = Sampler(urls, tok, s), ChatSampler(urls, tok, s, self.env)
+        self.metrics = Metrics(self.run_dir, "orchestrator", s.model_dump(mode="json"), log, tracking_settings=s.wandb)
+        self.evaluator = evaluate.attach(s, self.env, self.judge, list(judge_urls), self.sampler.servers, tok,  # [eval]
+                                         self.metrics, log, chat)
+        refuse_chat_only({"orchestrator.environment": self.env,
+                          **({"eval.environment": self.evaluator.env} if self.evaluator else {})},
+                         s.chat_only_set)  # a custom text environment's (the planner refuses a built-in one's)
+        self.train_env = evaluate.training_view(s, self.env)  # without the held-out split [eval] evaluates on
+        self.style = rollout_style.pick(self.train_env, self.sampler, chat)
+        self.updates = weights.pick(s, admin_urls, [self.sampler, chat], log)
+        self.loaded, self.reload_s = 0, 0.0  # reload_s: seconds the servers took to take up the weights of this batch
+
+    def start(self) -> int:
+        """Wait for the trainer, say this program is ready; the number of batches already written."""
+        done = written_batches(self.run_dir)
+        if done:
+            log(f"resuming after {done} written batches")
+        # The trainer drops weights newer than its checkpoint when it resumes: read none before it is up.
+        attempt = RunDir.attempt_from_env()
+        wait_for(RunDir(self.run_dir).ready_file(attempt, "trainer", 0).exists, "the trainer to start")
+        write_ready(RunDir(self.run_dir).ready_file(attempt, "orchestrator", 0), None, 1)
+        self.updates.resume(done, latest_weights(self.run_dir)[0])
+        return done
+
+    def refresh_weights(self) -> None:
+        newest, path = latest_weights(self.run_dir)
+        self.reload_s = self.updates.take(newest, path) if newest > self.loaded else 0.0
+        self.loaded = max(self.loaded, newest)
+
+    def model(self) -> str:
+        """The name requests ask for: the policy's adapter (LoRA), else the served model."""
+        return self.sampler.adapter or self.s.served_model_name
+
+    def evaluate_if_due(self) -> None:
+        if self.evaluator is not None and self.evaluator.due(self.loaded):
+            self.evaluator.run(self.loaded, self.model())
+
+    def step(self, step: int, first: bool) -> None:
+        """Batch ``step``: wait for the trainer to be close enough, new weights, rollouts, rewards, the batch, its row."""
+        max_off = self.s.max_off_policy_steps
+        waited = wait_for(lambda: latest_weights(self.run_dir)[0] >= step - 1 - max_off,
+                          f"trainer step {step - 1 - max_off}")
+        self.refresh_weights()
+        self.evaluate_if_due()
+        tasks = self.train_env.prompts(random.Random(self.s.seed * 1_000_003 + step), self.s.prompts_per_step)
         t = time.perf_counter()
-        groups = chat_sampler.sample(tasks, step) if chat else sampler.sample(tasks, step)
+        groups = self.style.generate(tasks, step)
         gen_s = time.perf_counter() - t
-        samples, rewards = [], []
         t = time.perf_counter()
-        scored = iter([g["reward"] for group in groups for g in group] if chat else
-                      envs.rewards(env, [task for task, group in zip(tasks, groups) for _ in group],
-                                   [g["text"] for group in groups for g in group]))
-        score_s, judged = time.perf_counter() - t, judge.take_stats() if judge else {}
-        env_stats = chat_sampler.take_stats() if chat else {}
-        for task, group in zip(tasks, groups):
-            rs = [next(scored) for _ in group]
-            for g, r, a in zip(group, rs, advantages(rs)):
-                samples.append({**{k: g[k] for k in ("prompt_ids", "completion_ids", "logprobs", "routed_experts",
-                                                     "completion_mask") if k in g},
-                                "reward": r, "advantage": a})
-            rewards += rs
-        # hybrid: the GPUs go to the trainer before it sees the batch
-        sleep_s = max(hybrid.sleep(admin_urls).values()) if s.hybrid else None
-        step_files.write_json_atomic(step_files.rollout_path(run_dir, step),
-                                {"step": step, "policy_step": loaded, "samples": samples})
-        tokens = sum(len(x["completion_ids"]) for x in samples)
-        metrics.log({
-            "step": step, "policy_step": loaded, "off_policy_lag": step - 1 - loaded,
-            "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
-            "reward_min": min(rewards), "reward_max": max(rewards),
-            "samples": len(samples), "tokens": tokens, "generate_s": gen_s, "wait_s": waited,
-            "tokens_per_s": tokens / gen_s if gen_s else 0.0, "samples_per_s": len(samples) / gen_s if gen_s else 0.0,
-            "reload_s": reload_s, **({"sleep_s": sleep_s} if s.hybrid else {}),
-            "score_s": score_s, **judged, **env_stats, "time": time.time(), **trainer_metrics(run_dir),
-        })
-        if step == done + 1:
-            RunDir(run_dir).add_phase(RunDir.attempt_from_env(), f"first rollout (step {step}, {gen_s:.1f}s)")
-        log(f"step {step}/{max_steps} reward {statistics.fmean(rewards):.3f} "
-            f"(policy {loaded}, generated in {gen_s:.1f}s, waited {waited:.1f}s)")
+        rewards = self.style.score(tasks, groups)
+        score_s, judged = time.perf_counter() - t, self.judge.take_stats() if self.judge else None
+        env_stats, samples = self.style.stats(), batch.scored(groups, rewards)
+        sleep_s = self.updates.hand_over()  # hybrid: the GPUs go to the trainer before it sees the batch
+        batch.write(self.run_dir, RolloutBatch(step, self.loaded, tuple(samples)))
+        self.metrics.log(self.row(step, rewards, samples, gen_s, waited, score_s, judged, env_stats, sleep_s).to_json())
+        if first:
+            RunDir(self.run_dir).add_phase(RunDir.attempt_from_env(), f"first rollout (step {step}, {gen_s:.1f}s)")
+        log(f"step {step}/{self.s.max_steps} reward {statistics.fmean(rewards):.3f} "
+            f"(policy {self.loaded}, generated in {gen_s:.1f}s, waited {waited:.1f}s)")
         if judged:
-            log(f"judge scored {judged['judge/scored']} samples in {score_s:.2f}s: {judged['judge/requests']} requests, "
-                f"latency mean {judged['judge/latency_mean_s']:.3f}s max {judged['judge/latency_max_s']:.3f}s, "
-                f"{judged['judge/retries']} retries, {judged['judge/unparsed']} replies without a score")
-    if evaluator is not None and evaluator.last != max_steps:  # the final weights
-        wait_for(lambda: latest_weights(run_dir)[0] >= max_steps, f"trainer step {max_steps} (the final evaluation)")
-        refresh_weights()
-        evaluator.run(loaded, sampler.adapter or s.served_model_name)
+            log(judge_line(judged, score_s))
+
+    def row(self, step: int, rewards: list[float], samples: list[Sample], gen_s: float, waited: float, score_s: float,
+            judged: JudgeStats | None, env_stats: EnvStats | None, sleep_s: float | None) -> OrchestratorRow:
+        """Batch ``step``'s metrics row (``time`` and the trainer's newest row read now)."""
+        tokens = sum(len(x.completion_ids) for x in samples)
+        return OrchestratorRow(
+            step=step, policy_step=self.loaded, off_policy_lag=step - 1 - self.loaded,
+            reward_mean=statistics.fmean(rewards), reward_std=statistics.pstdev(rewards),
+            reward_min=min(rewards), reward_max=max(rewards),
+            samples=len(samples), tokens=tokens, generate_s=gen_s, wait_s=waited,
+            tokens_per_s=tokens / gen_s if gen_s else 0.0, samples_per_s=len(samples) / gen_s if gen_s else 0.0,
+            reload_s=self.reload_s, sleep_s=sleep_s, score_s=score_s, judge=judged, env=env_stats,
+            time=time.time(), trainer=trainer_metrics(self.run_dir))
+
+    def finish(self) -> None:
+        """The final weights' evaluation ([eval]), unless the last batch's was it."""
+        max_steps = self.s.max_steps
+        if self.evaluator is not None and self.evaluator.last != max_steps:
+            wait_for(lambda: latest_weights(self.run_dir)[0] >= max_steps,
+                     f"trainer step {max_steps} (the final evaluation)")
+            self.refresh_weights()
+            self.evaluator.run(self.loaded, self.model())
+
+
+def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_urls: Sequence[str] = ()) -> int:
+    o = Orchestrator(s, urls, admin_urls, judge_urls)
+    done = o.start()
+    for step in range(done + 1, s.max_steps + 1):
+        heartbeat.beat()
+        o.step(step, first=step == done + 1)
+    o.finish()
     return 0
 
 

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from slurmrl import secret
+from slurmrl.contract.metrics import EnvStats
 from slurmrl.envs.chat import tool_replies, tools_of
 from slurmrl.envs.protocol import Environment
 from slurmrl.runtime.orchestrator.chat_tokens import ChatTokens, TemplateError
@@ -79,15 +80,15 @@ class Sampling:
     model: str
 
 
-def summarize(stats: list[dict]) -> dict:
-    """Rollouts' metrics: ``env/turns_mean``, ``env/errors``, ``env/timeouts``, ``env/cut`` (rollouts a token
-    limit ended), ``env/tokens`` (the environment's tokens); empty without rollouts."""
+def summarize(stats: list[dict]) -> EnvStats | None:
+    """Rollouts' metrics (``env/...``): turns per rollout, environment steps that raised or ran past their limit,
+    rollouts a token limit ended, the environment's tokens; None without rollouts."""
     if not stats:
-        return {}
-    return {"env/turns_mean": statistics.fmean(x["turns"] for x in stats),
-            "env/errors": sum(x["failed"] == "error" for x in stats),
-            "env/timeouts": sum(x["failed"] == "timeout" for x in stats),
-            "env/cut": sum(x["cut"] for x in stats), "env/tokens": sum(x["env_tokens"] for x in stats)}
+        return None
+    return EnvStats(turns_mean=statistics.fmean(x["turns"] for x in stats),
+                    errors=sum(x["failed"] == "error" for x in stats),
+                    timeouts=sum(x["failed"] == "timeout" for x in stats),
+                    cut=sum(x["cut"] for x in stats), tokens=sum(x["env_tokens"] for x in stats))
 
 
 class ChatSampler:
@@ -233,8 +234,24 @@ class ChatSampler:
             self._stats += stats
         return groups
 
-    def take_stats(self) -> dict:
+    def take_stats(self) -> EnvStats | None:
         """The metrics (``summarize``) of training's rollouts since the last call."""
         with self._lock:
             stats, self._stats = self._stats, []
         return summarize(stats)
+
+
+class ChatRollouts:
+    """A chat environment's rollouts: conversations, each scored by the environment as it ends."""
+
+    def __init__(self, sampler: ChatSampler):
+        self.sampler = sampler
+
+    def generate(self, tasks: list[dict], step: int) -> list[list[dict]]:
+        return self.sampler.sample(tasks, step)
+
+    def score(self, tasks: list[dict], groups: list[list[dict]]) -> list[float]:
+        return [g["reward"] for group in groups for g in group]
+
+    def stats(self) -> EnvStats | None:
+        return self.sampler.take_stats()

@@ -7,9 +7,9 @@ Started by torchrun (one worker per GPU; on CPU, gloo)::
 Files in the run dir (steps count from 1; "step N" is the state after N optimizer steps):
 
 - ``rollouts/step-NNNNNN.json`` (RL, read): the batch for step N, written by the orchestrator
-  atomically (temporary name, then rename). ``{"step", "policy_step", "samples": [{"prompt_ids",
-  "completion_ids", "logprobs", "advantage", "reward"}]}``; ``logprobs`` are the inference
-  logprobs of the completion tokens. The trainer polls for it.
+  atomically (temporary name, then rename): a ``slurmrl.contract.rollouts.RolloutBatch``, ``{"step",
+  "policy_step", "samples": [{"prompt_ids", "completion_ids", "logprobs", "reward", "advantage"}]}``;
+  ``logprobs`` are the inference logprobs of the completion tokens. The trainer polls for it.
 - ``weights/step-NNNNNN/`` (RL: after every step; SFT: after the last): an HF folder
   (``config.json`` with untied embeddings, ``model*.safetensors``, tokenizer files), built under
   ``weights/.step-NNNNNN.tmp`` and renamed; ``READY`` is written last. The newest

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from slurmrl import heartbeat
+from slurmrl.contract.rollouts import RolloutBatch
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import step_files as steps
 from slurmrl.runtime.metrics import Metrics
@@ -280,22 +281,22 @@ class Trainer:
         (total,) = self.d.sum([loss_sum])
         return {"loss": total / n_tgt, "tokens": tokens, "target_tokens": n_tgt, "epoch": epoch}
 
-    def rl_step(self, batch: dict) -> dict:
-        samples = batch["samples"]
+    def rl_step(self, batch: RolloutBatch) -> dict:
+        samples = batch.samples
         if not samples:
-            raise SystemExit(f"slurmrl: trainer: rollout batch for step {batch.get('step')} has no samples")
+            raise SystemExit(f"slurmrl: trainer: rollout batch for step {batch.step} has no samples")
         n_tgt = max(1, rollouts.target_tokens(samples, self.seq_len))
-        tokens = sum(min(len(x["prompt_ids"]) + len(x["completion_ids"]), self.seq_len) for x in samples)
+        tokens = sum(min(len(x.prompt_ids) + len(x.completion_ids), self.seq_len) for x in samples)
         stats = rl_metrics.RLStats(self.d.device)
         for whole in rollouts.split(samples, self.dp_rank, self.dp_world, self.micro, self.seq_len):
             row = self.local(whole)
             with router_replay.replay(self.model, row.experts if self.moe else None):  # forward and backward
                 self.rl_row(row, stats, n_tgt)
-        rewards = [float(x.get("reward", 0.0)) for x in samples]
+        rewards = [x.reward for x in samples]
         return {
             **stats.finish(n_tgt), "tokens": tokens, "target_tokens": n_tgt, "samples": len(samples),
             "ref_tokens": tokens if stats.has_ref else 0,
-            **rl_metrics.reward_stats(rewards), "policy_step": batch.get("policy_step"),
+            **rl_metrics.reward_stats(rewards), "policy_step": batch.policy_step,
         }
 
     def rl_row(self, row: packing.PackedRow, stats: rl_metrics.RLStats, n_tgt: int) -> None:

@@ -1,4 +1,4 @@
-"""RL batches: read ``rollouts/step-NNNNNN.json``, split it over ranks and micro-batches.
+"""RL batches: read ``rollouts/step-NNNNNN.json`` (``slurmrl.contract.rollouts``), split it over ranks and micro-batches.
 
 A sample is ``prompt_ids + completion_ids`` (cut to ``seq_len``); a micro-batch's samples are
 packed end to end into one row (``packing.PackedRow``: no padding, attention per sample).
@@ -14,60 +14,58 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from slurmrl.contract import rollouts as contract
+from slurmrl.contract.rollouts import BatchError, RolloutBatch, Sample
 from slurmrl.runtime.trainer import router_replay
 from slurmrl.runtime.trainer.packing import PackedRow, pack_documents
 
 
-def read_batch(path: Path) -> dict:
+def read_batch(path: Path) -> RolloutBatch:
+    """The batch at ``path``; a batch that breaks the contract stops the trainer with one line naming the key."""
     for attempt in range(50):  # the file is renamed into place, but a shared filesystem may lag
         try:
-            return json.loads(path.read_text())
+            return contract.read(path)
         except (json.JSONDecodeError, FileNotFoundError):
             if attempt == 49:
                 raise
             time.sleep(0.2)
+        except BatchError as e:
+            raise SystemExit(f"slurmrl: trainer: {e}") from None
     raise AssertionError("unreachable")
 
 
-def _packed(samples: list[dict], seq_len: int, dummy: bool) -> PackedRow:
+def _packed(samples: Sequence[Sample], seq_len: int, dummy: bool) -> PackedRow:
     docs, old, adv = [], [], []
     for s in samples:
-        p, c = list(s["prompt_ids"]), list(s["completion_ids"])
-        lp = [math.nan if v is None else float(v) for v in s.get("logprobs") or []]
-        lp += [math.nan] * (len(c) - len(lp))
+        p, c = list(s.prompt_ids), list(s.completion_ids)
         ids = (p + c)[:seq_len]
-        own = [bool(m) and not dummy for m in completion_mask(s)]
+        own = [bool(m) and not dummy for m in s.mask()]
         docs.append((ids, ([False] * len(p) + own)[:seq_len]))
-        old.append(([math.nan] * len(p) + lp[: len(c)])[:seq_len])
-        adv.append([float(s.get("advantage", 0.0))] * len(ids))
+        old.append(([math.nan] * len(p) + s.old_logprobs())[:seq_len])
+        adv.append([s.advantage] * len(ids))
     row = pack_documents(docs, {"old_logp": old, "advantage": adv})
-    if any(s.get("routed_experts") for s in samples):  # return_routed_experts: what the MoE replays
-        recorded = [router_replay.decode(s["routed_experts"]) if s.get("routed_experts") else None for s in samples]
+    if any(s.routed_experts for s in samples):  # return_routed_experts: what the MoE replays
+        recorded = [router_replay.decode(s.routed_experts) if s.routed_experts else None for s in samples]
         shape = next(np.shape(r) for r in recorded if r)
         row.experts = router_replay.per_token(recorded, [len(ids) for ids, _ in docs], shape[1], shape[2])
     return row
 
 
-def completion_mask(sample: dict) -> list[int]:
-    """1 at each completion token the model produced, 0 at the environment's (all 1 without a mask)."""
-    mask = sample.get("completion_mask")
-    return [1] * len(sample["completion_ids"]) if mask is None else [int(m) for m in mask]
-
-
-def target_tokens(samples: list[dict], seq_len: int) -> int:
+def target_tokens(samples: Sequence[Sample], seq_len: int) -> int:
     """Completion tokens that are loss targets, over the whole batch (as ``_packed`` marks them)."""
     n = 0
     for s in samples:
-        p = len(s["prompt_ids"])
-        n += sum(m for k, m in enumerate(completion_mask(s)) if max(p, 1) <= p + k < seq_len)
+        p = len(s.prompt_ids)
+        n += sum(m for k, m in enumerate(s.mask()) if max(p, 1) <= p + k < seq_len)
     return n
 
 
-def split(samples: list[dict], rank: int, world: int, micro: int, seq_len: int) -> list[PackedRow]:
+def split(samples: Sequence[Sample], rank: int, world: int, micro: int, seq_len: int) -> list[PackedRow]:
     """This rank's micro-batches, each ``micro`` samples packed into one row. Every rank gets the
     same number (collectives stay in step); a rank short of samples gets a masked copy of one (no
     loss, no tokens)."""
