@@ -44,7 +44,7 @@ from slurmrl.rundir import tomlw
 from slurmrl.rundir.atomic import write_text
 from slurmrl.rundir.jobs import history
 from slurmrl.rundir.paths import RunDir
-from slurmrl.rundir.read import kind, read_json, read_toml
+from slurmrl.rundir.read import kind, open_file, read_bytes, read_json, read_text, read_toml
 from slurmrl.rundir.text import is_one_line
 
 FORMAT = 1  # [lock] format: a [lock] table without it is refused in a recipe
@@ -66,9 +66,8 @@ def check_table(table) -> None:
 def read(path: Path) -> dict | None:
     """The whole lock file as data, or None when there is none (or it does not parse)."""
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
+        return read_toml(path, missing=None)
+    except UserError:
         return None
 
 
@@ -120,8 +119,8 @@ def meta(run_dir: Path) -> dict:
 def recorded_source(recipe_path: Path) -> str | None:
     """The recipe file a lock's job.sbatch names in its header (None: not a lock)."""
     try:
-        text = Path(recipe_path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        text = read_bytes(recipe_path).decode("utf-8", errors="replace")
+    except UserError:
         return None
     if not re.search(r"^\[lock\]\s*$", text, re.M):
         return None
@@ -154,7 +153,7 @@ def sha256_file(path: Path) -> str | dict:
         return {"size": st.st_size, "mtime": int(st.st_mtime),
                 "sha256": f"not computed: larger than {HASH_CAP_BYTES >> 30} GiB"}
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_file(path) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -222,11 +221,12 @@ def job_files(run_dir: Path) -> dict[str, str]:
     """Relative path -> text of job.sbatch and everything it reads in the run dir."""
     run_dir = Path(run_dir)
     out = {}
-    for rel in (RunDir.SCRIPT, RunDir.FUNCTIONS, RunDir.PLAN):
-        if (run_dir / rel).is_file():
-            out[rel] = (run_dir / rel).read_text(encoding="utf-8", errors="replace")
-    for p in sorted((run_dir / RunDir.COMPONENTS).glob("*.toml")):
-        out[f"{RunDir.COMPONENTS}/{p.name}"] = p.read_text(encoding="utf-8", errors="replace")
+    rels = [RunDir.SCRIPT, RunDir.FUNCTIONS, RunDir.PLAN]
+    rels += [f"{RunDir.COMPONENTS}/{p.name}" for p in sorted((run_dir / RunDir.COMPONENTS).glob("*.toml"))]
+    for rel in rels:
+        data = read_bytes(run_dir / rel, missing=None)
+        if data is not None:
+            out[rel] = data.decode("utf-8", errors="replace")
     return out
 
 
@@ -307,7 +307,7 @@ def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None) -> Non
     files = job_files(run_dir)
     script = files.get(RunDir.SCRIPT, "")
     plan = _read_json(RunDir(run_dir).plan)
-    text = compose(resolved.read_text(encoding="utf-8"), files, script_run_dir(script) or run_dir,
+    text = compose(read_text(resolved), files, script_run_dir(script) or run_dir,
                    source=header_source(script) or previous.get("recipe_file") or RunDir.RECIPE,
                    preflight=bool(plan.get("preflight")) if isinstance(plan, dict) else bool(previous.get("preflight")),
                    recipe_path=recipe_path, edited=edited, previous=previous)
