@@ -218,7 +218,7 @@ def cmd_plan(args) -> int:
     _, p, run_dir = planned(args.recipe, args.overrides, args.run_dir)
     warn(p.warnings)  # on stderr whatever stdout shows (the summary lists them too)
     if args.json:
-        print(plan_json(p), end="")
+        print(plan_json(p), end="")  # strict JSON: a plan's numbers are finite (the recipe refuses others)
         return 0
     if not args.salloc:
         print(summary(p, run_dir, args.job_id))
