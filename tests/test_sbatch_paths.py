@@ -29,6 +29,15 @@ from slurmrl.rundir.paths import RunDir
 ROOT = Path(__file__).resolve().parent.parent
 PLAIN = ROOT / "slurmrl" / "recipes" / "sft-debug.toml"  # one het group: a job array may hold it
 HOSTILE = st.text(alphabet=st.sampled_from(list(" #'\"$`;&*!?()[]{}<>|~=,:é中-_.ab")), min_size=1, max_size=12)
+
+
+def on_slurm(test):
+    """A few hostile names (each submits a job), and the ones that broke sbatch before."""
+    test = example(name="-rf #")(example(name=" a b#c")(example(name="it's \"q\" $HOME `id`")(test)))
+    return settings(max_examples=8, deadline=None, suppress_health_check=[
+        HealthCheck.function_scoped_fixture, HealthCheck.too_slow])(given(name=HOSTILE)(test))
+
+
 REFUSED = ["a%b", "50%", "a\\b", "x\ny", "x\ry", "t\tab"]
 
 
@@ -57,11 +66,7 @@ def std_out(record: str) -> str:
 
 
 @pytest.mark.cluster
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
-@given(name=HOSTILE)
-@example(name=" a b#c")
-@example(name="it's \"q\" $HOME `id`")
+@on_slurm
 @example(name="-rf #")
 def test_job_sbatch_output_path_as_sbatch_reads_it(slurm_cluster, tmp_path_factory, name):
     base = tmp_path_factory.mktemp("paths")
@@ -77,11 +82,7 @@ def test_job_sbatch_output_path_as_sbatch_reads_it(slurm_cluster, tmp_path_facto
 
 
 @pytest.mark.cluster
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
-@given(name=HOSTILE)
-@example(name=" a b#c")
-@example(name="it's \"q\" $HOME `id`")
+@on_slurm
 def test_sweep_array_output_path_as_sbatch_reads_it(slurm_cluster, tmp_path_factory, name):
     base = tmp_path_factory.mktemp("sweeps")
     sweep_dir = base / leaf(name)
