@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
@@ -16,6 +15,7 @@ from slurmrl.recipe.slurm_values import (
     TimeBudget,
     TimeLimit,
     Word,
+    check_memory,
     check_word,
 )
 from slurmrl.settings.limits import MAX_CPUS, MAX_DAYS, MAX_GPUS_PER_NODE, MAX_MEM_MB, MAX_NODES, MAX_SIGNAL_SECONDS
@@ -59,7 +59,9 @@ class Slurm(Section):
     signal: Signal = Field(
         "USR1@120",
         description="Warning signal and seconds before the time limit, as sbatch's `--signal` takes it: "
-        f"`[R:]SIG[@SECONDS]`, SIG a name with or without `SIG` or a number, seconds 0-{MAX_SIGNAL_SECONDS} (default 60); "
+        f"`[R:]SIG[@SECONDS]`, SIG one of sbatch's names (HUP, INT, QUIT, ABRT, ALRM, USR1, USR2, URG, CONT, TSTP, "
+        "TTIN, TTOU, XCPU; with or without `SIG`) or a number 1-64 (written as the number), "
+        f"seconds 0-{MAX_SIGNAL_SECONDS} (default 60); "
         "always sent to the batch shell, which traps it, asks trainer and orchestrator to checkpoint, then requeues "
         "(KILL, STOP, TERM and CHLD cannot serve).",
     )
@@ -130,10 +132,4 @@ class Slurm(Section):
     @field_validator("mem")
     @classmethod
     def _mem(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^\d+[KMGT]?$", v):
-            raise ValueError(f"{v!r} is not a memory size like 0, 500G or 64000M")
-        if v is not None:
-            unit = v[-1] if v[-1] in "KMGT" else "M"  # Slurm's default unit is megabytes
-            if int(v.rstrip("KMGT")) * {"K": 2**-10, "M": 1, "G": 2**10, "T": 2**20}[unit] > MAX_MEM_MB:
-                raise ValueError(f"{v!r} is more than 64T per node")
-        return v
+        return None if v is None else check_memory(v, MAX_MEM_MB)
