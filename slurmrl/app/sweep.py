@@ -45,6 +45,8 @@ from slurmrl.rundir import jobs, lockfile
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.read import read_text
 from slurmrl.rundir.text import is_one_line
+from slurmrl.rundir.undo import Changes
+from slurmrl.rundir.write import missing_folders, remove_empty
 from slurmrl.slurm import fit, tools
 from slurmrl.slurm.sbatch import sbatch
 from slurmrl.slurm.script import SHORT, read_groups
@@ -255,14 +257,17 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
     how = check_submission(sweep_dir, index, scripts, {d.name: group_names(d) for d in dirs}, max_running)
     array_text = array_script(sweep_dir, index, scripts[dirs[0].name], max_running) if how.mode == "array" else ""
     edited = {d.name: is_edited(d) for d in dirs}
-    for d in dirs:
-        RunDir(d).logs.mkdir(mode=0o700, exist_ok=True)  # sbatch opens logs/batch-*.out before the script runs
-        lockfile.refresh(d, edited[d.name])
-        set_aside(d)
+    changes = Changes()  # a failed sbatch puts every point's lock and logs back as they were
     record = {"submitted_at": datetime.now(UTC).isoformat(timespec="seconds"), "max_running": max_running}
     ids: list[str] = []
     script = RunDir(sweep_dir).sweep_script
     try:
+        for d in dirs:
+            changes.folders(RunDir(d).logs)
+            RunDir(d).logs.mkdir(mode=0o700, exist_ok=True)  # sbatch opens logs/batch-*.out before the script runs
+            lockfile.refresh(d, edited[d.name], changes=changes)
+            set_aside(d, changes)
+        changes.file(script)
         if how.mode == "array":
             script.write_text(array_text)
             script.chmod(0o700)
@@ -274,13 +279,15 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
             for i, d in enumerate(dirs):
                 waits_for = ids[i - max_running] if max_running and i >= max_running else None
                 ids.append(sbatch([*dependency_for(how.own_dependencies[i], waits_for), str(d / RunDir.SCRIPT)]))
-    except UserError as e:
-        script.unlink(missing_ok=True)
+    except BaseException as e:
+        changes.rollback()
         if ids:
             tools.call(["scancel", "--", *ids], check=False)
-            raise UserError(e.field, f"{e.message} (the {len(ids)} point(s) submitted before it were cancelled: "
-                                     f"{' '.join(ids)})") from None
+            if isinstance(e, UserError):
+                raise UserError(e.field, f"{e.message} (the {len(ids)} point(s) submitted before it were cancelled: "
+                                         f"{' '.join(ids)})") from None
         raise
+    changes.commit()
     for d, job_id in zip(dirs, ids):
         jobs.record(d, job_id, jobs.sha256(d / RunDir.SCRIPT), edited[d.name])
     record["job_ids"] = ids
@@ -299,7 +306,7 @@ def cmd_sweep(args) -> int:
     else:
         sweep = render_points(args.recipe, args.grid, args.overrides, max_running, args.sweep_dir)
         warn(sweep.warnings)
-        sweep_dir, fresh = sweep.sweep_dir, not sweep.sweep_dir.exists()
+        sweep_dir, fresh = sweep.sweep_dir, missing_folders(sweep.sweep_dir)
         if not args.render_only:  # refused here: nothing written, nothing submitted
             check_submission(sweep_dir, sweep.index, {n: f[RunDir.SCRIPT] for n, f in sweep.points.items()},
                              dict(sweep.groups), max_running or sweep.index["max_running"])
@@ -313,6 +320,7 @@ def cmd_sweep(args) -> int:
         except UserError:
             if fresh:  # this call wrote it: a refused submission leaves nothing behind
                 shutil.rmtree(sweep_dir, ignore_errors=True)
+                remove_empty(fresh)  # nor the output folders it made for it
             raise
         announce(sweep_dir, record)
         return 0

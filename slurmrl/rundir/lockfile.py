@@ -46,6 +46,7 @@ from slurmrl.rundir.jobs import history
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.read import kind, open_file, read_bytes, read_json, read_text, read_toml
 from slurmrl.rundir.text import is_one_line
+from slurmrl.rundir.undo import Changes
 
 FORMAT = 1  # [lock] format: a [lock] table without it is refused in a recipe
 HASH_CAP_BYTES = 1 << 30  # files larger than this (a container image, a big dataset) get size and mtime only
@@ -286,11 +287,13 @@ def compose(recipe_toml: str, files: dict[str, str], run_dir: Path, *, source: s
     return head + tomlw.dumps(recipe) + "\n" + tomlw.dumps({"lock": table})
 
 
-def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None) -> None:
+def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None, changes: Changes | None = None) -> None:
     """Rewrite RUN_DIR/lock.toml as the run dir is now, before it is submitted (hashes of the files
     as they go to sbatch, hand edits included). An earlier job's [[lock.runtime]] entries stay in
     the copy kept with its logs (logs/job-<id>/lock.toml). ``recipe_path``: the recipe file it was
-    just rendered from (its repository's git state is taken again), else kept from the old lock."""
+    just rendered from (its repository's git state is taken again), else kept from the old lock.
+    ``changes``: where every file written is recorded, to be put back if the submission fails."""
+    changes = changes or Changes()
     run_dir = Path(run_dir)
     resolved = RunDir(run_dir).recipe
     if not resolved.is_file():
@@ -302,7 +305,9 @@ def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None) -> Non
     jobs = history(run_dir)
     if previous.get("runtime") and jobs:
         keep = RunDir(run_dir).set_aside_dir(jobs[-1].job_id)
+        changes.folders(keep)
         keep.mkdir(parents=True, exist_ok=True, mode=0o700)
+        changes.file(keep / RunDir.LOCK)
         shutil.copy2(lock_path, keep / RunDir.LOCK)
     files = job_files(run_dir)
     script = files.get(RunDir.SCRIPT, "")
@@ -311,6 +316,7 @@ def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None) -> Non
                    source=header_source(script) or previous.get("recipe_file") or RunDir.RECIPE,
                    preflight=bool(plan.get("preflight")) if isinstance(plan, dict) else bool(previous.get("preflight")),
                    recipe_path=recipe_path, edited=edited, previous=previous)
+    changes.file(lock_path)
     write_text(lock_path, text)
 
 

@@ -88,11 +88,19 @@ def make_parents(path: Path) -> list[Path]:
     return made
 
 
+def missing_folders(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist yet, outermost first: what a write would create, for
+    :func:`remove_empty` after a refusal."""
+    return [p for p in reversed([Path(path), *Path(path).parents]) if not p.exists()]
+
+
 def remove_empty(made: list[Path]) -> None:
     """Remove the folders :func:`make_parents` created (innermost first), where they are still empty."""
     for p in reversed(made):
         try:
             p.rmdir()
+        except FileNotFoundError:
+            continue  # removed already (the run dir itself, say)
         except OSError:
             return
 
