@@ -284,7 +284,7 @@ SPELLINGS = [
     {"slurm.signal": "b:hup@000120", "slurm.time": "infinite", "slurm.mail_type": "NONE"},
     {"slurm.signal": "40", "slurm.time": "0", "slurm.mail_type": "stage_out,invalid_depend,requeue"},
     {"slurm.signal": "RB:USR1@65535", "slurm.time": "2-00:00:01", "slurm.mail_type": "TIME_LIMIT_50"},
-    {"slurm.signal": "SIGUSR1@0", "slurm.time": "1-2:30", "slurm.mail_user": "me@example.org"},
+    {"slurm.signal": "SIGUSR1@0", "slurm.time": "1-2:30", "slurm.mail_user": "me@example.org", "slurm.mail_type": "END"},
 ]
 
 

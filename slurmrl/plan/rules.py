@@ -230,6 +230,14 @@ def check_applies(r: Recipe) -> None:
         raise UserError("slurm.cpu_partition", "only applies to the orchestrator's own CPU-only group "
                         "(orchestrator.placement = 'own'); the GPU groups use slurm.partition. Remove it "
                         "(or --set slurm.cpu_partition='')")
+    if not s.requeue:
+        for name in ("max_requeues", "max_total_time"):
+            if changed(s, name):
+                raise UserError(f"slurm.{name}", "only applies with slurm.requeue = true (this job never requeues); "
+                                "remove it")
+    if changed(s, "mail_user") and s.mail_user and s.mail_type in (None, "NONE"):
+        raise UserError("slurm.mail_user", "only applies with slurm.mail_type (Slurm sends no mail without one, "
+                        "e.g. 'END,FAIL')")
     if changed(s, "heartbeat_timeout") and t is None and o is None:
         raise UserError("slurm.heartbeat_timeout", f"watches the trainer and orchestrator, which kind {r.kind!r} does "
                         "not run; inference servers have inference.startup_timeout")

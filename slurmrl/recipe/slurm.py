@@ -73,16 +73,17 @@ class Slurm(Section):
     max_requeues: NonNegInt = Field(
         3, le=1000,
         description="How many times the warning signal may requeue the job (0-1000). A warning that comes before "
-        "every component is ready never requeues: the next attempt would start over the same way.",
+        "every component is ready never requeues: the next attempt would start over the same way. Only with `requeue = true`.",
     )
     max_total_time: TimeBudget | None = Field(
-        None, description="Total wall-clock budget over all attempts (Slurm time format); no requeue once it is used."
+        None, description="Total wall-clock budget over all attempts (Slurm time format); no requeue once it is used. Only with "
+        "`requeue = true`."
     )
     grace_seconds: int = Field(
         60, ge=0, le=3600,
         description="After a failure or the warning signal: seconds components get to flush before KILL (0-3600).",
     )
-    mail_user: str | None = Field(None, description="`--mail-user`.")
+    mail_user: str | None = Field(None, description="`--mail-user`; only with `mail_type` (Slurm sends no mail without).")
     mail_type: MailTypes | None = Field(
         None, description="`--mail-type`: a comma-separated list of NONE, BEGIN, END, FAIL, REQUEUE, ALL, "
         "INVALID_DEPEND, STAGE_OUT, TIME_LIMIT, TIME_LIMIT_90, TIME_LIMIT_80, TIME_LIMIT_50, ARRAY_TASKS, e.g. `END,FAIL`.",
