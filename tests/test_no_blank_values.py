@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from test_no_silent_knobs import leaves
 
 from slurmrl.errors import UserError
 from slurmrl.plan import plan
 from slurmrl.recipe.load import apply_overrides, read_toml, validate
-from slurmrl.recipe.recipe import Recipe
 
 ROOT = Path(__file__).resolve().parent.parent
 GALLERY = sorted((ROOT / "slurmrl" / "recipes").glob("*.toml"))
@@ -46,26 +45,10 @@ def _is_str_list(annotation) -> bool:
     return any(_is_str_list(a) for a in _args(annotation) if typing.get_origin(annotation) is not dict)
 
 
-def _section(annotation) -> type[BaseModel] | None:
-    for a in (annotation, *_args(annotation)):
-        if isinstance(a, type) and issubclass(a, BaseModel):
-            return a
-    return None
-
-
-def text_fields(model: type[BaseModel] = Recipe, prefix: str = "") -> list[tuple[str, str]]:
-    """(dotted path, 'str' or 'list') of every string and list-of-strings field under ``model``."""
-    out = []
-    for name, f in model.model_fields.items():
-        path = f"{prefix}{name}"
-        sub = _section(f.annotation)
-        if sub is not None:
-            out += text_fields(sub, path + ".")
-        elif _is_str_list(f.annotation):
-            out.append((path, "list"))
-        elif _is_str(f.annotation):
-            out.append((path, "str"))
-    return out
+def text_fields() -> list[tuple[str, str]]:
+    """(dotted path, 'str' or 'list') of every string and list-of-strings field of the recipe."""
+    return [(path, "list" if _is_str_list(f.annotation) else "str") for path, f in leaves()
+            if _is_str_list(f.annotation) or _is_str(f.annotation)]
 
 
 FIELDS = text_fields()
