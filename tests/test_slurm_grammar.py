@@ -137,6 +137,15 @@ def test_the_recipe_refuses_other_digits_in_every_slurm_typed_field(data):
     refused(field, with_other_digit(good, data))
 
 
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_typed_options_in_extra_directives_go_through_the_same_checks(data):
+    option, good = data.draw(st.sampled_from([("--time-min", "1-02:00"), ("--mem-per-cpu", "4G"),
+                                              ("--mem-per-gpu", "80000"), ("-t", "90:30"), ("--signal", "B:USR2@60")]))
+    assert load(**{"slurm.extra_directives": [f"{option}={good}"]})
+    refused("slurm.extra_directives", [f"{option}={with_other_digit(good, data)}"])
+
+
 # ---- signals --------------------------------------------------------------------------------------------
 @MANY
 @given(name=names, flag=st.sampled_from(["", "R:", "B:", "RB:"]), secs=st.none() | st.integers(0, 65535))

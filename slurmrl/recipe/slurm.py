@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from slurmrl.recipe.fields import _check_single_line
 from slurmrl.recipe.slurm_values import (
+    TYPED_OPTIONS,
     WORD_OPTIONS,
     MailTypes,
     Signal,
@@ -128,6 +129,8 @@ class Slurm(Section):
             option, eq, value = d.partition("=")
             if eq and option in WORD_OPTIONS:
                 check_word(value)
+            if option in TYPED_OPTIONS:
+                TYPED_OPTIONS[option](value)  # as the field of that type checks it (ValueError: refused)
         return v
 
     @field_validator("mem")

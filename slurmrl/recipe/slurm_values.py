@@ -220,3 +220,14 @@ Word = Annotated[str, AfterValidator(check_word)]
 
 # sbatch options whose value is such a word, when given verbatim in slurm.extra_directives
 WORD_OPTIONS = ("--partition", "-p", "--account", "-A", "--qos", "-q", "--reservation", "--constraint", "-C")
+
+
+def _memory_value(text: str) -> str:
+    memory_mb(text)
+    return text
+
+
+# sbatch options with a Slurm-typed value, when given verbatim in slurm.extra_directives: the same checks
+TYPED_OPTIONS = {"--time": check_time_limit, "-t": check_time_limit, "--time-min": check_time_limit,
+                 "--mem": _memory_value, "--mem-per-cpu": _memory_value, "--mem-per-gpu": _memory_value,
+                 "--signal": check_signal, "--mail-type": check_mail_type}
