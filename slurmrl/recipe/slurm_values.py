@@ -11,7 +11,7 @@ below; the planner reads the values back through the helpers (``time_seconds``, 
 - signals: ``get_signal_opts`` and ``sig_name2num`` (src/common/proc_args.c): a number, or one of the
   16 names of ``signals_mapping`` with or without SIG, any case; a number is sent as that number;
 - mail types: ``parse_mail_type`` (src/common/slurm_opt.c), the list sbatch(1) documents.
-Every digit is an ASCII digit: Python's ``\d`` and ``str.isdigit`` take other scripts' digits
+Every digit is an ASCII digit: Python's ``\\d`` and ``str.isdigit`` take other scripts' digits
 ('١٢', fullwidth '１２'), which sbatch refuses, so neither is used here."""
 
 from __future__ import annotations
