@@ -65,8 +65,13 @@ def make_special(path: Path, kind: str, tmp: Path) -> None:
         os.mkfifo(path)
     elif kind == "socket":
         s = socket.socket(socket.AF_UNIX)
-        s.bind(str(path))
-        s.close()
+        here = os.getcwd()
+        os.chdir(path.parent)  # a relative name: a socket's path may be at most 107 bytes
+        try:
+            s.bind(path.name)
+        finally:
+            os.chdir(here)
+            s.close()
     elif kind == "folder":
         path.mkdir()
         (path / "inside").write_text("x")
