@@ -27,20 +27,54 @@ def pyplot():
 DRIFT = (("kl", "KL to reference (mean)"), ("kl_inference", "KL to inference (mean)"), ("clip_frac", "clip fraction"))
 
 
+LARGEST_PLOTTED = 1e300  # matplotlib places no ticks on an axis spanning ~1e308: past this, a power of ten
+
+
+def fit_axes(fig) -> None:
+    """Every axis of ``fig`` whose finite data reach past LARGEST_PLOTTED is drawn in units of a power
+    of ten (named in its label): numbers at the limits of a float are drawn, never a crash."""
+    for ax in fig.axes:
+        lines, bars = ax.get_lines(), list(ax.patches)
+        values = [float(v) for line in lines for v in line.get_ydata()]
+        values += [float(v) for p in bars for v in (p.get_y(), p.get_y() + p.get_height())]
+        big = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+        if big <= LARGEST_PLOTTED:
+            continue
+        power = math.floor(math.log10(big))
+        unit = 10.0 ** power
+        for line in lines:
+            line.set_ydata([float(v) / unit for v in line.get_ydata()])
+        for p in bars:
+            p.set_y(p.get_y() / unit)
+            p.set_height(p.get_height() / unit)
+        ax.relim()
+        ax.autoscale_view()
+        ax.set_ylabel(f"{ax.get_ylabel()} (x 1e{power})")
+
+
+def short_number(value: float, width: int = 7) -> str:
+    """``.3f``, or ``.3g`` from a million up (1e308 is not 309 digits)."""
+    return f"{value:{width}.3f}" if abs(value) < 1e6 else f"{value:{width}.3g}"
+
+
 def terminal_chart(points: list[tuple[int, float]], width: int = 60, height: int = 12) -> str:
-    ys = [y for _, y in points]
-    lo, hi = min(ys), max(ys)
+    """The curve in text; finite numbers of any size (differences that overflow a float are taken in
+    units of the largest value)."""
+    unit = max((abs(y) for _, y in points), default=1.0) or 1.0
+    zs = [y / unit for _, y in points]  # within [-1, 1]: no sum or difference below overflows
+    lo, hi = min(zs), max(zs)
     span = (hi - lo) or 1.0
     cols = min(width, len(points))
     grid = [[" "] * cols for _ in range(height)]
     for c in range(cols):
-        chunk = points[c * len(points) // cols:(c + 1) * len(points) // cols] or [points[-1]]
-        y = sum(v for _, v in chunk) / len(chunk)
+        chunk = zs[c * len(points) // cols:(c + 1) * len(points) // cols] or [zs[-1]]
+        y = sum(chunk) / len(chunk)
         row = height - 1 - round((y - lo) / span * (height - 1))
         grid[row][c] = "*"
     lines = []
     for i, cells in enumerate(grid):
-        label = f"{hi - i * span / (height - 1):7.3f} |" if i in (0, height // 2, height - 1) else "        |"
+        value = (hi - i * span / (height - 1)) * unit
+        label = f"{short_number(value)} |" if i in (0, height // 2, height - 1) else "        |"
         lines.append(label + "".join(cells))
     lines.append("        +" + "-" * cols)
     lines.append(f"         step {points[0][0]} .. {points[-1][0]}   (mean reward per step)")
@@ -93,6 +127,7 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
         a.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[-1].set_xlabel("step")
     ax.grid(alpha=0.3)
+    fit_axes(fig)
     fig.tight_layout()
     return fig
 
@@ -124,6 +159,7 @@ def curves_png(curves: list[tuple[str, list[tuple[int, float]]]], out: Path, tit
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
+    fit_axes(fig)
     fig.tight_layout()
     fig.savefig(out)
     plt.close(fig)
@@ -198,6 +234,7 @@ def benchmark_figure(summary: dict, title: str):
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize="small")
     fig.suptitle(title)
+    fit_axes(fig)
     fig.tight_layout()
     return fig
 
@@ -248,7 +285,10 @@ def clip_axis(ax, top: float | None, tall: list[tuple[float, float]]) -> bool:
     if top is None:
         return False
     lo = min([y for _, y in tall if y <= top] or [0.0])
-    ax.set_ylim(lo - 0.05 * (top - lo) if lo != 0 else 0.0, top)  # the usual range, not the spike's margins
+    bottom = lo - 0.05 * (top - lo) if lo != 0 else 0.0
+    if not max(abs(bottom), abs(top)) <= LARGEST_PLOTTED or bottom >= top:  # values at a float's limits: fit_axes
+        return False
+    ax.set_ylim(bottom, top)  # the usual range, not the spike's margins
     past = sorted((x, y) for x, y in tall if y > top)
     for i, (x, y) in enumerate(past):
         ax.plot([x], [top], marker="^", color="black", markersize=6, clip_on=False, zorder=5)
@@ -316,6 +356,7 @@ def panels_figure(title: str, panels: list[Panel], xlabel: str):
             ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     axes[-1, 0].set_xlabel(xlabel)
     axes[0, 0].set_title(title)
+    fit_axes(fig)
     fig.tight_layout()
     return fig
 
@@ -345,5 +386,6 @@ def timeline_figure(title: str, rows: list[tuple[str, list[tuple[float, str]]]],
     ax.set_xlabel(xlabel)
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="x")
+    fit_axes(fig)
     fig.tight_layout()
     return fig

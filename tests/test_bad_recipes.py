@@ -393,15 +393,18 @@ def test_binary_or_huge_recipe(data, needle, tmp_path, monkeypatch, capsys):
 
 def test_unreadable_recipe(tmp_path, monkeypatch, capsys):
     """Permission denied (faked: the tests run as root, who reads anything)."""
-    from slurmrl.recipe import load
+    from slurmrl.rundir import read
 
-    write_recipe(tmp_path, RL)
+    recipe = write_recipe(tmp_path, RL).resolve()
     monkeypatch.chdir(tmp_path)
+    real_open = os.open
 
-    def no_access(path, *a, **k):
-        raise PermissionError(13, "Permission denied", str(path))
+    def no_access(path, *a, **k):  # every file slurmrl reads is opened by slurmrl.rundir.read
+        if Path(path).resolve() == recipe:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **k)
 
-    monkeypatch.setattr(load, "open", no_access, raising=False)
+    monkeypatch.setattr(read.os, "open", no_access)
     assert cli.main(["render", "recipe.toml"]) == 2
     check_one_line(capsys.readouterr().err, "recipe.toml", "permission denied")
     assert_nothing_written(tmp_path)

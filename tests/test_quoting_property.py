@@ -239,7 +239,7 @@ slurm_name = st.from_regex(r"\A[A-Za-z0-9_][A-Za-z0-9_.-]{0,15}\Z")
 @example(comment="line1\nrm -rf ~", job_name="j", account="a", qos="q", mail="m")
 def test_directive_values_reach_sbatch_verbatim(comment, job_name, account, qos, mail):
     r = base_recipe()
-    r["slurm"].update(comment=comment, job_name=job_name, account=account, qos=qos, mail_user=mail)
+    r["slurm"].update(comment=comment, job_name=job_name, account=account, qos=qos, mail_user=mail, mail_type="END")
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         out = render_or_skip(r, tmp)

@@ -241,7 +241,7 @@ def _fail_on_call(monkeypatch, name: str, n: int) -> None:
 
 def test_failed_first_render_leaves_nothing(tmp_path, monkeypatch):
     _fail_on_call(monkeypatch, "write_text", 2)
-    with pytest.raises(Boom):
+    with pytest.raises(UserError, match="cannot be written: injected failure"):  # an OSError: one line
         render(ROOT / "recipes" / "rl-debug.toml", run_dir=tmp_path / "r")
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []
@@ -253,7 +253,7 @@ def test_failed_rerender_leaves_the_old_run_dir_as_it_was(tmp_path, monkeypatch)
     render(recipe, run_dir=run_dir)
     before = _tree(run_dir)
     _fail_on_call(monkeypatch, "write_text", 2)
-    with pytest.raises(Boom):
+    with pytest.raises(UserError, match="cannot be written: injected failure"):  # an OSError: one line
         render(recipe, ["trainer.max_steps=7"], run_dir=run_dir)
     monkeypatch.undo()
     assert _tree(run_dir) == before
@@ -269,7 +269,7 @@ def test_failure_while_swapping_files_in_leaves_the_old_run_dir(tmp_path, monkey
     (run_dir / "logs" / "attempt-0").mkdir(parents=True)  # something the job wrote, carried over
     before = _tree(run_dir)
     _fail_on_call(monkeypatch, "rename", nth_rename)  # the swap moves folders with Path.rename
-    with pytest.raises(Boom):
+    with pytest.raises(UserError, match="cannot be written: injected failure"):  # an OSError: one line
         render(recipe, ["trainer.max_steps=7"], run_dir=run_dir)
     monkeypatch.undo()
     after = _tree(run_dir)

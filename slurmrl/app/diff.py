@@ -21,7 +21,7 @@ from slurmrl.plan.stored import is_preflight, load_plan
 from slurmrl.rundir import jobs
 from slurmrl.rundir.lockfile import header_source
 from slurmrl.rundir.paths import RunDir
-from slurmrl.rundir.read import read_text
+from slurmrl.rundir.read import check_file, read_bytes, read_text
 from slurmrl.slurm import tools
 
 
@@ -46,7 +46,7 @@ def _modes(run_dir: Path) -> list[bool]:
 def fresh_files(run_dir: Path, preflight: bool) -> dict[str, str]:
     """What RUN_DIR/recipe.toml renders now (relative path -> text), recipe.toml itself left out."""
     recipe_path = RunDir(run_dir).recipe
-    if not recipe_path.is_file():
+    if check_file(recipe_path, missing=None) is None:
         raise UserError(str(run_dir), "has no recipe.toml to render from")
     # the header names the recipe file the run dir was first rendered from, not recipe.toml
     source = header_source(read_text(RunDir(run_dir).script, missing="")) or recipe_path.name
@@ -56,12 +56,15 @@ def fresh_files(run_dir: Path, preflight: bool) -> dict[str, str]:
 
 
 def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    """The file's text (None: not there); binary bytes are shown as such; a path that is not a regular
+    file, or cannot be read, is one line naming it (slurmrl.rundir.read)."""
+    data = read_bytes(path, missing=None)
+    if data is None:
         return None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        return f"<cannot read: {e.__class__.__name__}>\n"
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"<not UTF-8 text: byte {e.start}>\n"
 
 
 def _owned_folders(rendered: dict[str, str]) -> set[str]:

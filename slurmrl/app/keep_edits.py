@@ -10,7 +10,6 @@ the files it writes and the folders it owns (components/); logs and job history 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -18,6 +17,7 @@ from typing import Protocol
 from slurmrl.errors import UserError
 from slurmrl.rundir import lockfile as lock
 from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_bytes, read_json, read_text
 
 KEPT = (RunDir.RECIPE, RunDir.LOCK)  # the source and its provenance: rewritten by every render
 
@@ -45,8 +45,8 @@ class Rendering(Protocol):
 def as_rendered(run_dir: Path, build: Callable[..., Rendering]) -> dict[str, str] | None:
     """What RUN_DIR/recipe.toml renders for this run dir (relative path -> text); None if it cannot."""
     try:
-        script = (run_dir / RunDir.SCRIPT).read_text(encoding="utf-8")
-        plan = json.loads((run_dir / RunDir.PLAN).read_text(encoding="utf-8"))
+        script = read_text(run_dir / RunDir.SCRIPT)
+        plan = read_json(run_dir / RunDir.PLAN)
         preflight = bool(plan.get("preflight")) if isinstance(plan, dict) else False
         out = build(run_dir / RunDir.RECIPE, run_dir=lock.script_run_dir(script) or run_dir, preflight=preflight,
                     source_name=lock.header_source(script))
@@ -69,8 +69,8 @@ def edited_files(run_dir: Path, files: dict[str, str], fresh: Callable[[], dict[
     edited = []
     for rel in _files_at_risk(run_dir, files):
         try:
-            data = (run_dir / rel).read_bytes()
-        except OSError:
+            data = read_bytes(run_dir / rel)
+        except UserError:  # not a regular file, or unreadable: not what was rendered
             edited.append(rel)
             continue
         if data == files.get(rel, "").encode("utf-8") and rel in files:

@@ -13,11 +13,13 @@ from slurmrl.plan.stored import load_plan
 from slurmrl.rundir import jobs
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.plain import plain
+from slurmrl.rundir.read import read_bytes
 from slurmrl.slurm import tools
 from slurmrl.slurm.watch import Watch
 
 POLL_S = 0.5
 STATE_EVERY_S = 2.0
+CHUNK = 1 << 20
 
 
 def attempt_dir(run_dir: Path, attempt: int | None) -> tuple[int, Path]:
@@ -51,31 +53,35 @@ def check_component(run_dir: Path, component: str | None) -> None:
 
 
 class Tail:
-    """Prints whole new lines of a set of files, ``NAME: line``."""
+    """Prints whole new lines of a set of files, ``NAME: line``; a path that is not a regular file
+    (a folder, a FIFO, a link that loops) is one line naming it (slurmrl.rundir.read)."""
 
     def __init__(self) -> None:
         self.offsets: dict[Path, int] = {}
-        self.partial: dict[Path, str] = {}
+        self.partial: dict[Path, bytes] = {}
 
     def pump(self, paths: list[Path], final: bool = False) -> None:
         for path in paths:
-            try:
-                with path.open("r", errors="replace") as f:
-                    f.seek(self.offsets.get(path, 0))
-                    chunk = f.read()
-                    self.offsets[path] = f.tell()
-            except FileNotFoundError:
-                continue
-            text = self.partial.pop(path, "") + chunk
-            lines = text.split("\n")
-            rest = lines.pop()
+            while True:  # at most CHUNK bytes at a time, so a huge log is never held whole
+                chunk = read_bytes(path, missing=None, limit=CHUNK, offset=self.offsets.get(path, 0), cut=True)
+                if not chunk:
+                    break
+                self.offsets[path] = self.offsets.get(path, 0) + len(chunk)
+                self._write(path, self.partial.pop(path, b"") + chunk)
+            rest = self.partial.pop(path, b"")
             if rest and final:
-                lines.append(rest)
+                self._write(path, rest + b"\n")
             elif rest:
                 self.partial[path] = rest
-            for line in lines:
-                sys.stdout.write(f"{path.name}: {plain(line)}\n")
         sys.stdout.flush()
+
+    def _write(self, path: Path, data: bytes) -> None:
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        if rest:
+            self.partial[path] = rest
+        for line in lines:
+            sys.stdout.write(f"{path.name}: {plain(line.decode('utf-8', errors='replace'))}\n")
 
 
 def logs(target: str | None, component: str | None, attempt: int | None, follow: bool) -> int:

@@ -24,8 +24,9 @@ def resolve_run_dir(recipe: Recipe, preflight: bool = False) -> Path:
 def check_run_dir(recipe: Recipe, run_dir: Path) -> None:
     """The run dir path goes into comments, #SBATCH lines and Pyxis' mount list."""
     text = str(run_dir)
-    if "\n" in text or "\r" in text:
-        raise UserError("output_dir", f"the run dir {text!r} cannot hold a line break")
+    problem = RunDir.pattern_problem(text)
+    if problem:
+        raise UserError("output_dir", problem)
     if recipe.container is not None and ("," in text or ":" in text):
         raise UserError("output_dir", f"the run dir {text!r} is mounted into the container; it cannot hold ',' or ':'")
 
@@ -80,7 +81,7 @@ def cmd_plan(args) -> int:
     _, p, run_dir = planned(args.recipe, args.overrides, args.run_dir)
     warn(p.warnings)  # on stderr whatever stdout shows (the summary lists them too)
     if args.json:
-        print(plan_json(p), end="")
+        print(plan_json(p), end="")  # strict JSON: a plan's numbers are finite (the recipe refuses others)
         return 0
     if not args.salloc:
         print(summary(p, run_dir, args.job_id))

@@ -11,7 +11,15 @@ from pathlib import Path
 from slurmrl.app import sweep_report
 from slurmrl.app.job_outputs import last_record, read_benchmark, read_evaluations, read_records, read_rewards
 from slurmrl.app.sweep_dir import is_sweep_dir
-from slurmrl.charts import benchmark_png, benchmark_rows, benchmark_status_line, png_chart, terminal_chart, text_table
+from slurmrl.charts import (
+    benchmark_png,
+    benchmark_rows,
+    benchmark_status_line,
+    png_chart,
+    short_number,
+    terminal_chart,
+    text_table,
+)
 from slurmrl.errors import UserError
 from slurmrl.rundir.evals import Evaluation
 from slurmrl.rundir.metrics import Row
@@ -23,7 +31,9 @@ def _fmt(value, spec: str) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
-        return format(value, spec) if math.isfinite(value) else str(float(value))
+        if not math.isfinite(value):
+            return str(float(value))
+        return format(value, spec) if not spec.endswith("f") or abs(value) < 1e15 else format(value, ".4g")
     except (OverflowError, ValueError):
         return str(value)[:20]
 
@@ -104,8 +114,8 @@ def plot(run_dir: str) -> int:
         raise UserError(str(path), "metrics/orchestrator.jsonl has no steps yet")
     print(terminal_chart(points))
     first, last = points[: max(1, len(points) // 4)], points[-max(1, len(points) // 4):]
-    mean = lambda xs: sum(y for _, y in xs) / len(xs)  # noqa: E731
-    print(f"first quarter mean {mean(first):.3f} -> last quarter mean {mean(last):.3f}")
+    mean = lambda xs: sum(y / len(xs) for _, y in xs)  # noqa: E731  (each term first: no overflow near 1e308)
+    print(f"first quarter mean {short_number(mean(first), 0)} -> last quarter mean {short_number(mean(last), 0)}")
     png = paths.reward_plot()
     line = training_line(last_record(paths.metrics("orchestrator")), last_record(paths.metrics("trainer")))
     if line:

@@ -23,6 +23,7 @@ from slurmrl.app.job_outputs import failed_reason, read_benchmark
 from slurmrl.app.sweep_dir import is_sweep_dir
 from slurmrl.errors import UserError
 from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_bytes
 from slurmrl.rundir.sweep_index import read_index
 
 XLABEL = "seconds since the job started"
@@ -154,7 +155,7 @@ def bench_panels(summary: dict) -> list[charts.Panel]:
 
 
 def _img(path: Path, alt: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
+    data = base64.b64encode(read_bytes(path)).decode()
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 

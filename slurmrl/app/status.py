@@ -3,7 +3,6 @@ readiness, the start-up phases of the current attempt, and the [benchmark] resul
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import sys
@@ -22,7 +21,7 @@ from slurmrl.plan import Plan
 from slurmrl.plan.stored import load_plan
 from slurmrl.plan.vllm import AUTH_MIDDLEWARE
 from slurmrl.render.summary import table
-from slurmrl.rundir import ended, jobs
+from slurmrl.rundir import ended, jobs, strict_json
 from slurmrl.rundir.links import read_links
 from slurmrl.rundir.notes import read_note
 from slurmrl.rundir.paths import RunDir
@@ -461,9 +460,9 @@ def status(target: str | None, watch: bool = False, as_json: bool = False) -> in
         rep = report(snap, run_dir, plan)  # the run dir's files are read (and refused) first
         if not snap.parts:
             if run_dir is not None:  # what the run dir itself says, then the error
-                print(json.dumps(rep) if as_json else text(rep), flush=True)
+                print(strict_json.dumps(rep) if as_json else text(rep), flush=True)
             raise not_known(job_id, run_dir)
-        print(json.dumps(rep) if as_json else text(rep), flush=True)
+        print(strict_json.dumps(rep) if as_json else text(rep), flush=True)
         return 0
     started = time.monotonic()
     tty = sys.stdout.isatty() and not as_json
@@ -472,8 +471,8 @@ def status(target: str | None, watch: bool = False, as_json: bool = False) -> in
         rep = report(snap, run_dir, plan)
         # a terminal is redrawn as the clock ticks; a log or a pipe gets a new report only when
         # something other than elapsed times changed
-        shown = json.dumps(rep) if as_json else text(rep)
-        key = shown if tty else json.dumps(without_elapsed(rep))
+        shown = strict_json.dumps(rep) if as_json else text(rep)
+        key = shown if tty else strict_json.dumps(without_elapsed(rep))
         if key != last:
             if tty:
                 sys.stdout.write("\033[H\033[2J")

@@ -20,7 +20,8 @@ from slurmrl.rundir import jobs, lockfile
 from slurmrl.rundir.links import read_links
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.read import read_text
-from slurmrl.rundir.write import write_run_dir
+from slurmrl.rundir.undo import Changes
+from slurmrl.rundir.write import missing_folders, remove_empty, write_run_dir
 from slurmrl.slurm import fit, tools, topology
 from slurmrl.slurm.sbatch import sbatch
 from slurmrl.slurm.script import read_groups
@@ -64,9 +65,10 @@ def check_not_running(run_dir: Path) -> None:
                                       f"`slurmrl cancel {run_dir}` first, or wait for it")
 
 
-def set_aside(run_dir: Path) -> None:
+def set_aside(run_dir: Path, changes: Changes) -> None:
     """Move the last job's logs, ready files and probe reports into logs/job-<id>/ (kept, out of
-    the way), so the new job's attempt-0 starts empty and `status`/`logs` show only the new job."""
+    the way), so the new job's attempt-0 starts empty and `status`/`logs` show only the new job.
+    Every move is recorded in ``changes`` (a failed sbatch moves them back)."""
     previous = jobs.history(run_dir)
     if not previous:
         return
@@ -75,11 +77,9 @@ def set_aside(run_dir: Path) -> None:
     moved = [*paths.logs.glob("attempt-*"), *paths.job_outputs()]
     for src in moved:
         if src.exists():
+            changes.folders(dest)
             dest.mkdir(parents=True, exist_ok=True, mode=0o700)
-            target = dest / src.name
-            if target.exists():
-                shutil.rmtree(target)
-            src.rename(target)
+            changes.rename(src, dest / src.name)
 
 
 def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> Submitted:
@@ -93,7 +93,7 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         topology.refuse_unsupported(out.script)  # e.g. --segment where this cluster's sbatch lacks it
         if RunDir(run_dir).jobs.exists():
             check_not_running(run_dir)
-        fresh = not run_dir.exists()
+        fresh = missing_folders(run_dir)  # the run dir, and its parents, when this call makes them
         if not force:
             refuse_lost_edits(run_dir, out.files, build)  # a rendered run dir's hand edits are not dropped
         write_run_dir(run_dir, out.files, force=force)  # refuses over a submitted run dir without --force
@@ -111,26 +111,44 @@ def submit(target: str, overrides: list[str], force: bool, preflight: bool) -> S
         topology.refuse_unsupported(text)
         check_not_running(run_dir)
         edited = is_edited(run_dir)
-        fresh = False
+        fresh = []
     try:
         return send(where, run_dir, edited, recipe_path=path if kind == "recipe" else None)
     except BaseException:
         if fresh and not RunDir(run_dir).jobs.exists():  # this call wrote it, and nothing runs from it
             shutil.rmtree(run_dir, ignore_errors=True)
+            remove_empty(fresh)  # and the output folders it made for it
         raise
 
 
 def send(where, run_dir: Path, edited: bool, recipe_path: Path | None) -> Submitted:
-    """Lock, set the last job's outputs aside, sbatch, record: after every check has passed."""
+    """Lock, set the last job's outputs aside, sbatch, record: after every check has passed. When sbatch
+    fails, lock.toml and every file moved are put back as they were (here and, on a cluster, there)."""
     where.pull(run_dir)  # on a cluster: the last job's outputs first, so they are set aside there too
-    lockfile.refresh(run_dir, edited, recipe_path=recipe_path)  # hashes as submitted
-    set_aside(run_dir)
-    where.push(run_dir)
+    changes = Changes()
+    try:
+        lockfile.refresh(run_dir, edited, recipe_path=recipe_path, changes=changes)  # hashes as submitted
+        set_aside(run_dir, changes)
+        where.push(run_dir)
+        job_id = sbatch([str(RunDir(where.place(run_dir)).script)])
+    except BaseException:
+        changes.rollback()
+        put_back(where, run_dir)
+        raise
+    changes.commit()
     script = RunDir(run_dir).script
-    job_id = sbatch([str(RunDir(where.place(run_dir)).script)])
     jobs.record(run_dir, job_id, jobs.sha256(script), edited, cluster=where.name)
     where.push(run_dir, [RunDir.JOBS])
     return Submitted(run_dir, job_id, edited)
+
+
+def put_back(where, run_dir: Path) -> None:
+    """After a rollback: the cluster's copy as the local one is again (nothing to do on this machine)."""
+    if where.name:
+        try:
+            where.push(run_dir)
+        except (UserError, OSError):
+            pass  # the refusal that brought us here is the error to show
 
 
 def announce(s: Submitted) -> None:

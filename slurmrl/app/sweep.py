@@ -41,11 +41,13 @@ from slurmrl.app.sweep_dir import (
 )
 from slurmrl.errors import UserError
 from slurmrl.recipe.sweep import MAX_SWEEP_POINTS
-from slurmrl.render.quoting import shq
+from slurmrl.render.quoting import sbatch_value, shq
 from slurmrl.rundir import jobs, lockfile
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.read import read_text
 from slurmrl.rundir.text import is_one_line
+from slurmrl.rundir.undo import Changes
+from slurmrl.rundir.write import missing_folders, remove_empty
 from slurmrl.slurm import fit, tools
 from slurmrl.slurm.sbatch import sbatch
 from slurmrl.slurm.script import SHORT, read_groups
@@ -86,6 +88,9 @@ def render_points(recipe_path: str | Path, grid_items: list[str], overrides: Seq
     data = sweep_grid.read_recipe_data(recipe_path, overrides)
     base, grid = sweep_grid.grid_of(data, grid_items)
     out_dir = Path(sweep_dir).resolve() if sweep_dir else default_sweep_dir(base.output_dir, base.name)
+    problem = RunDir.pattern_problem(out_dir)
+    if problem:
+        raise UserError("--sweep-dir" if sweep_dir else "output_dir", problem)
     check_not_submitted(out_dir)
     max_running = max_running or (base.sweep.max_running if base.sweep else None)
     rendered: dict[str, dict[str, str]] = {}
@@ -169,17 +174,17 @@ def array_script(sweep_dir: Path, index: dict, first_script: str, max_running: i
     own = set(ARRAY_OWN) | {k for k, v in SHORT.items() if v in ARRAY_OWN}
     kept = [line for line in sbatch_lines(first_script)
             if line.split()[1:2] and line.split()[1].split("=")[0] not in own]
-    if not is_one_line(str(sweep_dir)) or "\t" in str(sweep_dir):
-        raise UserError(str(sweep_dir)[:60], "a sweep dir's path goes into sweep.sbatch's #SBATCH lines; it cannot "
-                                             "hold a line break or a tab")
+    problem = RunDir.pattern_problem(sweep_dir) if is_one_line(str(sweep_dir)) else "it cannot hold a line break"
+    if problem:
+        raise UserError("--sweep-dir", problem)
     pattern = RunDir(sweep_dir / f"{index['name']}-p%a").array_batch_log_pattern()
     lines = [
         "#!/bin/bash",
         f"# slurmrl sweep {index['name']}: {n} point(s), one job array; array task I runs point I's job.sbatch",
         "# as it is (every point asks for the same resources; their #SBATCH lines, repeated below, are the",
         "# same but for job name and output). The points and their values: sweep.json.",
-        f"#SBATCH --job-name={index['name']}-sweep",
-        f"#SBATCH --output={pattern}",
+        f"#SBATCH --job-name={sbatch_value(index['name'] + '-sweep')}",
+        f"#SBATCH --output={sbatch_value(pattern)}",
         f"#SBATCH --array=0-{n - 1}" + (f"%{max_running}" if max_running else ""),
         *kept,
         "",
@@ -251,17 +256,21 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
     for d in dirs:
         check_not_running(d)
     how = check_submission(sweep_dir, index, scripts, {d.name: group_names(d) for d in dirs}, max_running)
+    array_text = array_script(sweep_dir, index, scripts[dirs[0].name], max_running) if how.mode == "array" else ""
     edited = {d.name: is_edited(d) for d in dirs}
-    for d in dirs:
-        RunDir(d).logs.mkdir(mode=0o700, exist_ok=True)  # sbatch opens logs/batch-*.out before the script runs
-        lockfile.refresh(d, edited[d.name])
-        set_aside(d)
+    changes = Changes()  # a failed sbatch puts every point's lock and logs back as they were
     record = {"submitted_at": datetime.now(UTC).isoformat(timespec="seconds"), "max_running": max_running}
     ids: list[str] = []
     script = RunDir(sweep_dir).sweep_script
     try:
+        for d in dirs:
+            changes.folders(RunDir(d).logs)
+            RunDir(d).logs.mkdir(mode=0o700, exist_ok=True)  # sbatch opens logs/batch-*.out before the script runs
+            lockfile.refresh(d, edited[d.name], changes=changes)
+            set_aside(d, changes)
+        changes.file(script)
         if how.mode == "array":
-            script.write_text(array_script(sweep_dir, index, scripts[dirs[0].name], max_running))
+            script.write_text(array_text)
             script.chmod(0o700)
             array_id = sbatch([str(script)])
             record.update(mode="array", array_job=array_id)
@@ -271,13 +280,15 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
             for i, d in enumerate(dirs):
                 waits_for = ids[i - max_running] if max_running and i >= max_running else None
                 ids.append(sbatch([*dependency_for(how.own_dependencies[i], waits_for), str(d / RunDir.SCRIPT)]))
-    except UserError as e:
-        script.unlink(missing_ok=True)
+    except BaseException as e:
+        changes.rollback()
         if ids:
             tools.call(["scancel", "--", *ids], check=False)
-            raise UserError(e.field, f"{e.message} (the {len(ids)} point(s) submitted before it were cancelled: "
-                                     f"{' '.join(ids)})") from None
+            if isinstance(e, UserError):
+                raise UserError(e.field, f"{e.message} (the {len(ids)} point(s) submitted before it were cancelled: "
+                                         f"{' '.join(ids)})") from None
         raise
+    changes.commit()
     for d, job_id in zip(dirs, ids):
         jobs.record(d, job_id, jobs.sha256(d / RunDir.SCRIPT), edited[d.name])
     record["job_ids"] = ids
@@ -296,7 +307,7 @@ def cmd_sweep(args) -> int:
     else:
         sweep = render_points(args.recipe, args.grid, args.overrides, max_running, args.sweep_dir)
         warn(sweep.warnings)
-        sweep_dir, fresh = sweep.sweep_dir, not sweep.sweep_dir.exists()
+        sweep_dir, fresh = sweep.sweep_dir, missing_folders(sweep.sweep_dir)
         if not args.render_only:  # refused here: nothing written, nothing submitted
             check_submission(sweep_dir, sweep.index, {n: f[RunDir.SCRIPT] for n, f in sweep.points.items()},
                              dict(sweep.groups), max_running or sweep.index["max_running"])
@@ -310,6 +321,7 @@ def cmd_sweep(args) -> int:
         except UserError:
             if fresh:  # this call wrote it: a refused submission leaves nothing behind
                 shutil.rmtree(sweep_dir, ignore_errors=True)
+                remove_empty(fresh)  # nor the output folders it made for it
             raise
         announce(sweep_dir, record)
         return 0

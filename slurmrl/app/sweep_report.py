@@ -14,6 +14,7 @@ from slurmrl.app.job_outputs import failed_reason, latest_metrics, read_rewards
 from slurmrl.app.sweep_dir import latest_job_ids
 from slurmrl.errors import UserError
 from slurmrl.render.summary import table
+from slurmrl.rundir import strict_json
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.sweep_index import read_index
 from slurmrl.slurm import tools
@@ -79,7 +80,7 @@ def sweep_status(target: str, watch: bool = False, as_json: bool = False) -> int
     last = None
     while True:
         rep = report(sweep_dir)
-        shown = json.dumps(rep) if as_json else text(rep)
+        shown = strict_json.dumps(rep) if as_json else text(rep)
         if shown != last:
             print(shown, flush=True)
             last = shown

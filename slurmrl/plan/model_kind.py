@@ -8,11 +8,11 @@ needs experts, and a local folder's name need not say so (``/models/my-finetune`
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from slurmrl.errors import UserError
+from slurmrl.rundir.read import read_json
 
 # what a hub id (or a folder named after one) of a mixture-of-experts model says in its name
 MOE_NAME = re.compile(r"moe|mixtral|-a\d+(\.\d+)?b\b|deepseek-(v[23]|r1)|qwen3-next|gpt-oss|jamba|dbrx|arctic|"
@@ -32,12 +32,12 @@ REPLAY_NAME = re.compile(r"qwen1\.5-moe|qwen2-57b-a14b|qwen3-\d+(\.\d+)?b-a\d+b|
 def config_of(path: str) -> dict | None:
     """``path/config.json`` as a dict; None where there is no such file here (a hub id)."""
     file = Path(path).expanduser() / "config.json"
-    if not file.is_file():
-        return None
     try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise UserError("model.path", f"cannot read {str(file)!r} as JSON: {e}") from None
+        config = read_json(file, missing=None)
+    except UserError as e:
+        raise UserError("model.path", f"cannot read {str(file)!r} as JSON: {e.message}") from None
+    if config is None:
+        return None
     if not isinstance(config, dict):
         raise UserError("model.path", f"{str(file)!r} is not a JSON object")
     return config

@@ -162,13 +162,27 @@ def changed(section, name: str) -> bool:
     return user_set(section, name)
 
 
-def check_applies(r: Recipe) -> None:
-    """No silent knobs: a field set where this shape never uses it is refused, saying what applies instead."""
-    s, o, t, inf = r.slurm, r.orchestrator, r.trainer, r.inference
+def check_slurm_applies(r: Recipe) -> None:
+    """[slurm] fields that only some shapes read: the CPU partition, requeue limits, the mail address."""
+    s, o = r.slurm, r.orchestrator
     if s.cpu_partition and (o is None or o.placement != "own"):  # '' is left out, like None
         raise UserError("slurm.cpu_partition", "only applies to the orchestrator's own CPU-only group "
                         "(orchestrator.placement = 'own'); the GPU groups use slurm.partition. Remove it "
                         "(or --set slurm.cpu_partition='')")
+    if not s.requeue:
+        for name in ("max_requeues", "max_total_time"):
+            if changed(s, name):
+                raise UserError(f"slurm.{name}", "only applies with slurm.requeue = true (this job never requeues); "
+                                "remove it")
+    if changed(s, "mail_user") and s.mail_user and s.mail_type in (None, "NONE"):
+        raise UserError("slurm.mail_user", "only applies with slurm.mail_type (Slurm sends no mail without one, "
+                        "e.g. 'END,FAIL')")
+
+
+def check_applies(r: Recipe) -> None:
+    """No silent knobs: a field set where this shape never uses it is refused, saying what applies instead."""
+    s, o, t, inf = r.slurm, r.orchestrator, r.trainer, r.inference
+    check_slurm_applies(r)
     if changed(s, "heartbeat_timeout") and t is None and o is None:
         raise UserError("slurm.heartbeat_timeout", f"watches the trainer and orchestrator, which kind {r.kind!r} does "
                         "not run; inference servers have inference.startup_timeout")

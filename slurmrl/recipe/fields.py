@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BaseModel
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -66,3 +67,28 @@ FailOn = Annotated[list[str], AfterValidator(_check_patterns)]
 FAIL_ON_HELP = ("Failure probes: regular expressions (Python's `re`); a line of {what}'s log that matches one "
                 "ends the job at once, the line quoted in FAILED and `status` (CUDA out of memory, NCCL errors and "
                 "a missing model are probed always).")
+
+
+# ---- no blank value reaches a script ---------------------------------------------------------------
+def blank_fields(model: BaseModel, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(field path, what is wrong) for every blank value in ``model`` and the sections under it: a string
+    of only whitespace (an empty string is "left out" where a field allows it), and an empty or
+    whitespace-only item of a list (a word of a command line, a module, a node, a served name).
+    Maps are data (environment values, environment arguments): their values are the user's to choose."""
+    for name in type(model).model_fields:
+        value, path = getattr(model, name), f"{prefix}{name}"
+        if isinstance(value, str):
+            if value and not value.strip():
+                yield path, "is blank (only whitespace); give a value or leave the field out"
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                if isinstance(item, str) and not item.strip():
+                    yield path, f"item {i + 1} is {'empty' if not item else 'blank (only whitespace)'}; remove it"
+                elif isinstance(item, BaseModel):
+                    yield from blank_fields(item, f"{path}[{i}].")
+        elif isinstance(value, BaseModel):
+            yield from blank_fields(value, f"{path}.")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, BaseModel):
+                    yield from blank_fields(item, f"{path}.{key}.")

@@ -20,6 +20,7 @@ from slurmrl.errors import UserError
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.schema import KeyedOn, key_of, models, variants
 from slurmrl.recipe.user_set import unresolve
+from slurmrl.rundir.read import read_bytes
 from slurmrl.settings.limits import INT64
 
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a few KB; this keeps /dev/zero and the like out
@@ -180,17 +181,11 @@ def validate(data: dict, resolved: bool = False) -> Recipe:
 
 
 def read_toml(path: Path) -> dict:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_RECIPE_BYTES + 1)
-    except FileNotFoundError:
-        raise UserError(str(path), "no such recipe file") from None
-    except IsADirectoryError:
-        raise UserError(str(path), "is a directory; give the recipe's .toml file") from None
-    except PermissionError:
-        raise UserError(str(path), "cannot read the recipe: permission denied") from None
-    except OSError as e:
-        raise UserError(str(path), f"cannot read the recipe: {e.strerror or e}") from None
+    if Path(path).is_dir():
+        raise UserError(str(path), "is a directory; give the recipe's .toml file")
+    raw = read_bytes(path, missing=None, limit=MAX_RECIPE_BYTES + 1, cut=True)  # not a regular file: one line
+    if raw is None:
+        raise UserError(str(path), "no such recipe file")
     if len(raw) > MAX_RECIPE_BYTES:
         raise UserError(str(path), f"is larger than {MAX_RECIPE_BYTES >> 20} MiB; a recipe is a few KB of TOML")
     try:
@@ -254,7 +249,7 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
 def is_resolved(path: Path) -> bool:
     """``path`` is a resolved recipe that slurmrl wrote (a run dir's recipe.toml, or a copy of one)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(RESOLVED_HEADER)).decode("utf-8", "replace") == RESOLVED_HEADER
-    except OSError:
+        head = read_bytes(path, limit=len(RESOLVED_HEADER.encode()), cut=True)
+    except UserError:
         return False
+    return head.decode("utf-8", "replace") == RESOLVED_HEADER

@@ -25,7 +25,7 @@ from slurmrl.recipe.benchmark import Benchmark
 from slurmrl.recipe.collector import Collector
 from slurmrl.recipe.container import Container
 from slurmrl.recipe.eval import Eval
-from slurmrl.recipe.fields import NAME_RE, EnvMap
+from slurmrl.recipe.fields import NAME_RE, EnvMap, blank_fields
 from slurmrl.recipe.inference import Inference
 from slurmrl.recipe.judge import Judge
 from slurmrl.recipe.model import Model
@@ -77,6 +77,13 @@ class Recipe(Section):
         None, description="Keep every component's Prometheus `/metrics` in the run dir while the job runs "
         "(`slurmrl report` draws them)."
     )
+
+    @model_validator(mode="after")
+    def _no_blank(self) -> Recipe:
+        """One rule for every section: no blank string and no blank list item reaches a script."""
+        for path, problem in blank_fields(self):
+            raise UserError(path, problem)  # UserError passes through pydantic: the message names the field
+        return self
 
     @model_validator(mode="after")
     def _size(self) -> Recipe:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
 from slurmrl.recipe.fields import _check_single_line
 from slurmrl.recipe.slurm_values import (
+    TYPED_OPTIONS,
     WORD_OPTIONS,
     MailTypes,
     Signal,
@@ -16,6 +16,7 @@ from slurmrl.recipe.slurm_values import (
     TimeBudget,
     TimeLimit,
     Word,
+    check_memory,
     check_word,
 )
 from slurmrl.settings.limits import MAX_CPUS, MAX_DAYS, MAX_GPUS_PER_NODE, MAX_MEM_MB, MAX_NODES, MAX_SIGNAL_SECONDS
@@ -59,7 +60,9 @@ class Slurm(Section):
     signal: Signal = Field(
         "USR1@120",
         description="Warning signal and seconds before the time limit, as sbatch's `--signal` takes it: "
-        f"`[R:]SIG[@SECONDS]`, SIG a name with or without `SIG` or a number, seconds 0-{MAX_SIGNAL_SECONDS} (default 60); "
+        f"`[R:]SIG[@SECONDS]`, SIG one of sbatch's names (HUP, INT, QUIT, ABRT, ALRM, USR1, USR2, URG, CONT, TSTP, "
+        "TTIN, TTOU, XCPU; with or without `SIG`) or a number 1-64 (written as the number), "
+        f"seconds 0-{MAX_SIGNAL_SECONDS} (default 60); "
         "always sent to the batch shell, which traps it, asks trainer and orchestrator to checkpoint, then requeues "
         "(KILL, STOP, TERM and CHLD cannot serve).",
     )
@@ -71,16 +74,17 @@ class Slurm(Section):
     max_requeues: NonNegInt = Field(
         3, le=1000,
         description="How many times the warning signal may requeue the job (0-1000). A warning that comes before "
-        "every component is ready never requeues: the next attempt would start over the same way.",
+        "every component is ready never requeues: the next attempt would start over the same way. Only with `requeue = true`.",
     )
     max_total_time: TimeBudget | None = Field(
-        None, description="Total wall-clock budget over all attempts (Slurm time format); no requeue once it is used."
+        None, description="Total wall-clock budget over all attempts (Slurm time format); no requeue once it is used. Only with "
+        "`requeue = true`."
     )
     grace_seconds: int = Field(
         60, ge=0, le=3600,
         description="After a failure or the warning signal: seconds components get to flush before KILL (0-3600).",
     )
-    mail_user: str | None = Field(None, description="`--mail-user`.")
+    mail_user: str | None = Field(None, description="`--mail-user`; only with `mail_type` (Slurm sends no mail without).")
     mail_type: MailTypes | None = Field(
         None, description="`--mail-type`: a comma-separated list of NONE, BEGIN, END, FAIL, REQUEUE, ALL, "
         "INVALID_DEPEND, STAGE_OUT, TIME_LIMIT, TIME_LIMIT_90, TIME_LIMIT_80, TIME_LIMIT_50, ARRAY_TASKS, e.g. `END,FAIL`.",
@@ -125,15 +129,11 @@ class Slurm(Section):
             option, eq, value = d.partition("=")
             if eq and option in WORD_OPTIONS:
                 check_word(value)
+            if option in TYPED_OPTIONS:
+                TYPED_OPTIONS[option](value)  # as the field of that type checks it (ValueError: refused)
         return v
 
     @field_validator("mem")
     @classmethod
     def _mem(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^\d+[KMGT]?$", v):
-            raise ValueError(f"{v!r} is not a memory size like 0, 500G or 64000M")
-        if v is not None:
-            unit = v[-1] if v[-1] in "KMGT" else "M"  # Slurm's default unit is megabytes
-            if int(v.rstrip("KMGT")) * {"K": 2**-10, "M": 1, "G": 2**10, "T": 2**20}[unit] > MAX_MEM_MB:
-                raise ValueError(f"{v!r} is more than 64T per node")
-        return v
+        return None if v is None else check_memory(v, MAX_MEM_MB)

@@ -1,10 +1,18 @@
 """Slurm's own spellings of the values slurmrl writes on #SBATCH lines: one home per kind of value.
 
-Each check takes every form sbatch(1) documents (Slurm 22.05 and newer) and refuses, with a
-ValueError saying why, what sbatch would refuse or what cannot work in a slurmrl job. The recipe's
-fields use the ``Annotated`` types below; the planner reads the values back through the helpers
-(``time_seconds``, ``signal_name``, ``signal_seconds``, ``signal_option``).
-"""
+Each check follows sbatch 22.05's own parser and refuses, with a ValueError saying why, what sbatch
+would refuse or what cannot work in a slurmrl job. The recipe's fields use the ``Annotated`` types
+below; the planner reads the values back through the helpers (``time_seconds``, ``signal_name``,
+``signal_seconds``, ``signal_option``). Where each grammar comes from (Slurm 22.05 source):
+- times: ``time_str2secs`` and ``_is_valid_timespec`` (src/common/parse_time.c): C ``isdigit``, so
+  ASCII digits only; "-1", "INFINITE" and "UNLIMITED" (any case) are no limit;
+- memory: ``str_to_mbytes`` (src/common/proc_args.c): ASCII digits, then nothing (megabytes) or one
+  of K, M, G, T (any case), optionally followed by B;
+- signals: ``get_signal_opts`` and ``sig_name2num`` (src/common/proc_args.c): a number, or one of the
+  16 names of ``signals_mapping`` with or without SIG, any case; a number is sent as that number;
+- mail types: ``parse_mail_type`` (src/common/slurm_opt.c), the list sbatch(1) documents.
+Every digit is an ASCII digit: Python's ``\\d`` and ``str.isdigit`` take other scripts' digits
+('١٢', fullwidth '１２'), which sbatch refuses, so neither is used here."""
 
 from __future__ import annotations
 
@@ -19,9 +27,10 @@ from slurmrl.settings.limits import MAX_DAYS, MAX_SIGNAL_SECONDS
 
 # sbatch --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
 # "days-hours:minutes" and "days-hours:minutes:seconds"; 0 (or UNLIMITED / INFINITE) is no limit.
-_TIME = re.compile(r"^(?:(\d{1,7})|(\d{1,7}):(\d{1,7})|(\d{1,7}):(\d{1,7}):(\d{1,7})|"
-                   r"(\d{1,4})-(\d{1,7})(?::(\d{1,7}))?(?::(\d{1,7}))?)$")
-UNLIMITED = ("UNLIMITED", "INFINITE")
+_D = "[0-9]"  # ASCII digits: sbatch's isdigit() in the C locale
+_TIME = re.compile(rf"(?:({_D}{{1,7}})|({_D}{{1,7}}):({_D}{{1,7}})|({_D}{{1,7}}):({_D}{{1,7}}):({_D}{{1,7}})|"
+                   rf"({_D}{{1,4}})-({_D}{{1,7}})(?::({_D}{{1,7}}))?(?::({_D}{{1,7}}))?)")
+UNLIMITED = ("UNLIMITED", "INFINITE", "-1")
 TIME_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 
 
@@ -30,7 +39,7 @@ def time_seconds(text: str) -> int | None:
     None for no limit (``0``, ``UNLIMITED``, ``INFINITE``). ValueError for any other text."""
     if text.upper() in UNLIMITED:
         return None
-    m = _TIME.match(text)
+    m = _TIME.fullmatch(text)
     if m is None:
         raise ValueError(f"{text!r} is not a Slurm time; use {TIME_FORMS}")
     g = [int(x) if x is not None else 0 for x in m.groups()]
@@ -67,7 +76,7 @@ TimeBudget = Annotated[str, AfterValidator(check_time_budget)]
 def check_switches(text: str) -> str:
     """sbatch's ``--switches=COUNT[@MAX-WAIT]``: 1-9999 leaf switches, waiting at most a Slurm time."""
     count, at, wait = text.partition("@")
-    if not (count.isascii() and count.isdigit() and 1 <= int(count) <= 9999) or (at and not wait):
+    if not (re.fullmatch(f"{_D}{{1,4}}", count) and 1 <= int(count) <= 9999) or (at and not wait):
         raise ValueError(f"{text!r} is not COUNT[@MAX-WAIT] (COUNT 1-9999 leaf switches, MAX-WAIT a Slurm time)")
     if at:
         try:
@@ -83,41 +92,43 @@ Switches = Annotated[str, AfterValidator(check_switches)]
 
 # ---- the warning signal: --signal=[{R|B}:]<sig_num>[@sig_time] -----------------------------------
 
-# The signal names sbatch knows (sig_name2num), with or without SIG, in any case; numbers are Linux's.
-SIGNALS = {"HUP": 1, "INT": 2, "QUIT": 3, "ILL": 4, "TRAP": 5, "ABRT": 6, "BUS": 7, "FPE": 8, "KILL": 9,
-           "USR1": 10, "SEGV": 11, "USR2": 12, "PIPE": 13, "ALRM": 14, "TERM": 15, "STKFLT": 16, "CHLD": 17,
-           "CONT": 18, "STOP": 19, "TSTP": 20, "TTIN": 21, "TTOU": 22, "URG": 23, "XCPU": 24, "XFSZ": 25,
-           "VTALRM": 26, "PROF": 27, "WINCH": 28, "IO": 29, "PWR": 30, "SYS": 31}
-_NAMES = {n: name for name, n in SIGNALS.items()}
+# The 16 names sbatch 22.05 knows (signals_mapping in src/common/proc_args.c), with or without SIG, in
+# any case; the numbers are Linux's. Any other name (BUS, SEGV, WINCH, ...) sbatch refuses.
+SIGNALS = {"HUP": 1, "INT": 2, "QUIT": 3, "ABRT": 6, "KILL": 9, "ALRM": 14, "TERM": 15, "USR1": 10, "USR2": 12,
+           "URG": 23, "CONT": 18, "STOP": 19, "TSTP": 20, "TTIN": 21, "TTOU": 22, "XCPU": 24}
 MAX_SIGNAL = 64  # SIGRTMAX on Linux; 32 and 33 are the C library's own
-UNUSABLE = {  # signals the script cannot take as its warning, and why
-    "KILL": "cannot be caught, so the script could not checkpoint",
-    "STOP": "cannot be caught, so the script could not checkpoint",
-    "TERM": "is how scancel and the time limit stop the script; pick another (USR1, USR2, ...)",
-    "CHLD": "is sent whenever a child process exits; pick another (USR1, USR2, ...)",
+UNUSABLE = {  # signals the script cannot take as its warning (by Linux number), and why
+    9: ("KILL", "cannot be caught, so the script could not checkpoint"),
+    19: ("STOP", "cannot be caught, so the script could not checkpoint"),
+    15: ("TERM", "is how scancel and the time limit stop the script; pick another (USR1, USR2, ...)"),
+    17: ("CHLD", "is sent whenever a child process exits; pick another (USR1, USR2, ...)"),
 }
-_SIGNAL = re.compile(r"^(?:([RB]|RB|BR):)?([A-Za-z0-9]+)(?:@(\d+))?$", re.I)
+_SIGNAL = re.compile(r"(?:([RB]|RB|BR):)?([A-Za-z0-9]+)(?:@([0-9]+))?", re.I | re.ASCII)
 DEFAULT_SIGNAL_SECONDS = 60  # sbatch(1): a sig_num without a sig_time is sent 60 seconds before the end
 
 
 def check_signal(text: str) -> str:
-    """``slurm.signal`` in sbatch's form, normalized to ``[R:]NAME@SECONDS`` (the name as bash's trap
-    takes it, the seconds written out). The script always asks for it on the batch shell (``B:``)."""
-    m = _SIGNAL.match(text)
+    """``slurm.signal`` in sbatch's form, normalized to ``[R:]SIG@SECONDS``: SIG one of sbatch's names
+    (upper case, no SIG prefix) or a number as given (sbatch and bash's trap take both), the seconds
+    written out. The script always asks for it on the batch shell (``B:``)."""
+    m = _SIGNAL.fullmatch(text)
     if m is None:
         raise ValueError(f"{text!r} is not [R:|B:]SIGNAL[@SECONDS] as sbatch takes it, e.g. USR1@120")
     flags, sig, seconds = (m.group(1) or "").upper(), m.group(2).upper(), m.group(3)
-    if sig.isdigit():
-        number = int(sig)
+    if re.fullmatch(f"{_D}+", sig):
+        number = int(sig) if len(sig) <= 6 else MAX_SIGNAL + 1
         if not 1 <= number <= MAX_SIGNAL or number in (32, 33):
-            raise ValueError(f"{text!r}: {number} is not a signal a program can take (1-31, 34-{MAX_SIGNAL})")
-        name = _NAMES.get(number, str(number))
+            raise ValueError(f"{text!r}: {sig} is not a signal a program can take (1-31, 34-{MAX_SIGNAL})")
+        name = str(number)  # kept a number: sbatch and trap read it, and not every number has a name sbatch knows
     else:
         name = sig.removeprefix("SIG")
         if name not in SIGNALS:
-            raise ValueError(f"{text!r}: {sig} is not a signal name sbatch knows (USR1, USR2, HUP, ...)")
-    if name in UNUSABLE:
-        raise ValueError(f"{text!r}: SIG{name} {UNUSABLE[name]}")
+            raise ValueError(f"{text!r}: {sig} is not a signal name sbatch knows ({', '.join(SIGNALS)}; "
+                             "or give the number)")
+        number = SIGNALS[name]
+    if number in UNUSABLE:
+        what, why = UNUSABLE[number]
+        raise ValueError(f"{text!r}: SIG{what} {why}")
     digits = (seconds or "").lstrip("0") or "0"  # sbatch reads 0120 as 120
     secs = DEFAULT_SIGNAL_SECONDS if seconds is None else int(digits) if len(digits) <= 6 else MAX_SIGNAL_SECONDS + 1
     if secs > MAX_SIGNAL_SECONDS:
@@ -126,7 +137,7 @@ def check_signal(text: str) -> str:
 
 
 def signal_name(signal: str) -> str:
-    """The name (or number) of a checked ``slurm.signal``, as bash's trap takes it: ``USR1``."""
+    """The name (or number) of a checked ``slurm.signal``, as bash's trap takes it: ``USR1``, ``40``."""
     return signal.removeprefix("R:").split("@")[0]
 
 
@@ -164,6 +175,29 @@ def check_mail_type(text: str) -> str:
 
 MailTypes = Annotated[str, AfterValidator(check_mail_type)]
 
+# ---- memory sizes: --mem, --mem-per-cpu, --mem-per-gpu --------------------------------------------
+
+_MEMORY = re.compile(f"({_D}+)([KMGT][B]?)?", re.I | re.ASCII)
+_MB = {"K": 2**-10, "M": 1, "G": 2**10, "T": 2**20}
+
+
+def memory_mb(text: str) -> float:
+    """Megabytes in an sbatch memory size (``str_to_mbytes``): digits, then K, M, G or T (any case,
+    optionally followed by B); no unit is megabytes. ValueError for any other text."""
+    m = _MEMORY.fullmatch(text)
+    if m is None:
+        raise ValueError(f"{text!r} is not a memory size like 0, 500G or 64000M (digits, then K, M, G or T)")
+    unit = (m.group(2) or "M")[0].upper()
+    return int(m.group(1)) * _MB[unit]
+
+
+def check_memory(text: str, max_mb: int) -> str:
+    """A memory size sbatch takes, of at most ``max_mb`` megabytes."""
+    if memory_mb(text) > max_mb:
+        raise ValueError(f"{text!r} is more than {max_mb >> 20}T per node")
+    return text
+
+
 # ---- names: partition, account, qos, reservation, constraint, GPU type ---------------------------
 # Slurm keeps each as one token (slurm.conf, the accounting database), so a space, quote or '#' in one
 # can only fail; free text (job name, comment, mail user) is quoted for sbatch by the script instead.
@@ -186,3 +220,14 @@ Word = Annotated[str, AfterValidator(check_word)]
 
 # sbatch options whose value is such a word, when given verbatim in slurm.extra_directives
 WORD_OPTIONS = ("--partition", "-p", "--account", "-A", "--qos", "-q", "--reservation", "--constraint", "-C")
+
+
+def _memory_value(text: str) -> str:
+    memory_mb(text)
+    return text
+
+
+# sbatch options with a Slurm-typed value, when given verbatim in slurm.extra_directives: the same checks
+TYPED_OPTIONS = {"--time": check_time_limit, "-t": check_time_limit, "--time-min": check_time_limit,
+                 "--mem": _memory_value, "--mem-per-cpu": _memory_value, "--mem-per-gpu": _memory_value,
+                 "--signal": check_signal, "--mail-type": check_mail_type}

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl.errors import UserError
+from slurmrl.rundir.read import read_text
 
 ENV = "SLURMRL_CLUSTERS"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -74,14 +75,11 @@ def path() -> Path:
 
 
 def read(source: Path) -> dict:
-    try:
-        text = source.read_text()
-    except FileNotFoundError:
+    text = read_text(source, missing=None)
+    if text is None:
         how = f"set ${ENV} or write it" if not os.environ.get(ENV) else "write it"
         raise UserError(str(source), f"no clusters file; {how} (one [NAME] table with host and workdir, "
-                                     "see docs/slurm.md 'From a laptop')") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(str(source), f"cannot read the clusters file: {getattr(e, 'strerror', None) or e}") from None
+                                     "see docs/slurm.md 'From a laptop')")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -28,6 +28,7 @@ from slurmrl.remote.clusters import Cluster
 from slurmrl.remote.ssh import Connection
 from slurmrl.rundir.jobids import check_argv
 from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.read import read_text
 from slurmrl.slurm.tools import Local
 
 # what the job writes and the login-node commands read: pulled back, and the only places where
@@ -79,10 +80,7 @@ class Remote(Local):
     def check_rendered_for(self, run_dir: Path) -> None:
         """job.sbatch must run in the cluster's copy: its RUN_DIR line names that path."""
         want = str(self.place(run_dir))
-        try:
-            text = (RunDir(run_dir).script).read_text()
-        except OSError as e:
-            raise UserError(str(RunDir(run_dir).script), f"cannot read it: {e.strerror or e}") from None
+        text = read_text(RunDir(run_dir).script)
         m = re.search(r"^RUN_DIR=(.*)$", text, re.M)
         try:
             found = shlex.split(m.group(1), comments=True)[0] if m else None

@@ -13,7 +13,7 @@ from slurmrl.errors import UserError
 from slurmrl.rundir.atomic import write_text
 from slurmrl.rundir.jobids import check_job_id, is_job_id
 from slurmrl.rundir.paths import RunDir
-from slurmrl.rundir.read import kind, read_json, read_text
+from slurmrl.rundir.read import check_file, kind, read_bytes, read_json, read_text
 
 NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"
 
@@ -33,7 +33,7 @@ class JobRecord:
 
 
 def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
 def _entry(item, path: Path, i: int) -> JobRecord:
@@ -116,6 +116,6 @@ def run_dir_arg(value: str | None) -> Path:
         path = path.parent
     if not path.is_dir():
         raise UserError(value, "no such run dir")
-    if not RunDir(path).script.is_file():
+    if check_file(RunDir(path).script, missing=None) is None:  # one that is not a regular file: named
         raise UserError(value, "is not a run dir (no job.sbatch); `slurmrl render RECIPE` makes one")
     return path.resolve()

@@ -44,8 +44,9 @@ from slurmrl.rundir import tomlw
 from slurmrl.rundir.atomic import write_text
 from slurmrl.rundir.jobs import history
 from slurmrl.rundir.paths import RunDir
-from slurmrl.rundir.read import kind, read_json, read_toml
+from slurmrl.rundir.read import kind, open_file, read_bytes, read_json, read_text, read_toml
 from slurmrl.rundir.text import is_one_line
+from slurmrl.rundir.undo import Changes
 
 FORMAT = 1  # [lock] format: a [lock] table without it is refused in a recipe
 HASH_CAP_BYTES = 1 << 30  # files larger than this (a container image, a big dataset) get size and mtime only
@@ -66,9 +67,8 @@ def check_table(table) -> None:
 def read(path: Path) -> dict | None:
     """The whole lock file as data, or None when there is none (or it does not parse)."""
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
+        return read_toml(path, missing=None)
+    except UserError:
         return None
 
 
@@ -120,8 +120,8 @@ def meta(run_dir: Path) -> dict:
 def recorded_source(recipe_path: Path) -> str | None:
     """The recipe file a lock's job.sbatch names in its header (None: not a lock)."""
     try:
-        text = Path(recipe_path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        text = read_bytes(recipe_path).decode("utf-8", errors="replace")
+    except UserError:
         return None
     if not re.search(r"^\[lock\]\s*$", text, re.M):
         return None
@@ -154,7 +154,7 @@ def sha256_file(path: Path) -> str | dict:
         return {"size": st.st_size, "mtime": int(st.st_mtime),
                 "sha256": f"not computed: larger than {HASH_CAP_BYTES >> 30} GiB"}
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_file(path) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -222,11 +222,12 @@ def job_files(run_dir: Path) -> dict[str, str]:
     """Relative path -> text of job.sbatch and everything it reads in the run dir."""
     run_dir = Path(run_dir)
     out = {}
-    for rel in (RunDir.SCRIPT, RunDir.FUNCTIONS, RunDir.PLAN):
-        if (run_dir / rel).is_file():
-            out[rel] = (run_dir / rel).read_text(encoding="utf-8", errors="replace")
-    for p in sorted((run_dir / RunDir.COMPONENTS).glob("*.toml")):
-        out[f"{RunDir.COMPONENTS}/{p.name}"] = p.read_text(encoding="utf-8", errors="replace")
+    rels = [RunDir.SCRIPT, RunDir.FUNCTIONS, RunDir.PLAN]
+    rels += [f"{RunDir.COMPONENTS}/{p.name}" for p in sorted((run_dir / RunDir.COMPONENTS).glob("*.toml"))]
+    for rel in rels:
+        data = read_bytes(run_dir / rel, missing=None)
+        if data is not None:
+            out[rel] = data.decode("utf-8", errors="replace")
     return out
 
 
@@ -286,11 +287,13 @@ def compose(recipe_toml: str, files: dict[str, str], run_dir: Path, *, source: s
     return head + tomlw.dumps(recipe) + "\n" + tomlw.dumps({"lock": table})
 
 
-def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None) -> None:
+def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None, changes: Changes | None = None) -> None:
     """Rewrite RUN_DIR/lock.toml as the run dir is now, before it is submitted (hashes of the files
     as they go to sbatch, hand edits included). An earlier job's [[lock.runtime]] entries stay in
     the copy kept with its logs (logs/job-<id>/lock.toml). ``recipe_path``: the recipe file it was
-    just rendered from (its repository's git state is taken again), else kept from the old lock."""
+    just rendered from (its repository's git state is taken again), else kept from the old lock.
+    ``changes``: where every file written is recorded, to be put back if the submission fails."""
+    changes = changes or Changes()
     run_dir = Path(run_dir)
     resolved = RunDir(run_dir).recipe
     if not resolved.is_file():
@@ -302,15 +305,18 @@ def refresh(run_dir: Path, edited: bool, recipe_path: Path | None = None) -> Non
     jobs = history(run_dir)
     if previous.get("runtime") and jobs:
         keep = RunDir(run_dir).set_aside_dir(jobs[-1].job_id)
+        changes.folders(keep)
         keep.mkdir(parents=True, exist_ok=True, mode=0o700)
+        changes.file(keep / RunDir.LOCK)
         shutil.copy2(lock_path, keep / RunDir.LOCK)
     files = job_files(run_dir)
     script = files.get(RunDir.SCRIPT, "")
     plan = _read_json(RunDir(run_dir).plan)
-    text = compose(resolved.read_text(encoding="utf-8"), files, script_run_dir(script) or run_dir,
+    text = compose(read_text(resolved), files, script_run_dir(script) or run_dir,
                    source=header_source(script) or previous.get("recipe_file") or RunDir.RECIPE,
                    preflight=bool(plan.get("preflight")) if isinstance(plan, dict) else bool(previous.get("preflight")),
                    recipe_path=recipe_path, edited=edited, previous=previous)
+    changes.file(lock_path)
     write_text(lock_path, text)
 
 

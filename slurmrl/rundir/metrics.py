@@ -12,11 +12,12 @@ line naming the file."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmrl.errors import UserError
-from slurmrl.rundir.read import loads_json, read_bytes
+from slurmrl.rundir.read import loads_json, open_file, read_bytes
 
 MAX_STEP = 1 << 62
 TAIL_BYTES = 1 << 16
@@ -87,16 +88,14 @@ def by_step(path: Path) -> dict[int, Row]:
 
 def last_row(path: Path, tail: int = TAIL_BYTES) -> Row | None:
     """The newest record, reading only the file's end (status polls it)."""
-    try:
-        if Path(path).is_dir():
-            raise UserError(str(path), "is a folder; slurmrl expects a file here")
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - tail))
-            data = f.read()
-    except FileNotFoundError:
+    f = open_file(path, missing=None)
+    if f is None:
         return None
+    try:
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - tail))
+            data = f.read(tail)
     except OSError as e:
         raise UserError(str(path), f"cannot be read: {e.strerror or e}") from None
     cut = size > tail

@@ -280,6 +280,19 @@ class RunDir:
     def batch_log(self, job_id: str) -> Path:
         return self.logs / f"batch-{job_id}.out"
 
+    @staticmethod
+    def pattern_problem(path: Path | str) -> str | None:
+        """Why ``path`` cannot stand in sbatch's and srun's ``--output`` file-name patterns (None: it can).
+        Slurm expands ``%`` there (``%j``, ``%t``, ...), a backslash turns every expansion off, and a
+        line break or tab ends an ``#SBATCH`` line's value."""
+        text = str(path)
+        for bad, what in (("\n", "a line break"), ("\r", "a line break"), ("\t", "a tab"), ("\0", "a NUL"),
+                          ("%", "'%' (Slurm expands it in log file names)"),
+                          ("\\", "a backslash (Slurm then expands nothing in log file names)")):
+            if bad in text:
+                return f"the path {text[:80]!r} goes into Slurm's log file names; it cannot hold {what}"
+        return None
+
     def batch_log_pattern(self) -> str:
         """sbatch's ``--output`` for the batch shell (``%j``: the job id)."""
         return f"{self.path}/{self.LOGS}/batch-%j.out"

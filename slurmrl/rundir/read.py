@@ -1,41 +1,118 @@
-"""Reading a run-dir file: one place that turns what the filesystem and the bytes can do wrong
-into one line naming the file (``UserError``, exit 2). A run dir lives on a shared filesystem
-and is input like any other: it may be hand-edited, truncated, binary, or a folder."""
+"""Reading a file slurmrl reads back (a run dir's, a sweep dir's, a log, a scrape): the one place that
+turns what the filesystem and the bytes can do wrong into one line naming the file (``UserError``,
+exit 2). A run dir lives on a shared filesystem and is input like any other: it may be hand-edited,
+truncated, binary, a folder, a named pipe, a socket, a device or a symbolic link that loops.
+
+How a file is opened (:func:`open_file`), so that nothing can block or run away:
+- ``stat`` first (it follows links; a loop is ``ELOOP``): anything but a regular file is refused
+  before it is opened;
+- then ``open`` with ``O_NONBLOCK`` (a FIFO swapped in after the ``stat`` cannot block the open)
+  and ``O_NOCTTY``, and ``fstat`` of what was opened must again be a regular file;
+- reads stop at a size cap (:data:`MAX_BYTES`, or the caller's);
+- JSON is parsed with a nesting limit (:data:`MAX_DEPTH`), checked before the parser runs, so a
+  line nested 200,000 deep is a refusal, never a ``RecursionError``.
+A symbolic link to a regular file is read like the file."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import re
+import stat
 import tomllib
 from pathlib import Path
+from typing import BinaryIO
 
 from slurmrl.errors import UserError
 
 MAX_BYTES = 64 << 20  # no run-dir file slurmrl reads back is near this; a bigger one is not ours
+MAX_DEPTH = 64  # JSON nesting: what slurmrl writes is a few levels deep
 _MISSING = object()
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)
+_BRACKET = re.compile(r"[\[\]{}]")
 
 
-def read_bytes(path: Path, missing=_MISSING, limit: int = MAX_BYTES):
-    """The file's bytes; ``missing`` when it does not exist (else an error naming it)."""
+def _not_regular(path: Path, mode: int) -> UserError:
+    what = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return UserError(str(path), f"is {what}; slurmrl expects a regular file here")
+
+
+def _os_error(path: Path, e: OSError) -> UserError:
+    if e.errno == errno.ELOOP:
+        return UserError(str(path), "is a symbolic link that loops (or one chain too long); fix or remove it")
+    reason = e.strerror or str(e)
+    return UserError(str(path), f"cannot be read: {reason[:1].lower() + reason[1:]}")
+
+
+def open_file(path: Path, missing=_MISSING) -> BinaryIO:
+    """``path`` opened for reading bytes, once it is known to be a regular file (see the module's note);
+    ``missing`` when it does not exist (else an error naming it)."""
     path = Path(path)
     try:
-        if path.is_dir():
-            raise UserError(str(path), "is a folder; slurmrl expects a file here")
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except FileNotFoundError:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(path, st.st_mode)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError) as e:
         if missing is _MISSING:
-            raise UserError(str(path), "does not exist") from None
-        return missing
-    except NotADirectoryError:
-        if missing is _MISSING:
-            raise UserError(str(path), "does not exist (a file stands where a folder should)") from None
+            gone = " (a file stands where a folder should)" if isinstance(e, NotADirectoryError) else ""
+            raise UserError(str(path), f"does not exist{gone}") from None
         return missing
     except OSError as e:
-        raise UserError(str(path), f"cannot be read: {e.strerror or e}") from None
+        raise _os_error(path, e) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):  # swapped between the stat and the open
+            raise _not_regular(path, mode)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_file(path: Path, missing=_MISSING):
+    """True when ``path`` is a regular file that opens (nothing is read); ``missing`` when it does not
+    exist; else an error naming it."""
+    f = open_file(path, missing)
+    if f is missing:
+        return missing
+    f.close()
+    return True
+
+
+def read_bytes(path: Path, missing=_MISSING, limit: int = MAX_BYTES, offset: int = 0, cut: bool = False):
+    """The file's bytes (from ``offset``; a negative one counts from the end); ``missing`` when it does
+    not exist (else an error naming it). More than ``limit`` bytes is an error, or with ``cut`` the
+    first ``limit`` of them (a chunk of a log that is read in pieces)."""
+    f = open_file(path, missing)
+    if f is missing:
+        return missing
+    try:
+        with f:
+            if offset:
+                f.seek(offset if offset > 0 else max(0, os.fstat(f.fileno()).st_size + offset))
+            data = f.read(limit + (not cut))
+    except OSError as e:
+        raise _os_error(Path(path), e) from None
     if len(data) > limit:
-        raise UserError(str(path), f"is larger than {limit >> 20} MiB; it is not a file slurmrl wrote")
+        raise UserError(str(path), f"is larger than {_size(limit)}; it is not a file slurmrl wrote")
     return data
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def decode(data: bytes, where: Path | str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(str(where), f"is not UTF-8 text (byte {e.start}); fix or remove it") from None
 
 
 def read_text(path: Path, missing=_MISSING, limit: int = MAX_BYTES):
@@ -43,18 +120,33 @@ def read_text(path: Path, missing=_MISSING, limit: int = MAX_BYTES):
     data = read_bytes(path, missing, limit)
     if data is missing and missing is not _MISSING:
         return missing
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(str(path), f"is not UTF-8 text (byte {e.start}); fix or remove it") from None
+    return decode(data, path)
 
 
 def _constant(name: str) -> float:
     return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
 
 
-def loads_json(text: str, where: Path | str):
-    """JSON as Python's json module writes it (NaN and Infinity included); else an error naming ``where``."""
+def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """How deep ``text``'s arrays and objects nest (brackets inside strings do not count); the count
+    stops once it passes ``limit``."""
+    if text.count("[") + text.count("{") <= limit:
+        return text.count("[") + text.count("{")
+    depth = deepest = 0
+    for m in _BRACKET.finditer(_STRING.sub("", text)):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > deepest:
+            deepest = depth
+            if deepest > limit:
+                break
+    return deepest
+
+
+def loads_json(text: str, where: Path | str, max_depth: int = MAX_DEPTH):
+    """JSON as Python's json module writes it (NaN and Infinity included), nested at most ``max_depth``
+    deep; else an error naming ``where``."""
+    if json_depth(text, max_depth) > max_depth:
+        raise UserError(str(where), f"is nested more than {max_depth} deep; it is not a file slurmrl wrote")
     try:
         return json.loads(text, parse_constant=_constant)
     except RecursionError:
@@ -66,11 +158,11 @@ def loads_json(text: str, where: Path | str):
                                     "fix or remove it") from None
 
 
-def read_json(path: Path, missing=_MISSING):
+def read_json(path: Path, missing=_MISSING, max_depth: int = MAX_DEPTH):
     text = read_text(path, missing)
     if text is missing and missing is not _MISSING:
         return missing
-    return loads_json(text, path)
+    return loads_json(text, path, max_depth)
 
 
 def read_toml(path: Path, missing=_MISSING) -> dict:

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmrl.errors import UserError
+from slurmrl.rundir.read import MAX_DEPTH, json_depth, loads_json, open_file
 
+MAX_LINE = 16 << 20  # one scrape line: a few KB; a longer one is not ours
 MAX_KEY = 1000  # characters of one series key; a longer one is not a sample line
 
 
@@ -160,33 +162,30 @@ class Scrapes:
         return [k for k in self.values if k == name or k.startswith(name + "{")]
 
 
-def _const(name: str) -> float:
-    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
-
-
 def read_scrapes(path: Path) -> Scrapes:
     """The file rebuilt (see the module's note); a missing file is an empty one."""
     path = Path(path)
     out = Scrapes(target=path.name.removesuffix(".jsonl"))
     keys: dict[str, str] = {}
     current: dict[str, float] = {}
-    try:
-        if path.is_dir():
-            raise UserError(str(path), "is a folder; slurmrl expects a file here")
-        f = open(path, "rb")
-    except FileNotFoundError:
+    f = open_file(path, missing=None)
+    if f is None:
         return out
-    except OSError as e:
-        raise UserError(str(path), f"cannot be read: {e.strerror or e}") from None
     with f:
-        for n, raw in enumerate(f, 1):
+        for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
+            if len(raw) > MAX_LINE:
+                raise UserError(str(path), f"line {n} is longer than {MAX_LINE >> 20} MiB; it is not a scrape "
+                                           "slurmrl wrote")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise UserError(str(path), f"is not UTF-8 text (line {n}); fix or remove it") from None
+            if json_depth(line) > MAX_DEPTH:
+                raise UserError(str(path), f"line {n} is nested more than {MAX_DEPTH} deep; it is not a scrape "
+                                           "slurmrl wrote")
             try:
-                rec = json.loads(line, parse_constant=_const)
-            except ValueError:
+                rec = loads_json(line, path)
+            except UserError:
                 continue  # a line cut short by a kill
             if not isinstance(rec, dict) or not isinstance(rec.get("t", rec.get("start")), (int, float)):
                 continue

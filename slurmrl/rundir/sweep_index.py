@@ -61,6 +61,8 @@ def read_index(sweep_dir: Path) -> SweepIndex:
         raise UserError(str(path), f"should hold a table (the sweep's index), not {kind(data)}")
     if not isinstance(data.get("points"), list):
         raise UserError(str(path), "is not a sweep index (no points)")
+    if not data["points"]:
+        raise UserError(str(path), "lists no points (a sweep has at least one); render the sweep again")
     name = _word(data.get("name"), f"{path} name")
     grid = data.get("grid") or {}
     if not isinstance(grid, dict):

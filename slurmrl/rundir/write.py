@@ -51,10 +51,7 @@ def write_run_dir(run_dir: Path, files: dict[str, str], force: bool = False) -> 
         raise UserError(
             str(run_dir), f"was submitted as job {job}; use --force to render over it (logs and job history are kept)"
         )
-    try:
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError("output_dir", f"cannot create {run_dir.parent}: {e.strerror}") from None
+    made = make_parents(run_dir)
     tmp = run_dir.parent / f".{run_dir.name}.rendering-{os.getpid()}"
     old = run_dir.parent / f".{run_dir.name}.old-{os.getpid()}"
     produced = {rel.split("/")[0] for rel in files}
@@ -68,14 +65,54 @@ def write_run_dir(run_dir: Path, files: dict[str, str], force: bool = False) -> 
         if run_dir.exists():
             run_dir.rename(old)
         tmp.rename(run_dir)
-    except BaseException:
+    except BaseException as e:
         if old.exists() and not run_dir.exists():
             old.rename(run_dir)
         for moved, origin in reversed(carried):
             if moved.exists():
                 moved.rename(origin)
+        shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty(made)
+        if isinstance(e, OSError):
+            raise UserError(str(run_dir), f"cannot be written: {e.strerror or e}") from None
         raise
     finally:
         os.umask(old_umask)
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+
+
+def make_parents(path: Path) -> list[Path]:
+    """Create ``path``'s missing parent folders; returns those it created, outermost first (for
+    :func:`remove_empty` when what follows is refused). One that cannot be made is one line naming it."""
+    missing = [p for p in reversed(Path(path).parents) if not p.is_dir()]
+    made: list[Path] = []
+    for p in missing:
+        try:
+            p.mkdir()
+        except FileExistsError:
+            remove_empty(made)
+            raise UserError(str(path), f"cannot be created: {p} exists and is not a folder") from None
+        except OSError as e:
+            remove_empty(made)
+            raise UserError(str(path), f"cannot be created: {p}: {e.strerror or e}") from None
+        made.append(p)
+    return made
+
+
+def missing_folders(path: Path) -> list[Path]:
+    """``path`` and its parents that do not exist yet, outermost first: what a write would create, for
+    :func:`remove_empty` after a refusal."""
+    return [p for p in reversed([Path(path), *Path(path).parents]) if not p.exists()]
+
+
+def remove_empty(made: list[Path]) -> None:
+    """Remove the folders :func:`make_parents` created (innermost first), where they are still empty."""
+    for p in reversed(made):
+        try:
+            p.rmdir()
+        except FileNotFoundError:
+            continue  # removed already (the run dir itself, say)
+        except OSError:
+            return
+
