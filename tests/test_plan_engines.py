@@ -172,11 +172,11 @@ def test_planner_and_rules_ask_no_engine_by_name():
 
 
 @pytest.mark.parametrize("key, backend, other", [
-    ("kv_offload", "dynamo", "vllm"), ("router", "dynamo", "vllm"), ("dp", "dynamo", "vllm"),
+    ("kv_offload", "dynamo", "vllm"), ("router", "dynamo", "vllm"), ("kv_connector", "dynamo", "vllm"),
     ("dynamo", "vllm", "dynamo"),
 ])
 def test_a_key_of_another_engine_is_an_unknown_key_that_names_its_engine(key, backend, other):
-    data = rl(inference={"backend": backend, key: {}} if key != "dp" else {"backend": backend, key: 2})
+    data = rl(inference={"backend": backend, key: {}})
     msg = refusal(validate, data)
     assert msg.startswith(f"inference.{key}: not a key of backend {backend!r} (a key of backend {other!r})"), msg
     assert "\n" not in msg
