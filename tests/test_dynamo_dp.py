@@ -68,11 +68,19 @@ def test_vllm_dp_spanning_nodes_ranks_count_across_the_workers_nodes(tmp_path):
 def test_disaggregated_dp_ranks_get_their_own_nixl_ports(tmp_path):
     out = render(tmp_path, base(mode="pd", dynamo={"engine": "vllm"}, prefill={"replicas": 1, "dp": 2},
                                 decode={"replicas": 1, "tp": 2}))
-    nixl = {int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) for _, e in tasks(out, "prefill")}
-    assert len(nixl) == 2
+    # vLLM listens on VLLM_NIXL_SIDE_CHANNEL_PORT + its data-parallel rank: each rank on its first GPU's port
+    listens = [int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) + int(e.after("--data-parallel-rank"))
+               for _, e in tasks(out, "prefill")]
+    assert listens == [port(out, "nixl_0"), port(out, "nixl_1")]
+    assert [i.ports["kv"] for i in out.plan.component("prefill").instances] == ["nixl_0", "nixl_1"]
     assert [e.after("--data-parallel-rank") for _, e in tasks(out, "prefill")] == ["0", "1"]
     assert "--data-parallel-size" not in tasks(out, "decode")[0][1].command
     assert ready_instances(out) == 3
+    out = render(tmp_path, base(mode="pd", dynamo={"engine": "vllm"}, prefill={"replicas": 2, "dp": 2},
+                                decode={"replicas": 1}))
+    listens = [int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) + int(e.after("--data-parallel-rank"))
+               for _, e in tasks(out, "prefill")]
+    assert listens == [port(out, f"nixl_{k}") for k in range(4)]  # two workers' ranks: no port twice
 
 
 def test_mocker_simulates_the_ranks_in_one_process(tmp_path):

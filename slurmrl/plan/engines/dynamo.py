@@ -317,9 +317,11 @@ def workers(ctx: Context, role: Role, slot: Slot, head: int, first_index: int = 
     # per-task values straight in the environment (a preflight runs the probe with the same env, no prelude)
     env = worker_env(ctx, role, head) + [("DYN_SYSTEM_PORT", Sh(sh=shell.per_task("server", first_index)))]
     nixl = d.engine == "vllm" and role.mode is not None
-    if nixl:  # one side-channel port per worker, indexed by its first GPU: TP ranks add to it
+    if nixl:  # one side-channel port per worker, indexed by its first GPU: TP ranks add to it, and vLLM
+        # adds the data-parallel rank: a rank's base is less its rank, so it listens on its first GPU's port
+        less = dynamo_dp.rank(role) if role.rank_tasks else ""
         env += [("VLLM_NIXL_SIDE_CHANNEL_HOST", Sh(sh="$(hostname)")),
-                ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh=shell.per_task("nixl", slot.gpus[0], role.tp)))]
+                ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh=shell.per_task("nixl", slot.gpus[0], role.tp, less=less)))]
     instances: list[Instance] = []
     for node, local, gpus in role.slice.tasks(slot.gpus, slot.nodes):
         iports = {"system": f"server_{first_index + local}"}

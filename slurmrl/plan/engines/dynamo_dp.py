@@ -79,16 +79,21 @@ def check(inf: DynamoInference) -> None:
                         f"attention DP is {how}")
 
 
+def rank(role: Role) -> str:
+    """Shell arithmetic for this task's data-parallel rank (one task per rank)."""
+    if role.span == 1:  # a node's tasks are its workers' ranks, worker by worker
+        return f"(SLURM_LOCALID % {role.dp})"
+    return f"(SLURM_NODEID % {role.span} * {role.per_node} + SLURM_LOCALID)"  # ranks count across the nodes
+
+
 def args(role: Role, first_index: int) -> list[Arg]:
     """``dynamo.vllm`` as one data-parallel rank (Dynamo's own DP launch: a process per rank): its
     rank, and its worker's first node (``${leader}``, from ``prelude``) and RPC port."""
-    if role.span == 1:  # a node's tasks are its workers' ranks, worker by worker
-        rank = f"$((SLURM_LOCALID % {role.dp}))"
+    if role.span == 1:
         rpc: Arg = Sh(sh=f"$(({ports.shell_var('dprpc_0')} + {first_index} + SLURM_LOCALID / {role.dp}))")
-    else:  # a worker spans nodes: every task of its nodes is one of its ranks
-        rank = f"$((SLURM_NODEID % {role.span} * {role.per_node} + SLURM_LOCALID))"
+    else:
         rpc = shell.var(f"dprpc_{first_index}")
-    return ["--data-parallel-size", str(role.dp), "--data-parallel-rank", Sh(sh=rank),
+    return ["--data-parallel-size", str(role.dp), "--data-parallel-rank", Sh(sh=f"$({rank(role)})"),
             "--data-parallel-address", Sh(sh="${leader}"), "--data-parallel-rpc-port", rpc]
 
 
