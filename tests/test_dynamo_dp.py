@@ -103,6 +103,7 @@ def dp_lines(tmp_path) -> list[tuple[str, list[str]]]:
     found = []
     cases = [RECIPES / "inference-dynamo-dp.toml", base(nodes=1, dp=2, dynamo={"speedup_ratio": 0}),
              base(nodes=4, tp=2, dp=4, expert_parallel=True, dynamo={"engine": "vllm"}),
+             base(nodes=4, tp=2, dp=4, dynamo={"engine": "vllm", "dp_launch": "per_node"}),
              base(nodes=1, tp=4, dynamo={"engine": "trtllm", "engine_config": "/e.yaml", "attention_dp": True})]
     for i, case in enumerate(cases):
         d = tmp_path / str(i)
@@ -122,7 +123,8 @@ def test_rendered_dp_lines_parse_with_dynamos_parsers(tmp_path):
         assert r["ok"], (module, argv, r)
     # the DP flags are vLLM's engine arguments: Dynamo's own groups leave them for vLLM's parser
     left = [r["left"] for (m, _), r in zip(lines, results) if m == "dynamo.vllm"]
-    assert all("--data-parallel-rank" in a and "--data-parallel-rpc-port" in a for a in left)
+    assert all(("--data-parallel-rank" in a or "--data-parallel-hybrid-lb" in a) and "--data-parallel-rpc-port" in a
+               for a in left)
     mocker = next(a for m, a in lines if m == "dynamo.mocker")
     bad = parse([("dynamo.mocker", [*mocker, "--data-parallel-rank", "1"])])
     assert not bad[0]["ok"]  # the mocker has no per-rank flag: its ranks live in one process
@@ -144,3 +146,34 @@ def test_rendered_dp_lines_parse_with_vllms_parser(tmp_path, vllm_python):
     parsed = [json.loads(line) for line in ok.stdout.strip().splitlines()[-len(rest):]]
     assert all(0 <= p[1] < p[0] for p in parsed) and {p[1] for p in parsed} == set(range(max(p[0] for p in parsed)))
     assert all(isinstance(p[3], int) and p[2].startswith("g0n") for p in parsed)
+
+
+def test_vllm_dp_per_node_is_one_process_per_node_of_a_worker(tmp_path):
+    """vLLM's hybrid load balancing: each node's process runs its node's ranks from its start rank."""
+    out = render(tmp_path, base(nodes=4, tp=2, dp=4, dynamo={"engine": "vllm", "dp_launch": "per_node"}))
+    w = out.plan.component("inference")
+    assert (w.nodes, w.tasks_per_node) == (4, 1) and "--kill-on-bad-exit=1" in srun(w)
+    got = [(inst.node, e.after("--data-parallel-size-local"), e.after("--data-parallel-start-rank"),
+            e.after("--data-parallel-address"), sup_gpus(e)) for inst, e in tasks(out, "inference")]
+    assert got == [(0, "2", "0", "g0n0", "0:4"), (1, "2", "2", "g0n0", "0:4"),
+                   (2, "2", "0", "g0n2", "0:4"), (3, "2", "2", "g0n2", "0:4")]
+    for _, e in tasks(out, "inference"):
+        assert "--data-parallel-hybrid-lb" in e.command and "--data-parallel-rank" not in e.command
+        assert e.after("--data-parallel-size") == "4" and e.after("--data-parallel-rpc-port") == str(port(out, "dprpc_0"))
+    assert ready_instances(out) == 4  # one Dynamo instance per node's process
+    out = render(tmp_path, base(nodes=1, dp=2, dynamo={"engine": "vllm", "dp_launch": "per_node"}))
+    got = [(e.after("--data-parallel-start-rank"), e.after("--data-parallel-rpc-port"), sup_gpus(e))
+           for _, e in tasks(out, "inference")]
+    assert got == [("0", str(port(out, "dprpc_0")), "0:2"), ("0", str(port(out, "dprpc_1")), "2:2")]
+    assert "--kill-on-bad-exit=0" in srun(out.plan.component("inference"))  # a worker per task: the others serve
+    assert ready_instances(out) == 2
+
+
+def test_dp_per_node_with_pd_gives_each_rank_its_own_nixl_port(tmp_path):
+    out = render(tmp_path, base(mode="pd", dynamo={"engine": "vllm", "dp_launch": "per_node"},
+                                prefill={"replicas": 1, "dp": 8}, decode={"replicas": 1}))
+    for inst, e in tasks(out, "prefill"):  # vLLM adds each rank's index: the node's ranks on its GPUs' ports
+        start = int(e.after("--data-parallel-start-rank"))
+        assert start == 4 * inst.node
+        listens = [int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) + start + k for k in range(4)]
+        assert listens == [port(out, f"nixl_{g}") for g in range(4)]

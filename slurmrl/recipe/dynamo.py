@@ -51,6 +51,12 @@ class Dynamo(Section):
         False, description="Engine `trtllm`: attention data parallelism over each worker's tp ranks "
         "(`--enable-attention-dp`; its attention DP size is tp). Engine `vllm`'s is `dp` > 1 with `expert_parallel`.",
     )
+    dp_launch: Literal["per_rank", "per_node"] = Field(
+        "per_rank",
+        description="Engine `vllm` with dp > 1: `per_rank`: one `dynamo.vllm` per data-parallel rank "
+        "(`--data-parallel-rank`, as Dynamo's own DP scripts); `per_node`: one per node of a worker for its node's "
+        "ranks (`--data-parallel-size-local`, `--data-parallel-start-rank`, `--data-parallel-hybrid-lb`).",
+    )
     speedup_ratio: float | None = Field(
         None, ge=0, le=1_000_000,
         description="`mocker`: simulated time runs this many times faster (0 = no delays; 0-1000000).",

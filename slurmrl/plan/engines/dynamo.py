@@ -174,7 +174,7 @@ def roles(r: Recipe) -> list[Role]:
         span, per = _worker_span(r, p, n)
         workers = parallel.per_node(p, n) if span == 1 else 1
         parallel.whole_workers(p, inf.nodes, span)
-        tasks, task_gpus, ranks = dynamo_dp.tasks(d.engine, p, span, workers, per)
+        tasks, task_gpus, ranks = dynamo_dp.tasks(d, p, span, workers, per)
         out.append(Role("inference", None, "inference", inf.nodes // span * workers, inf.tp, inf.dp, span, tasks,
                         task_gpus, inf.nodes, workers * per, (), {}, d.engine_config, bool(inf.expert_parallel),
                         ranks))
@@ -184,7 +184,7 @@ def roles(r: Recipe) -> list[Role]:
             p = Parallelism(field, spec.tp, spec.dp, by_tp=spec.dp == 1)
             span, per = _worker_span(r, p, gpn)
             nodes, used = parallel.spread(p, spec.replicas, span, per, gpn, spec.nodes)
-            tasks, task_gpus, ranks = dynamo_dp.tasks(d.engine, p, span, spec.replicas // nodes if span == 1 else 1, per)
+            tasks, task_gpus, ranks = dynamo_dp.tasks(d, p, span, spec.replicas // nodes if span == 1 else 1, per)
             config = getattr(d, f"{name}_engine_config") or d.engine_config
             out.append(Role(name, name, field, spec.replicas, spec.tp, spec.dp, span, tasks, task_gpus, nodes, used,
                             tuple(spec.extra_args), dict(spec.env), config, spec.expert_parallel, ranks))
@@ -297,7 +297,7 @@ def engine_args(ctx: Context, role: Role, first_index: int = 0) -> list[Arg]:
                 *vllm.engine_args(m, inf)]
         if role.expert_parallel:
             args.append("--enable-expert-parallel")
-        if role.rank_tasks:
+        if role.dp_launch:
             args += dynamo_dp.args(role, first_index)
         if role.mode:
             args += ["--kv-transfer-config", shell.json_word(NIXL_CONFIG)]
@@ -319,21 +319,21 @@ def workers(ctx: Context, role: Role, slot: Slot, head: int, first_index: int = 
     nixl = d.engine == "vllm" and role.mode is not None
     if nixl:  # one side-channel port per worker, indexed by its first GPU: TP ranks add to it, and vLLM
         # adds the data-parallel rank: a rank's base is less its rank, so it listens on its first GPU's port
-        less = dynamo_dp.rank(role) if role.rank_tasks else ""
+        less = dynamo_dp.rank(role) if role.dp_launch else ""
         env += [("VLLM_NIXL_SIDE_CHANNEL_HOST", Sh(sh="$(hostname)")),
-                ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh=shell.per_task("nixl", slot.gpus[0], role.tp, less=less)))]
+                ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh=shell.per_task("nixl", slot.gpus[0], role.task_gpus, less=less)))]
     instances: list[Instance] = []
     for node, local, gpus in role.slice.tasks(slot.gpus, slot.nodes):
         iports = {"system": f"server_{first_index + local}"}
-        if nixl:
-            iports["kv"] = f"nixl_{gpus[0]}"
+        if nixl:  # each of the task's ranks listens on its own
+            iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(role.dp_local)})
         iports.update(dynamo_dp.rank_ports(role, node, local, first_index))
         instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
     ctx.add(Spec(
         name=role.name, role=WORKER_ROLE, group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
         tasks_per_node=role.per_node, gpus_per_node=len(slot.gpus), stage=2, main=ctx.serving_is_main,
         # a data-parallel rank that dies stalls its worker's other ranks: end the step
-        fail_fast=role.rank_tasks, health=None, instances=tuple(instances), reads_model=d.engine == "vllm",
+        fail_fast=role.rank_tasks or (role.node_tasks and role.span > 1), health=None, instances=tuple(instances), reads_model=d.engine == "vllm",
         task=ctx.task(
             Supervisor(role.name, gpus=shell.gpu_slice(slot.gpus[0], role.task_gpus, True), ready="started",
                        fail_on=fail_on(ctx)),

@@ -19,7 +19,8 @@ from slurmrl.plan import shell
 from slurmrl.plan.model import Arg, Sh
 from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.spec import Slot
-from slurmrl.recipe.dynamo import DynamoInference
+from slurmrl.recipe.dynamo import Dynamo, DynamoInference
+from slurmrl.recipe.user_set import user_set
 
 
 @dataclass(frozen=True)
@@ -41,26 +42,45 @@ class Role:
     env: dict
     engine_config: str | None
     expert_parallel: bool
-    rank_tasks: bool  # one task per data-parallel rank (dynamo.vllm with dp > 1), each its own Dynamo instance
+    dp_launch: str | None  # dynamo.vllm with dp > 1: "per_rank" or "per_node" (inference.dynamo.dp_launch)
 
     @property
     def slice(self) -> Slice:
         return Slice(self.span, self.per_node, self.task_gpus)
 
     @property
+    def rank_tasks(self) -> bool:
+        """One task per data-parallel rank, each its own Dynamo instance."""
+        return self.dp_launch == "per_rank"
+
+    @property
+    def node_tasks(self) -> bool:
+        """One task per node of a worker, for the node's ranks (vLLM's hybrid load balancing)."""
+        return self.dp_launch == "per_node"
+
+    @property
+    def dp_local(self) -> int:
+        """Data-parallel ranks per task."""
+        return self.task_gpus // self.tp if self.dp_launch else 1
+
+    @property
     def instances(self) -> int:
-        """Dynamo instances the frontend lists for this role: every vllm rank registers on its own."""
-        return self.replicas * (self.dp if self.rank_tasks else 1)
+        """Dynamo instances the frontend lists for this role: each dynamo.vllm registers on its own."""
+        if self.rank_tasks:
+            return self.replicas * self.dp
+        return self.replicas * (self.span if self.node_tasks else 1)
 
 
-def tasks(engine: str, p: Parallelism, span: int, workers: int, per: int) -> tuple[int, int, bool]:
-    """(tasks per node, GPUs per task, one task per rank) for ``workers`` workers per node (``per`` GPUs
-    of each per node)."""
-    if p.dp > 1 and engine == "vllm":
-        return workers * per // p.tp, p.tp, True  # one dynamo.vllm per rank
+def tasks(d: Dynamo, p: Parallelism, span: int, workers: int, per: int) -> tuple[int, int, str | None]:
+    """(tasks per node, GPUs per task, DP launch) for ``workers`` workers per node (``per`` GPUs of
+    each per node)."""
+    if p.dp > 1 and d.engine == "vllm":
+        if d.dp_launch == "per_rank":
+            return workers * per // p.tp, p.tp, d.dp_launch
+        return workers, per, d.dp_launch  # one dynamo.vllm per node of a worker
     if span > 1:
-        return 1, per, False  # trtllm: the node's ranks in one task's GPUs
-    return workers, p.size, False
+        return 1, per, None  # trtllm: the node's ranks in one task's GPUs
+    return workers, p.size, None
 
 
 def check(inf: DynamoInference) -> None:
@@ -72,6 +92,8 @@ def check(inf: DynamoInference) -> None:
         if dp > 1 and d.engine == "trtllm":
             raise UserError(f"{where}.dp", "dynamo.trtllm has no data-parallel size: its attention DP runs over a "
                             "worker's tp MPI ranks (inference.dynamo.attention_dp = true)")
+    if user_set(d, "dp_launch") and (d.engine != "vllm" or max(dp for _, dp in sizes) == 1):
+        raise UserError("inference.dynamo.dp_launch", "only engine 'vllm' with dp > 1 launches data-parallel ranks")
     if d.attention_dp and d.engine != "trtllm":
         how = ("dp > 1 with expert_parallel = true (attention per rank, experts over all ranks)" if d.engine == "vllm"
                else "dp > 1 (the mocker simulates the ranks)")
@@ -80,26 +102,34 @@ def check(inf: DynamoInference) -> None:
 
 
 def rank(role: Role) -> str:
-    """Shell arithmetic for this task's data-parallel rank (one task per rank)."""
-    if role.span == 1:  # a node's tasks are its workers' ranks, worker by worker
-        return f"(SLURM_LOCALID % {role.dp})"
-    return f"(SLURM_NODEID % {role.span} * {role.per_node} + SLURM_LOCALID)"  # ranks count across the nodes
+    """Shell arithmetic for this task's (first) data-parallel rank."""
+    if role.span == 1:  # a node's tasks are its workers (or their ranks, worker by worker)
+        return f"(SLURM_LOCALID % {role.dp})" if role.rank_tasks else "0"
+    local = "SLURM_LOCALID" if role.dp_local == 1 else f"SLURM_LOCALID * {role.dp_local}"
+    return f"(SLURM_NODEID % {role.span} * {role.per_node * role.dp_local} + {local})"
 
 
 def args(role: Role, first_index: int) -> list[Arg]:
-    """``dynamo.vllm`` as one data-parallel rank (Dynamo's own DP launch: a process per rank): its
-    rank, and its worker's first node (``${leader}``, from ``prelude``) and RPC port."""
+    """``dynamo.vllm`` as data-parallel ranks of a worker: per rank (``--data-parallel-rank``, as
+    Dynamo's own DP scripts), or per node (vLLM's hybrid load balancing: the node's ranks from
+    ``--data-parallel-start-rank``); its worker's first node (``${leader}``, from ``prelude``) and RPC port."""
+    per_worker = role.dp if role.rank_tasks else 1  # tasks of one worker on a node
     if role.span == 1:
-        rpc: Arg = Sh(sh=f"$(({ports.shell_var('dprpc_0')} + {first_index} + SLURM_LOCALID / {role.dp}))")
+        rpc: Arg = Sh(sh=f"$(({ports.shell_var('dprpc_0')} + {first_index} + SLURM_LOCALID / {per_worker}))")
     else:
         rpc = shell.var(f"dprpc_{first_index}")
-    return ["--data-parallel-size", str(role.dp), "--data-parallel-rank", Sh(sh=f"$({rank(role)})"),
-            "--data-parallel-address", Sh(sh="${leader}"), "--data-parallel-rpc-port", rpc]
+    out: list[Arg] = ["--data-parallel-size", str(role.dp)]
+    if role.rank_tasks:
+        out += ["--data-parallel-rank", Sh(sh=f"$({rank(role)})")]
+    else:
+        out += ["--data-parallel-size-local", str(role.dp_local), "--data-parallel-start-rank",
+                Sh(sh=f"$({rank(role)})") if role.span > 1 else "0", "--data-parallel-hybrid-lb"]
+    return out + ["--data-parallel-address", Sh(sh="${leader}"), "--data-parallel-rpc-port", rpc]
 
 
 def prelude(role: Role, slot: Slot) -> list[str]:
     """``leader``: the first node of this task's worker (its rank 0 serves the DP RPC port)."""
-    if not role.rank_tasks:
+    if not role.dp_launch:
         return []
     first = f"{slot.first_node} + " if slot.first_node else ""
     return [f'read -ra nodes <<<"${{SLURMRL_NODES_G{slot.group}}}"',
@@ -108,8 +138,9 @@ def prelude(role: Role, slot: Slot) -> list[str]:
 
 def rank_ports(role: Role, node: int, local: int, first_index: int) -> dict[str, str]:
     """The DP RPC port on a worker's rank 0."""
-    if not role.rank_tasks:
+    if not role.dp_launch:
         return {}
     if role.span == 1:
-        return {"dp_rpc": f"dprpc_{first_index + local // role.dp}"} if local % role.dp == 0 else {}
+        per_worker = role.dp if role.rank_tasks else 1
+        return {"dp_rpc": f"dprpc_{first_index + local // per_worker}"} if local % per_worker == 0 else {}
     return {"dp_rpc": f"dprpc_{first_index}"} if node % role.span == 0 and local == 0 else {}
