@@ -7,7 +7,8 @@ which routes to every worker registered in etcd under the job's own namespace
 
 Workers, aggregated (mode ``replicas``) or disaggregated (mode ``pd``: prefill and decode in their
 own het groups, replicas of each): ``python -m dynamo.vllm`` and ``python -m dynamo.mocker`` run one
-task per worker, like vLLM servers (GPU slice and ``DYN_SYSTEM_PORT`` from ``SLURM_LOCALID``);
+task per worker, like vLLM servers (GPU slice and ``DYN_SYSTEM_PORT`` from ``SLURM_LOCALID``), and
+``dynamo.vllm`` with ``dp`` > 1 one per data-parallel rank or per node of a worker (``dynamo_dp``);
 ``python -m dynamo.trtllm`` runs one MPI rank per GPU (``srun --mpi=pmix`` and
 ``trtllm-llmapi-launch``), one srun step per worker (a step is one MPI world), and a worker of
 ``tp`` GPUs may span ``tp / GPUs-per-node`` nodes; every rank sees the worker's GPUs of its node,

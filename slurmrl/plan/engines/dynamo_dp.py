@@ -2,9 +2,10 @@
 
 A worker is ``dp`` data-parallel ranks of ``tp`` GPUs each. ``dynamo.vllm`` runs one process per
 rank, as Dynamo's own DP launch scripts do (``--data-parallel-size/-rank/-address/-rpc-port``,
-each rank registers as its own Dynamo instance and the frontend routes to each); a worker larger
-than a node spans tp x dp / GPUs-per-node nodes, its first node's rank 0 serving the DP RPC port
-(``dprpc_k`` of the port table). ``dynamo.mocker`` simulates the ranks in one process
+each rank registers as its own Dynamo instance and the frontend routes to each), or with
+``dp_launch = "per_node"`` one per node of a worker for its node's ranks (vLLM's hybrid load
+balancing, srt-slurm's per-node layout); a worker larger than a node spans tp x dp /
+GPUs-per-node nodes, its first node's rank 0 serving the DP RPC port (``dprpc_k`` of the port table). ``dynamo.mocker`` simulates the ranks in one process
 (``--data-parallel-size``), on one node. ``dynamo.trtllm`` has no DP size: its attention DP runs
 over a worker's tp MPI ranks (``--enable-attention-dp``).
 """
