@@ -267,6 +267,7 @@ def test_leftover_check_names_the_node_and_what_is_left(tmp_path):
     (base(dp=2, dynamo={"engine": "vllm", "attention_dp": True}), "inference.dynamo.attention_dp",
      "expert_parallel"),
     (base(dynamo={"engine": "vllm", "dp_launch": "per_node"}), "inference.dynamo.dp_launch", "dp > 1"),
+    (base(mode="pd", dp=2, prefill={}, decode={}), "inference.dp", "set inference.prefill.dp"),
     (base(tp=8), "inference.tp", "run on one node"),
     (base(tp=6, dynamo={"engine": "trtllm", "engine_config": "/e"}), "inference.tp", "multiple of 4"),
     (base(nodes=3, tp=8, dynamo={"engine": "trtllm", "engine_config": "/e"}), "inference.nodes", "whole workers"),

@@ -87,6 +87,8 @@ def tasks(d: Dynamo, p: Parallelism, span: int, workers: int, per: int) -> tuple
 def check(inf: DynamoInference) -> None:
     """dp > 1 is vllm's (a process per rank) and the mocker's (simulated); TRT-LLM's attention DP is over tp."""
     d = inf.dynamo
+    if inf.mode == "pd" and user_set(inf, "dp"):
+        raise UserError("inference.dp", "mode 'pd' sizes each role: set inference.prefill.dp and inference.decode.dp")
     sizes = [("inference", inf.dp)] + [(f"inference.{role}", spec.dp) for role, spec in
                                        (("prefill", inf.prefill), ("decode", inf.decode)) if spec is not None]
     for where, dp in sizes:
