@@ -40,7 +40,7 @@ def test_mocker_workers_with_two_data_parallel_ranks_serve(slurm_cluster, tmp_pa
         for log in logs:  # each worker simulates two ranks, each with its own KV manager and query endpoint
             assert "dp_size: 2" in log and "dp_rank 0 routed by instance" in log and "dp_rank 1 routed by instance" in log
         script = "".join(f.read_text() for f in job.run_dir.glob("*.sbatch"))
-        assert "python3 -m dynamo.mocker" in script and "--data-parallel-size 2" in script  # what ran
+        assert "-m dynamo.mocker" in script and "--data-parallel-size 2" in script  # what ran
         ids = [r["id"].removeprefix("chatcmpl-") for r in replies]
         assert all(any(i in log for log in logs) for i in ids)  # each request served by a worker
         assert all(any(i in log for i in ids) for log in logs)  # both workers served
