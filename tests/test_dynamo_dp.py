@@ -138,13 +138,18 @@ def test_rendered_dp_lines_parse_with_vllms_parser(tmp_path, vllm_python):
              "p = FlexibleArgumentParser(add_help=False)\nAsyncEngineArgs.add_cli_args(p, async_args_only=False)\n"
              "for argv in json.loads(sys.argv[1]):\n    a = p.parse_args(argv)\n"
              "    print(json.dumps([a.data_parallel_size, a.data_parallel_rank, a.data_parallel_address,"
-             " a.data_parallel_rpc_port]))\n")
+             " a.data_parallel_rpc_port, a.data_parallel_start_rank, a.data_parallel_size_local,"
+             " a.data_parallel_hybrid_lb]))\n")
     lines = [(m, a) for m, a in dp_lines(tmp_path) if m == "dynamo.vllm"]
     rest = [r["left"] for r in parse(lines)]
     ok = vllm_python.run(check, json.dumps(rest))
     assert ok.returncode == 0, ok.stderr[-3000:]
     parsed = [json.loads(line) for line in ok.stdout.strip().splitlines()[-len(rest):]]
-    assert all(0 <= p[1] < p[0] for p in parsed) and {p[1] for p in parsed} == set(range(max(p[0] for p in parsed)))
+    per_rank = [p for p in parsed if p[1] is not None]
+    per_node = [p for p in parsed if p[1] is None]
+    assert per_rank and per_node
+    assert all(0 <= p[1] < p[0] for p in per_rank)  # one rank each, below the size
+    assert all(p[6] and 0 <= p[4] and p[4] + p[5] <= p[0] for p in per_node)  # hybrid LB: the node's ranks
     assert all(isinstance(p[3], int) and p[2].startswith("g0n") for p in parsed)
 
 
