@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from planner_jobs import B, assert_tasks_match_instances
 from test_dynamo_plan import RECIPES, base, engine_argv, parse, port, render, srun, tasks
 
 
@@ -182,3 +183,18 @@ def test_dp_per_node_with_pd_gives_each_rank_its_own_nixl_port(tmp_path):
         assert start == 4 * inst.node
         listens = [int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) + start + k for k in range(4)]
         assert listens == [port(out, f"nixl_{g}") for g in range(4)]
+
+
+@pytest.mark.parametrize("case", [
+    base(nodes=2, dp=2, dynamo={"engine": "vllm"}),
+    base(nodes=4, tp=2, dp=4, dynamo={"engine": "vllm", "dp_launch": "per_node"}),
+    base(mode="pd", dynamo={"engine": "vllm"}, prefill={"replicas": 2, "dp": 2}, decode={"replicas": 1, "tp": 2}),
+    base(mode="pd", dynamo={"engine": "vllm", "dp_launch": "per_node"}, prefill={"replicas": 1, "dp": 8},
+         decode={"replicas": 1, "dp": 2}),
+], ids=["per-rank-local", "per-node-spanning", "pd-per-rank", "pd-per-node"])
+def test_every_rank_listens_where_its_instance_says(case):
+    """The planner's invariant (tests/planner_jobs.py): each task's GPU slice and the ports it
+    listens on (system, DP RPC on rank 0, a NIXL side channel per rank) are its instance's."""
+    job = B(case)
+    for c in job.plan.components:
+        assert_tasks_match_instances(job, c.name)
