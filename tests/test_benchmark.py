@@ -382,3 +382,18 @@ def test_nothing_on_the_login_node_imports_vllm():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
     code = "import sys, slurmrl.runtime.bench.runner; print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'slurmrl.plan'))))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+def test_the_timeout_warns_against_the_time_limit_only_when_the_user_set_it():
+    """The default benchmark.timeout (3600 s) is only a cap: against a 30 min slurm.time (the example
+    recipe's) nothing to warn about; a timeout the user set past the time limit: the warning."""
+    def warned(d: dict) -> bool:
+        return any("benchmark.timeout" in w for w in P(d).warnings)
+
+    short = inference({k: v for k, v in GRID.items() if k != "timeout"})
+    short["slurm"]["time"] = "00:30:00"
+    assert not warned(short)
+    del short["slurm"]["time"]
+    assert not warned(short)
+    assert warned({**short, "benchmark": {**short["benchmark"], "timeout": 7200}})
+    assert not warned({**short, "benchmark": {**short["benchmark"], "timeout": 600}})

@@ -82,6 +82,8 @@ def test_fraction_is_roughly_kept():
 class OneTask:
     """A custom environment with a single task (what the split must refuse to empty)."""
 
+    kind = "text"
+
     def prompts(self, rng, n):
         return [{"prompt": "the only one", "target": "x"} for _ in range(n)]
 

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurmrl import cli
-from slurmrl.app.build import build, planned
+from slurmrl.app.build import build
+from slurmrl.app.plan import planned
 from slurmrl.errors import UserError
 from slurmrl.plan import plan
 from slurmrl.recipe.load import load_recipe, validate

@@ -56,8 +56,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_buckets_reach_the_worker_intact_sync_after_sync():
-    from slurmrl.runtime.trainer.weight_sync import ModelSource
+@pytest.mark.parametrize("kind", ["model", "snapshot"])
+def test_buckets_reach_the_worker_intact_sync_after_sync(kind):
+    """From the model itself, or (as the trainer sends) from its snapshot, itself in buckets of
+    its own size (snapshot.Snapshot, weight_sync.SnapshotSource)."""
+    from slurmrl.runtime.trainer.snapshot import Layout, Snapshot
+    from slurmrl.runtime.trainer.weight_sync import ModelSource, SnapshotSource
     from slurmrl.runtime.vllm.gloo_transfer import (
         GlooTrainerInitInfo,
         GlooTrainerWeightTransferEngine,
@@ -73,13 +77,16 @@ def test_buckets_reach_the_worker_intact_sync_after_sync():
     bucket = 4096  # bytes: 2048 bf16 values, so the 12000-value weight goes alone and the rest in several
     info = GlooTrainerInitInfo(master_address="127.0.0.1", master_port=free_port(), world_size=2,
                                bucket_bytes=bucket, timeout_s=30, rank=0)
-    source = ModelSource(model, torch.bfloat16, cast_in_engine=True)
+    snapshot = Snapshot(model, Layout(model, 0, 1, bucket_bytes=3000, dtype=torch.bfloat16))
+    source = (ModelSource(model, torch.bfloat16, cast_in_engine=True) if kind == "model"
+              else SnapshotSource(snapshot))
     sender = GlooTrainerWeightTransferEngine.trainer_init(info, client=LoopbackClient(worker), source=source)
     try:
         for step in range(2):
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(torch.randn_like(p))
+            snapshot.take()  # what the trainer does when a step ends
             sender.send_weights()
             got = dict(worker.model.held)
             expected = {n: p.detach().to(torch.bfloat16) for n, p in model.named_parameters()}

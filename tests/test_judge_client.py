@@ -205,6 +205,11 @@ def test_judge_environment_scores_a_dataset_through_the_client(judge, tmp_path):
 
 def test_attach_refuses_an_environment_without_use_judge(judge):
     class Plain:
+        kind = "text"
+
+        def prompts(self, rng, n):
+            return []
+
         def reward(self, task, completion):
             return 0.0
 

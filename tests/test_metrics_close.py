@@ -46,3 +46,17 @@ def test_a_planned_stop_ends_wandb_without_a_traceback(tmp_path, case):
     assert (case == "term-service") == ("its service had already stopped" in out), out
     assert list((tmp_path / "wandb").glob("offline-run-*")), "the offline run is kept"
     assert (tmp_path / "metrics" / "trainer.jsonl").read_text().count("\n") == 1
+
+
+def test_wandb_prints_no_advertisement_in_the_orchestrators_log(tmp_path):
+    """The orchestrator imports openai: wandb then suggested installing its Weave product in the log."""
+    script = ("import sys, openai\nfrom pathlib import Path\nfrom slurmrl.runtime import tracking\n"
+              "run = tracking.start(None, Path(sys.argv[1]), 'orchestrator', {}, print)\n"
+              "assert run is not None\nrun.finish()\nprint('done')")
+    env = {k: v for k, v in os.environ.items() if k not in ("WANDB_SILENT", "WANDB_DISABLE_WEAVE")}
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                       env={**env, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"})
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "done" in out, out
+    assert "wandb" in out.lower()  # wandb speaks (the offline run's lines): only its advertisement is gone
+    assert "Weave" not in out and "pip install" not in out, out

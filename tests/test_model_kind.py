@@ -85,3 +85,27 @@ def test_a_config_that_is_not_json_is_one_line_naming_the_model(tmp_path):
     with pytest.raises(UserError) as e:
         built(tmp_path, str(folder))
     assert e.value.field == "model.path" and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("hub_id", ["zai-org/GLM-4.5-Air", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3",
+                                    "mistralai/Mixtral-8x7B-v0.1", "allenai/OLMoE-1B-7B-0924", "Qwen/Qwen1.5-MoE-A2.7B"])
+def test_hub_ids_of_the_families_replay_reproduces_are_accepted(tmp_path, hub_id):
+    assert "--enable-return-routed-experts" in built(tmp_path, hub_id).script
+
+
+@pytest.mark.parametrize("hub_id", ["openai/gpt-oss-20b", "ai21labs/Jamba-v0.1", "meta-llama/Llama-4-Scout-17B-16E",
+                                    "MiniMaxAI/MiniMax-M2"])
+def test_a_moe_hub_id_whose_router_replay_cannot_reproduce_is_refused(tmp_path, hub_id):
+    with pytest.raises(UserError) as e:
+        built(tmp_path, hub_id)
+    assert e.value.field == "inference.return_routed_experts" and "\n" not in str(e.value)
+    assert "exactly" in e.value.message and "GLM-4-MoE" in e.value.message
+
+
+def test_a_local_moe_folder_of_another_router_family_is_refused_by_its_model_type(tmp_path):
+    folder = model_dir(tmp_path, "Qwen3-30B-A3B", {"model_type": "gpt_oss", "num_local_experts": 32})
+    with pytest.raises(UserError) as e:
+        built(tmp_path, str(folder))
+    assert e.value.field == "inference.return_routed_experts" and "'gpt_oss'" in e.value.message
+    glm = model_dir(tmp_path, "plain-name", {"model_type": "glm4_moe", "n_routed_experts": 128})
+    assert "--enable-return-routed-experts" in built(tmp_path, str(glm)).script

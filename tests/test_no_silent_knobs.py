@@ -15,14 +15,23 @@ section), except where the section needs a field of its own first (``[container]
 "The rendered run dir" is every file ``render`` writes except ``recipe.toml``, which echoes the
 recipe itself. ``job.sbatch`` is a function of the plan alone (``render_script``), so the plan is
 compared first (plan.json and components/*.toml are the plan) and the script is rendered only
-when the plans are equal. Keys of components/<name>.toml that the program does not read in a kind
-(``UNREAD``) do not count as an effect.
+when the plans are equal.
+
+A changed file is not yet an effect: what counts is what the program does with it. Keys of
+components/<name>.toml that the program does not read in a kind (``UNREAD``) do not count, nor do
+those the orchestrator does not read for the environments it runs: it loads them as it would at start
+(``slurmrl.envs.load``: their declared kinds) and, when none is a chat environment, the chat-only keys
+(``slurmrl.envs.protocol.CHAT_ONLY``) do nothing (``runtime_unread``). And the orchestrator's start is
+run on the planned settings (``start_refusal``): a field it refuses, by name, counts as refused.
+``test_the_walk_compares_what_the_runtime_does`` shows a check that counted any changed
+components/orchestrator.toml as an effect letting the chat-only settings of a text environment through.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+import sys
 import types
 import typing
 from functools import cache
@@ -33,7 +42,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from slurmrl import envs
-from slurmrl.app.build import planned
+from slurmrl.app.plan import planned
+from slurmrl.envs.protocol import CHAT_ONLY, refuse_chat_only
 from slurmrl.errors import UserError
 from slurmrl.plan import plan, rules
 from slurmrl.recipe.load import apply_overrides, check_numbers, format_validation_error, read_toml
@@ -196,6 +206,7 @@ def candidates(path: str, f, current, recipe: Recipe) -> list:
     elif typing.get_origin(kind) is list:
         item, _ = _strip(typing.get_args(kind)[0])
         base = current if current is not None else default
+        base = base if base is not None else [1]  # a list whose default is "decided by the shape"
         if item and item[0] is int:  # e.g. a grid of lengths: each value changed, or one more
             vals = [[v * 2 for v in base], [*base, max(base, default=0) * 2 + 1]]
         else:
@@ -280,12 +291,50 @@ def override(path: str, value) -> str:
     return f"{path}={tomlw._value(value)}"
 
 
+def environments(settings: dict) -> dict | None:
+    """The environments the orchestrator with ``settings`` runs, loaded as it loads them at start (recipe
+    field -> environment); None where one cannot be loaded here (a custom class of the user's)."""
+    named = {"orchestrator.environment": (settings["environment"], settings.get("environment_args") or {})}
+    e = settings.get("eval") or {}
+    if e and not e.get("heldout", True):
+        named["eval.environment"] = (e["environment"], e.get("environment_args") or {})
+    try:
+        return {field: envs.load(name, args, field) for field, (name, args) in named.items()}
+    except SystemExit:
+        return None
+
+
+def runtime_unread(settings: dict) -> set[str]:
+    """Keys of components/orchestrator.toml the orchestrator does not read for the environments it runs."""
+    loaded = environments(settings)
+    if loaded is None or any(env.chat for env in loaded.values()):
+        return set()
+    return {f.removeprefix("orchestrator.") for f in CHAT_ONLY if f.startswith("orchestrator.")}
+
+
+def start_refusal(p) -> str | None:
+    """The field the orchestrator refuses at start with the planned settings (before any rollout), or None."""
+    for c in p.model_dump(mode="json")["components"]:
+        if c["name"] == "orchestrator" and c.get("settings"):
+            settings = c["settings"]
+            loaded = environments(settings)
+            try:
+                refuse_chat_only(loaded or {}, settings["chat_only_set"] if loaded else [])
+            except SystemExit as e:
+                return str(e.code).removeprefix("slurmrl: ").split(":")[0]
+    return None
+
+
 def plan_view(p) -> dict:
     """plan.json and components/*.toml (the plan), less what the programs do not read."""
     data = p.model_dump(mode="json")
     for c in data["components"]:
-        for key in UNREAD.get((c["name"], p.kind), ()):
-            (c.get("settings") or {}).pop(key, None)
+        settings = c.get("settings") or {}
+        unread = set(UNREAD.get((c["name"], p.kind), ()))
+        if c["name"] == "orchestrator" and settings:  # chat_only_set acts only through the start (start_refusal)
+            unread |= runtime_unread(settings) | {"chat_only_set"}
+        for key in unread:
+            settings.pop(key, None)
     return data
 
 
@@ -325,6 +374,10 @@ def outcome(recipe: Path, path: str, value) -> tuple[str, str]:
                 return "refused", str(e)
             if not drop_default(data, e.field or ""):
                 return "other", str(e)
+    refused = start_refusal(p)
+    if refused is not None:
+        return ("refused", f"at the orchestrator's start: {refused}") if names(UserError(refused, ""), path) \
+            else ("other", f"the orchestrator refuses {refused} at start")
     if plan_view(p) != view0:
         return "changed", ""
     if render_script(p, RUN_DIR, recipe.name) != baseline_script(recipe):
@@ -435,6 +488,30 @@ def test_the_walk_finds_a_silent_knob(monkeypatch):
     assert len(problems) == 1 and problems[0].startswith("sft-1node.toml: trainer.kl_coef: neither changes"), problems
 
 
+def test_the_walk_compares_what_the_runtime_does(monkeypatch):
+    """The chat-only settings of a text environment (issue 33): the planner refuses them; without that rule the
+    orchestrator's start does (it loads the environment and sees its kind); without that either, the walk finds
+    them silent, since the orchestrator does not read them for a text environment. A check that counted any
+    changed components/orchestrator.toml as an effect (the walk before) would have let all three through."""
+    recipe = ROOT / "recipes" / "rl-debug.toml"
+    chat_only = {f for f in CHAT_ONLY if f.startswith("orchestrator.")}
+    assert chat_only == {"orchestrator.max_turns", "orchestrator.max_rollout_tokens", "orchestrator.env_timeout_s"}
+    paths = chat_only | {"orchestrator.max_tokens"}  # one the text rollouts read: it acts throughout
+    assert walk([recipe], paths) == []
+    assert all(check_field(recipe, f)[1].endswith("only applies to a chat environment's conversations; "
+                                                  "orchestrator.environment 'reverse_text' is a text environment "
+                                                  "(one completion per prompt): remove the setting)") for f in chat_only)
+    monkeypatch.setattr(rules, "check_kinds", lambda r: None)  # the planner stops refusing them
+    assert walk([recipe], paths) == []
+    assert all(f"refused (at the orchestrator's start: {f})" in check_field(recipe, f)[1] for f in chat_only)
+    monkeypatch.setattr(sys.modules[__name__], "refuse_chat_only", lambda *a: None)  # and so does the orchestrator
+    problems = walk([recipe], paths)
+    assert sorted(p.split(": ")[1] for p in problems) == sorted(chat_only), problems
+    assert all("neither changes the run dir nor is refused" in p for p in problems)
+    monkeypatch.setattr(sys.modules[__name__], "runtime_unread", lambda settings: set())  # the old check
+    assert walk([recipe], paths) == []
+
+
 @pytest.mark.parametrize("recipe, overrides, field, says", [
     ("sft-1node", ["trainer.kl_coef=0.1"], "trainer.kl_coef", "only applies to kind 'rl'"),
     ("sft-1node", ["trainer.clip_eps=0.3"], "trainer.clip_eps", "only applies to kind 'rl'"),
@@ -448,6 +525,10 @@ def test_the_walk_finds_a_silent_knob(monkeypatch):
     ("inference-kv-offload", ["inference.kv_offload.mooncake_device='mlx5_0'"], "inference.kv_offload.mooncake_device",
      "only applies to kv_offload.kind 'mooncake'"),
     ("inference-pd", ["inference.tp=2"], "inference.tp", "inference.prefill.tp and inference.decode.tp"),
+    ("rl-debug", ["orchestrator.max_turns=3"], "orchestrator.max_turns", "only applies to a chat environment"),
+    ("rl-debug", ["orchestrator.env_timeout_s=5"], "orchestrator.env_timeout_s", "only applies to a chat environment"),
+    ("rl-1node", ["orchestrator.max_rollout_tokens=99"], "orchestrator.max_rollout_tokens", "a text environment"),
+    ("rl-judge", ["inference.tool_call_parser='hermes'"], "inference.tool_call_parser", "'judge' is a text environment"),
     ("inference-pd", ["inference.nodes=2"], "inference.nodes", "inference.prefill.nodes"),
     ("rl-debug", ["inference.router.extra_args=['--x']"], "inference.router.extra_args", "no router runs"),
     ("inference-replicas", ["inference.router.session_header='X-User-ID'"], "inference.router.session_header",

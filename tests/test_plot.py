@@ -79,3 +79,24 @@ def test_second_panel_and_status_row_from_the_trainer_metrics(tmp_path, capsys):
     lines = training_lines({"training": latest_training(run)})
     assert len(lines) == 2 and lines[1].startswith("  latest batch 3: reward 0.750") and "kl max 0.2" in lines[1]
     assert training_lines({"training": latest_training(tmp_path / "nothing")}) == []
+
+
+def test_a_kl_spike_does_not_flatten_the_kl_panel():
+    """A KL of 17 at step 2 among values near 0.01 (issue 36): the axis is cut above the usual range,
+    the spike a triangle at the top with its number, and the legend says what the triangle is."""
+    import matplotlib.pyplot as plt
+
+    trainer = {s: {"step": s, "kl": 17.0 if s == 2 else 0.01 + s / 1000, "clip_frac": 0.02} for s in range(1, 17)}
+    fig = reward_figure([(s, 0.1) for s in range(1, 17)], "run", trainer)
+    try:
+        drift = fig.axes[1]
+        assert drift.get_ylim()[1] < 0.1  # the usual range fills the panel
+        assert "17" in [t.get_text() for t in drift.texts]
+        assert "past the top: its value written" in [t.get_text() for t in drift.get_legend().get_texts()]
+    finally:
+        plt.close(fig)
+    calm = reward_figure([(s, 0.1) for s in range(1, 5)], "run", {s: {"step": s, "kl": 0.01 * s} for s in range(1, 5)})
+    try:
+        assert len(calm.axes[1].texts) == 0 and calm.axes[1].get_ylim()[1] >= 0.04  # nothing stands out: no cut
+    finally:
+        plt.close(calm)

@@ -9,6 +9,7 @@ and leaves what `slurmrl report` turns into a page.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -142,6 +143,32 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_debug2, tmp_path, tin
     check_metrics_and_report(slurm_debug2, run_dir, tmp_path)
 
 
+E2E = ("vllm:e2e_request_latency_seconds",)
+
+
+def check_latency_against_the_orchestrator(run: RunDir) -> None:
+    """The report's latency points against the orchestrator's own timings (issue 36): a window's mean
+    TTFT and end-to-end latency are no longer than the longest batch the orchestrator generated
+    (``generate_s`` of its steps and evaluations), and a window in which requests finished overlaps
+    one of its batches (after the first: the readiness check's completion comes before), so that a
+    gap is a window in which nothing was served."""
+    rows = [*lines(run.metrics("orchestrator")), *lines(run.eval_metrics)]
+    batches = sorted((r["time"] - r["generate_s"], r["time"]) for r in rows if isinstance(r.get("generate_s"), float))
+    longest, slack = max(b - a for a, b in batches), 3.0
+    for attempt in (0, 1):
+        server = read_scrapes(run.scrape_file(attempt, "inference.0"))
+        ttft, e2e = rd.hist_mean(server, rd.TTFT), rd.hist_mean(server, E2E)
+        assert any(math.isfinite(m) for _, m in e2e), attempt
+        for t, mean in [*ttft, *e2e]:  # a window (start, t] and the mean of the requests it observed
+            if math.isnan(mean):
+                continue
+            assert mean <= longest + slack, (attempt, t, mean, longest)
+            start = server.times[server.times.index(t) - 1]
+            if start > batches[0][0]:
+                assert any(start < b + slack and t > a - slack for a, b in batches), (attempt, start, t, batches)
+    print(f"latency windows checked against {len(batches)} batches (longest {longest:.1f} s)")
+
+
 def check_metrics_and_report(cluster, run_dir: Path, cwd: Path) -> None:
     """What the [collector] kept in both attempts, and the report of it."""
     run = RunDir(run_dir)
@@ -157,6 +184,7 @@ def check_metrics_and_report(cluster, run_dir: Path, cwd: Path) -> None:
     seconds = sum(s.times[-1] - s.times[0] for s in (read_scrapes(f) for f in files if f.name == "inference.0.jsonl"))
     print(f"scraped: {sum(f.stat().st_size for f in files)} bytes in {len(files)} files over {seconds:.0f} s "
           f"of the server's scrapes ({', '.join(f'{f.parent.name}/{f.name} {f.stat().st_size}' for f in files)})")
+    check_latency_against_the_orchestrator(run)
     r = cluster.slurmrl("report", str(run_dir), cwd=cwd)
     assert r.returncode == 0, r.stderr
     page = run.report_page().read_text()
@@ -229,7 +257,7 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_debug2, t
 
     trainer = {rec["step"]: rec for rec in lines(trainer_log)}
     assert sorted(trainer) == list(range(1, BROADCAST_STEPS + 1)), f"steps lost or repeated: {sorted(trainer)}"
-    # a step whose sync the requeue cut short (its servers stop first) is kept by its checkpoint: sync_s 0
+    # a step whose sync the requeue cut short (its servers stop first) is kept by its checkpoint (no READY mark)
     synced = {step: rec for step, rec in trainer.items() if rec["sync_s"] > 0}
     assert len(trainer) - len(synced) <= 1, trainer
     for step, rec in trainer.items():

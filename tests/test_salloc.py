@@ -112,3 +112,5 @@ def test_slurmrl_cancel_inside_salloc_reads_as_a_cancel(slurm_cluster, tmp_path)
     assert code != 0 and "exited with code 143" not in text, text
     st = slurm_cluster.slurmrl("status", str(out.run_dir), cwd=tmp_path)
     assert "STOPPED: cancelled" in st.stdout and "FAILED:" not in st.stdout, st.stdout + st.stderr
+    table = st.stdout.split("\n  component ", 1)[1].split("\n\n", 1)[0]  # the components' rows
+    assert "FAILED" not in table and "stopped" in table, table  # a cancel is a planned stop: no step FAILED

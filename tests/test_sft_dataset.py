@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl.app.build import planned
+from slurmrl.app.plan import planned
 from slurmrl.errors import UserError
 from slurmrl.rundir import tomlw
 from slurmrl.rundir.paths import RunDir

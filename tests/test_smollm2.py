@@ -160,6 +160,8 @@ class Broken:
     """A chat environment whose answer to the second prompt's model turns raises, whose reward hangs for the
     first prompt's rollouts, and whose begin (each rollout's own task) raises for the fourth prompt."""
 
+    kind = "chat"
+
     def __init__(self):
         self.inner = __import__("slurmrl.envs.guess_number", fromlist=["GuessNumber"]).GuessNumber()
 
@@ -203,6 +205,8 @@ def test_an_environment_that_fails_costs_its_rollouts_only(model_dir, server):
 
 class PythonTool:
     """A tool environment: the model may call `python`, which runs its code in a subprocess with a limit."""
+
+    kind = "chat"
 
     tools = [__import__("slurmrl.envs.tools", fromlist=["PYTHON_TOOL"]).PYTHON_TOOL]
 
@@ -271,7 +275,7 @@ def test_a_verifiers_tool_env_calls_its_tool_through_the_servers(model_dir, serv
     sampler = ChatSampler([server], tok, chat_settings(model_dir, max_tokens=40, temperature=0.0, rollouts_per_prompt=1,
                                                        prompts_per_step=1), env)
     bodies = recorded(sampler)
-    [[x]] = sampler.sample([env.task(0)], step=1)
+    [[x]] = sampler.sample([env.obj.task(0)], step=1)
     stats = sampler.take_stats()
     assert stats["env/errors"] == stats["env/timeouts"] == 0
     assert bodies and all(b["tools"] == env.tools for b in bodies)
@@ -297,7 +301,7 @@ def test_a_verifiers_single_turn_env_is_scored_by_its_rubric(model_dir, server, 
     env = envs.load("verifiers:slurmrl_vf_sum", {"bonus": 0.25, "raise_on": 1})
     sampler = ChatSampler([server], AutoTokenizer.from_pretrained(model_dir),
                           chat_settings(model_dir, max_tokens=8, prompts_per_step=2), env)
-    tasks = [env.task(0), env.task(1)]
+    tasks = [env.obj.task(0), env.obj.task(1)]
     groups = sampler.sample(tasks, step=1)
     stats = sampler.take_stats()
     assert stats["env/errors"] == 2 and stats["env/turns_mean"] == 1

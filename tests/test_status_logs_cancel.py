@@ -194,7 +194,7 @@ def test_a_failing_component_ends_the_job_and_status_names_it(slurm_cluster, job
     assert others and all(c["torn_down"] for c in others), rep["components"]
     for c in others:
         if c["step"]["state"] not in ("COMPLETED", "RUNNING"):
-            assert re.search(rf"^\s*{re.escape(c['name'])} .*\(stopped by the script\)", final, re.M), final
+            assert re.search(rf"^\s*{re.escape(c['name'])} .*stopped by the script", final, re.M), final
     r = slurm_cluster.slurmrl("logs", str(run_dir), "--component", "trainer", cwd=tmp_path)
     assert "trainer.0.log: trainer: failing on purpose" in r.stdout
 

@@ -33,6 +33,7 @@ pytest.importorskip("transformers")
 
 SFT_STEPS = 30
 FSDP_STEPS = 15
+CP_STEPS = 6
 RL_STEPS = 5
 FAVOURED = "a"  # RL: completions holding this character get a positive advantage
 
@@ -272,6 +273,21 @@ def test_sft_two_ranks_fsdp2_matches_one_rank(tmp_path, tiny, sft_data, sft_sing
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-3), (a["step"], a["loss"], b["loss"])
     ck = run_dir / "checkpoints" / f"step-{FSDP_STEPS:06d}"
     assert (ck / "rng-rank0.pt").exists() and (ck / "rng-rank1.pt").exists() and (ck / "DONE").exists()
+
+
+@pytest.mark.slow  # ~15 s: torchrun with two ranks
+def test_sft_context_parallel_two_ranks_matches_one_rank(tmp_path, tiny, sft_data, sft_single):
+    """trainer.parallel.cp = 2 on two ranks: every row is split over both (Ulysses attention across
+    them), so the losses are one rank's, step for step."""
+    run_dir = run_dir_for(tmp_path, "sft-1node.toml", "run", [*sft_overrides(tiny, sft_data, 2),
+                          f"trainer.max_steps={CP_STEPS}", "trainer.parallel.cp=2"], world_size=2)
+    t = Trainer(run_dir, ranks=2)
+    assert t.wait(timeout=150) == 0, t.tail()
+    assert "context parallel: cp 2 (Ulysses), 1 data-parallel group(s)" in t.tail(100_000)
+    one, two = metrics(sft_single["run_dir"]), metrics(run_dir)
+    assert [r["step"] for r in two] == list(range(1, CP_STEPS + 1))
+    for a, b in zip(one, two):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-4), (a["step"], a["loss"], b["loss"])
 
 
 # ---- RL ---------------------------------------------------------------------------------

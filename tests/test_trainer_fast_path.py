@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 
 from slurmrl.runtime.trainer import (
     chunked_head,
+    dist,
     doc_attention,
     losses,
     numerics,
@@ -317,11 +318,10 @@ def fsdp2_bf16_step_on_one_rank():
 
 
 def test_the_trainer_keeps_cuda_away_in_a_cpu_run(monkeypatch):
-    from slurmrl.runtime.trainer import loop
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
-    loop.hide_gpus()
+    dist.hide_gpus()
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "" and os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
 
 

@@ -1,5 +1,6 @@
 """The trainer's levels on the real local Slurm: kill -9 of torchrun, kill -9 of the trainer worker,
-and a hung worker (SIGSTOP): each ends the job naming the trainer, and nothing of the job is left.
+and a hung worker (SIGSTOP): each ends the job naming the trainer and how it ended (the signal that
+killed torchrun or, from torchrun's record of it, the worker), and nothing of the job is left.
 
 Before: `kill -9` of torch.distributed.run left the trainer worker (ppid 1) waiting forever. The
 three jobs (sft-debug on the tiny model, one node each) run at once.
@@ -81,6 +82,11 @@ def test_kill_9_or_a_hang_at_each_trainer_level_ends_the_job_and_leaves_nothing(
             assert "trainer" in reason, (case, reason)
             if case == "hang-worker":
                 assert "hung" in reason and "heartbeat" in reason, reason
+            if case == "kill-worker":  # torchrun's record of its worker: the signal, not what the log said last
+                worker = levels[case]["worker"].pid
+                assert f"trainer: worker rank 0 (pid {worker}) killed by SIGKILL" in reason, reason
+            if case == "kill-torchrun":
+                assert "trainer exited with code 137 (SIGKILL)" in reason, reason
             left = slurm_cluster.wait_no_job_processes(job_id, timeout=90)
             assert not left, (case, left)
             for p in levels[case].values():

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from slurmrl import envs
-from slurmrl.envs.chat import speaks_messages
 from slurmrl.errors import UserError
 from slurmrl.plan.env_rules import check_environment
 
@@ -47,11 +46,11 @@ def call(name: str, arguments: str, id: str = "call-1") -> dict:
 def test_a_single_turn_env_gives_chat_tasks_and_its_rubrics_reward(on_path):
     env = loaded("verifiers:slurmrl_vf_sum", {"bonus": 0.25})
     tasks = env.prompts(random.Random(0), 4)
-    assert speaks_messages(tasks) and env.tools is None
+    assert env.chat and all("messages" in t for t in tasks) and env.tools is None
     for t in tasks:  # the system prompt as verifiers formats it, then the row's question
         assert [m["role"] for m in t["messages"]] == ["system", "user"]
         assert t["messages"][0]["content"] == "You add numbers."
-    task = env.task(0)
+    task = env.obj.task(0)
     assert task["messages"][1]["content"] == "What is 2 + 3? Answer with the number only."
     rollout = env.begin(task)
     assert env.respond(rollout, said("5")) == []  # a SingleTurnEnv is done after one turn
@@ -65,7 +64,7 @@ def test_a_tool_env_answers_tool_calls_with_its_env_response(on_path):
     assert [t["function"]["name"] for t in env.tools] == ["add", "divide"]
     add = env.tools[0]["function"]
     assert add["description"] == "Add two whole numbers." and add["parameters"]["required"] == ["a", "b"]
-    assert not hasattr(env, "call_tool")  # tool calls go to the environment's env_response, its own way
+    assert not env.answers_tools  # tool calls go to the environment's env_response, its own way
     [task] = env.prompts(random.Random(0), 1)
     assert [m["role"] for m in task["messages"]] == ["system", "user", "assistant", "user"]  # with its few-shot example
     rollout = env.begin(task)
@@ -82,7 +81,7 @@ def test_a_tool_env_answers_tool_calls_with_its_env_response(on_path):
 
 def test_a_tool_envs_max_turns_ends_the_conversation(on_path):
     env = loaded("verifiers:slurmrl_vf_tools", {"max_turns": 2})
-    rollout = env.begin(env.task(0))
+    rollout = env.begin(env.obj.task(0))
     first = call("add", '{"a": 1, "b": 2}')
     convo = [first, *env.respond(rollout, [first]), call("add", '{"a": 3, "b": 4}', "call-2")]
     assert env.respond(rollout, convo) == []
@@ -92,14 +91,14 @@ def test_what_raises_in_the_environment_raises_to_the_orchestrator(on_path):
     """The orchestrator counts it an environment error and scores the rollout 0 (tests/test_smollm2.py)."""
     tools = loaded("verifiers:slurmrl_vf_tools")
     with pytest.raises(RuntimeError, match=r"ToolCallError.*ZeroDivisionError: division by zero"):
-        tools.respond(tools.begin(tools.task(0)), [call("divide", '{"a": 1, "b": 0}')])
+        tools.respond(tools.begin(tools.obj.task(0)), [call("divide", '{"a": 1, "b": 0}')])
     sums = loaded("verifiers:slurmrl_vf_sum", {"raise_on": 1})
-    assert sums.reward(sums.begin(sums.task(0)), said("5")) == 1.5
+    assert sums.reward(sums.begin(sums.obj.task(0)), said("5")) == 1.5
     vf = __import__("verifiers")
     vf.setup_logging("INFO")  # an environment may set verifiers' logging up again (clearing its handlers)
     try:
         with pytest.raises(RuntimeError, match="reward function bonus_points: the rubric broke"):
-            sums.reward(sums.begin(sums.task(1)), said("8"))
+            sums.reward(sums.begin(sums.obj.task(1)), said("8"))
     finally:
         vf.setup_logging(os.environ.get("VF_LOG_LEVEL"))  # as verifiers set it up when imported
 

@@ -1,22 +1,22 @@
-"""The dry run: recipe file -> Recipe -> plan -> run dir files, in memory, then written only when every
-check passed. `slurmrl init`, `validate`, `plan`, `render` and `templates eject`; `diff`, `submit`,
-`sweep` and `submit --again` build through here too."""
+"""The dry run: recipe file -> Recipe -> plan (``slurmrl.app.plan``) -> run dir files, in memory, then
+written only when every check passed. `slurmrl init`, `validate`, `render` and `templates eject`; `diff`,
+`submit`, `sweep` and `submit --again` build through here too."""
 
 from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl.app import sweep_grid
 from slurmrl.app.keep_edits import refuse_lost_edits
+from slurmrl.app.plan import plan_json, plan_recipe, templates_dir, warn
 from slurmrl.errors import UserError
-from slurmrl.plan import Plan, plan
+from slurmrl.plan import Plan
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.recipe import Recipe
-from slurmrl.render.summary import salloc_line, summary
 from slurmrl.rundir import lockfile as lock
 from slurmrl.rundir import tomlw
 from slurmrl.rundir.paths import RunDir
@@ -37,29 +37,6 @@ class Rendered:
         return self.files[RunDir.SCRIPT]
 
 
-def resolve_run_dir(recipe: Recipe, preflight: bool = False) -> Path:
-    """``output_dir`` is relative to the current directory, like any command-line path."""
-    return (Path(recipe.output_dir) / (f"{recipe.name}-preflight" if preflight else recipe.name)).resolve()
-
-
-def check_run_dir(recipe: Recipe, run_dir: Path) -> None:
-    """The run dir path goes into comments, #SBATCH lines and Pyxis' mount list."""
-    text = str(run_dir)
-    if "\n" in text or "\r" in text:
-        raise UserError("output_dir", f"the run dir {text!r} cannot hold a line break")
-    if recipe.container is not None and ("," in text or ":" in text):
-        raise UserError("output_dir", f"the run dir {text!r} is mounted into the container; it cannot hold ',' or ':'")
-
-
-def templates_dir(recipe: Recipe, recipe_path: Path) -> Path | None:
-    if not recipe.templates_dir:
-        return None
-    path = (recipe_path.parent / recipe.templates_dir).resolve()
-    if not (path / "job.sbatch.j2").is_file():
-        raise UserError("templates_dir", f"{path} has no job.sbatch.j2; create it with `slurmrl templates eject DIR`")
-    return path
-
-
 def component_config(c, run_dir: Path) -> str:
     """components/<name>.toml: the typed settings of one of our own programs (trainer, orchestrator)."""
     return tomlw.dumps(c.settings)
@@ -71,35 +48,6 @@ def resolved_recipe(recipe: Recipe, recipe_path: Path) -> dict:
     if recipe.templates_dir:
         data["templates_dir"] = str((recipe_path.parent / recipe.templates_dir).resolve())
     return data
-
-
-def plan_json(p: Plan) -> str:
-    return p.model_dump_json(indent=1) + "\n"
-
-
-def planned(
-    recipe_path: str | Path,
-    overrides: Sequence[str] = (),
-    run_dir: str | Path | None = None,
-    preflight: bool = False,
-    place=None,
-) -> tuple[Recipe, Plan, Path]:
-    """Load, check and plan, rendering nothing (`slurmrl plan`). Raises UserError on bad input.
-    ``place``: where the job sees the run dir, from its path here (submit --cluster: on the cluster)."""
-    recipe = load_recipe(recipe_path, overrides)
-    p, run_dir = plan_recipe(recipe, Path(recipe_path), run_dir, preflight, place)
-    return recipe, p, run_dir
-
-
-def plan_recipe(recipe: Recipe, recipe_path: Path, run_dir: str | Path | None = None, preflight: bool = False,
-                place=None) -> tuple[Plan, Path]:
-    """Check and plan a Recipe read from ``recipe_path`` (paths in it are relative to that file)."""
-    run_dir = Path(run_dir).resolve() if run_dir else resolve_run_dir(recipe, preflight)
-    run_dir = place(run_dir) if place else run_dir
-    check_run_dir(recipe, run_dir)
-    p = plan(recipe, str(run_dir), preflight=preflight)
-    templates_dir(recipe, recipe_path)  # a missing templates_dir is bad input for `plan` too
-    return p, run_dir
 
 
 def build(
@@ -163,13 +111,6 @@ def lock_text(out: Rendered, recipe_path: str | Path, **links) -> str:
                         preflight=out.plan.preflight, recipe_path=Path(recipe_path), edited=False, **links)
 
 
-def warn(warnings: Iterable[str]) -> None:
-    """The planner's warnings (``Plan.warnings``), each once, on stderr as ``slurmrl: warning: ...``: the
-    one place they are printed; every verb that plans (validate, plan, render, submit, sweep) calls it."""
-    for w in dict.fromkeys(warnings):
-        print(f"slurmrl: warning: {w}", file=sys.stderr, flush=True)
-
-
 def starters() -> list[str]:
     return sorted(p.stem for p in STARTERS.glob("*.toml"))
 
@@ -212,23 +153,6 @@ def validate(recipe_path: str | Path, overrides: Sequence[str] = ()) -> list[str
             if w not in warnings:
                 warnings.append(w)
     return warnings
-
-
-def cmd_plan(args) -> int:
-    _, p, run_dir = planned(args.recipe, args.overrides, args.run_dir)
-    warn(p.warnings)  # on stderr whatever stdout shows (the summary lists them too)
-    if args.json:
-        print(plan_json(p), end="")
-        return 0
-    if not args.salloc:
-        print(summary(p, run_dir, args.job_id))
-        return 0
-    script = RunDir(run_dir).script
-    print(salloc_line(p, script))
-    if not script.exists():
-        print(f"slurmrl: {script} is not rendered yet: run `slurmrl render` with the same recipe and options first",
-              file=sys.stderr)
-    return 0
 
 
 def cmd_render(args) -> int:

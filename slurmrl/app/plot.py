@@ -28,6 +28,10 @@ def _fmt(value, spec: str) -> str | None:
         return str(value)[:20]
 
 
+ENV_ITEMS = (("env/turns_mean", "turns", ".2f"), ("env/errors", "errors", "d"), ("env/timeouts", "timeouts", "d"),
+             ("env/cut", "cut", "d"))
+
+
 def training_line(orch: dict | None, trainer: dict | None) -> str | None:
     """One line from the newest orchestrator and trainer records: reward, lag, and what debugs RL."""
     if not orch and not trainer:
@@ -37,6 +41,8 @@ def training_line(orch: dict | None, trainer: dict | None) -> str | None:
         parts.append(f"batch {orch['step']}: reward {_fmt(orch.get('reward_mean'), '.3f') or '-'}"
                      f" (std {_fmt(orch.get('reward_std'), '.3f') or '-'}, min {_fmt(orch.get('reward_min'), '.3g') or '-'}"
                      f", max {_fmt(orch.get('reward_max'), '.3g') or '-'}), lag {_fmt(orch.get('off_policy_lag'), 'd') or '-'}")
+        env = [f"{label} {_fmt(orch.get(key), spec)}" for key, label, spec in ENV_ITEMS if _fmt(orch.get(key), spec)]
+        parts[-1] += f", env {', '.join(env)}" if env else ""  # multi-turn and tool environments
     if trainer:
         t = trainer
         items = [("loss", "loss", ".4g"), ("kl", "kl", ".3g"), ("kl_max", "kl max", ".3g"),

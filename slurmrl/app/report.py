@@ -1,8 +1,10 @@
 """`slurmrl report RUN_DIR`: one self-contained HTML page, RUN_DIR/report/index.html (no server: the
-images are inside it, and beside it as PNGs), from what the job left in its run dir: throughput and
-latency (TTFT, inter-token latency) of every vLLM server, their queues and KV-cache use, the GPUs, the
-RL step's time split, reward / KL / eval curves, weight-sync time, the benchmark, and the phases of
-every attempt on one time axis (``slurmrl.app.report_data`` computes, ``slurmrl.charts`` draws).
+charts are inside it as SVG whose words are text, and beside it as PNGs), from what the job left in
+its run dir: throughput and latency (TTFT, inter-token latency) of every vLLM server, their queues and
+KV-cache use, the GPUs, the RL step's time split, reward / KL / eval curves, weight-sync time, the
+benchmark, and the phases of every attempt on one time axis (``slurmrl.app.report_data`` computes,
+``slurmrl.charts`` draws). Only the panels the job has data for are there; one line says what was not
+collected. Under each panel, its numbers (a table a user and a test can read against the run dir).
 On a sweep dir: every point's report, and SWEEP_DIR/report/index.html with the points side by side.
 """
 
@@ -10,8 +12,10 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from slurmrl import charts
 from slurmrl.app import report_data as rd
@@ -24,7 +28,8 @@ from slurmrl.rundir.sweep_index import read_index
 XLABEL = "seconds since the job started"
 STYLE = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px}img{max-width:100%;border:1px solid #ddd}"
          "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}"
-         "th{background:#f4f4f4}.none{color:#777}section{margin-bottom:2em}")
+         "th{background:#f4f4f4}.none{color:#777}section{margin-bottom:2em}figure{margin:0}svg{max-width:100%;height:auto}"
+         "table.numbers td{text-align:left;font-family:monospace;font-size:small}")
 
 
 def _short(label: str) -> str:
@@ -43,8 +48,8 @@ def serving_panels(d: rd.RunData) -> dict[str, list[charts.Panel]]:
     panels = {
         "throughput": [("generated tokens/s", each(lambda s: rd.rate(rd.summed(s, rd.GENERATION))), "line"),
                        ("prompt tokens/s", each(lambda s: rd.rate(rd.summed(s, rd.PROMPT))), "line")],
-        "latency": [("TTFT, mean (s)", each(lambda s: rd.hist_mean(s, rd.TTFT)), "line"),
-                    ("inter-token latency, mean (s)", each(lambda s: rd.hist_mean(s, rd.ITL)), "line")],
+        "latency": [("TTFT (s): window mean", each(lambda s: rd.hist_mean(s, rd.TTFT)), "line"),
+                    ("inter-token latency (s):\nwindow mean", each(lambda s: rd.hist_mean(s, rd.ITL)), "line")],
         "queue-kv": [("requests running", each(lambda s: rd.summed(s, rd.RUNNING)), "line"),
                      ("requests waiting", each(lambda s: rd.summed(s, rd.WAITING)), "line"),
                      ("KV cache used (0-1)", each(lambda s: rd.summed(s, rd.KV)), "line")],
@@ -65,13 +70,14 @@ def training_panels(d: rd.RunData) -> dict[str, list[charts.Panel]]:
     def split(records: dict[int, dict], fields) -> list[charts.Series]:
         return [(label, *rd.step_field(records, key)) for key, label in fields]
 
-    evals = sorted({k for r in d.orchestrator.values() for k in r if k.startswith("eval")})
+    eval_rewards, passes = rd.eval_series(d.evals)
     return {
         "step-split": [("orchestrator, s per step", split(d.orchestrator, rd.ORCHESTRATOR_SPLIT), "stack"),
                        ("trainer, s per step", split(d.trainer, rd.TRAINER_SPLIT), "stack")],
-        "curves": [("reward (mean)", [("reward", *rd.step_field(d.orchestrator, "reward_mean"))], "line"),
+        "curves": [("reward (mean)", [("training reward", *rd.step_field(d.orchestrator, "reward_mean")), *eval_rewards],
+                    "line"),
                    ("KL", [(k, *rd.step_field(d.trainer, k)) for k in ("kl", "kl_inference")], "line"),
-                   ("eval", [(k, *rd.step_field(d.orchestrator, k)) for k in evals], "line"),
+                   ("eval pass@k", passes, "line"),
                    ("tokens/s", [("orchestrator (generate)", *rd.step_field(d.orchestrator, "tokens_per_s")),
                                  ("trainer", *rd.step_field(d.trainer, "tokens_per_s"))], "line")],
         "weight-sync": [("seconds per step", [("trainer: publish", *rd.step_field(d.trainer, "publish_s")),
@@ -86,39 +92,88 @@ TITLES = {
     "step-split": "The RL step's time split", "curves": "Reward, KL, eval and tokens/s",
     "weight-sync": "Weight sync", "benchmark": "Benchmark",
 }
-EMPTY = {
-    "throughput": "no vLLM server was scraped: add a [collector] section to the recipe",
-    "step-split": "no step records (metrics/orchestrator.jsonl, metrics/trainer.jsonl)",
-    "gpus": "no GPU samples (no nvidia-smi on the collector's node, or no [collector])",
+NOT_COLLECTED = {  # what a missing panel means, said once
+    "phases": "phases (no logs/attempt-N/phases)",
+    "throughput": "vLLM servers' metrics (no [collector] section, or it scraped no server)",
+    "gpus": "GPUs (no nvidia-smi on the collector's node, or no [collector])",
+    "step-split": "RL step records (metrics/orchestrator.jsonl, metrics/trainer.jsonl: not an RL job)",
+    "benchmark": "benchmark (no [benchmark] section)",
 }
+SAME_SOURCE = {"latency": "throughput", "queue-kv": "throughput", "curves": "step-split", "weight-sync": "step-split"}
+LATENCY_NOTE = ("Each point is a window's mean: the mean over the requests that finished (TTFT: got their first "
+                "token) between two scrapes, drawn at the window's end; a gap is a window in which none did. "
+                "The table: quantiles over each server's life.")
 
 
-def draw(d: rd.RunData, out_dir: Path) -> dict[str, Path | None]:
-    """Every panel's PNG in ``out_dir`` (None where there is nothing to draw)."""
+class Drawn(NamedTuple):
+    png: Path
+    svg: str  # the same chart as SVG text, for the page
+    panels: list[charts.Panel]  # what it draws: the numbers under it
+
+
+def draw(d: rd.RunData, out_dir: Path) -> dict[str, Drawn | None]:
+    """Every panel's PNG in ``out_dir`` and its SVG (None where there is nothing to draw)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     name = d.run.name
-    made: dict[str, Path | None] = {}
+    made: dict[str, Drawn | None] = {}
     rows = [(f"attempt {a}", [(d.x(t), what) for t, what in events]) for a, events in d.phases]
-    path = out_dir / "phases.png"
-    made["phases"] = path if charts.timeline_png(path, f"{name}: phases", rows, XLABEL) else None
+    fig = charts.timeline_figure(f"{name}: phases", rows, XLABEL)
+    phases: list[charts.Panel] = [(label, [(what, [x], []) for x, what in ev], "line") for label, ev in rows]
+    made["phases"] = Drawn(out_dir / "phases.png", charts.save(fig, out_dir / "phases.png", "phases"), phases) if fig else None
     for key, panels in {**serving_panels(d), **training_panels(d)}.items():
         path = out_dir / f"{key}.png"
         xlabel = "step" if key in ("step-split", "curves", "weight-sync") else XLABEL
-        made[key] = path if charts.panels_png(path, f"{name}: {TITLES[key]}", panels, xlabel) else None
+        fig = charts.panels_figure(f"{name}: {TITLES[key]}", panels, xlabel)
+        made[key] = Drawn(path, charts.save(fig, path, key), [p for p in panels if charts.has_data(p[1])]) if fig else None
     bench = read_benchmark(d.run.path)
     made["benchmark"] = None
     if bench and bench.get("points"):
         path = out_dir / RunDir.BENCHMARK_PLOT
-        made["benchmark"] = path if charts.benchmark_png(bench, path, f"{name}: benchmark") else None
+        fig = charts.benchmark_figure(bench, f"{name}: benchmark")
+        made["benchmark"] = Drawn(path, charts.save(fig, path, "benchmark"), bench_panels(bench))
     for key, drawn in made.items():
         if drawn is None:
             (out_dir / (RunDir.BENCHMARK_PLOT if key == "benchmark" else f"{key}.png")).unlink(missing_ok=True)  # an earlier report's chart of data now gone
     return made
 
 
+def bench_panels(summary: dict) -> list[charts.Panel]:
+    """The benchmark's numbers as drawn: per metric, one series per (input, output) length against concurrency."""
+    lengths = sorted({(p.get("input_len"), p.get("output_len")) for p in summary["points"]}, key=str)
+    out: list[charts.Panel] = []
+    for key, label in charts.BENCH_PANELS:
+        series: list[charts.Series] = []
+        for i, o in lengths:
+            pts = sorted((p["concurrency"], float(p[key])) for p in summary["points"]
+                         if (p.get("input_len"), p.get("output_len")) == (i, o) and isinstance(p.get(key), (int, float))
+                         and isinstance(p.get("concurrency"), int))
+            name = "trace" if i is None and o is None else f"in {i} / out {o}"
+            series.append((name, [float(c) for c, _ in pts], [v for _, v in pts]))
+        out.append((label, series, "line"))
+    return out
+
+
 def _img(path: Path, alt: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _num(v: float) -> str:
+    return f"{v:.6g}" if math.isfinite(v) else "-"
+
+
+def numbers(key: str, panels: list[charts.Panel]) -> str:
+    """The panel's numbers, one row per series: what it draws, to read against the run dir's files."""
+    rows = []
+    for ylabel, series, _ in panels:
+        for label, xs, ys in series:
+            if xs:
+                rows.append(f'<tr><th>{html.escape(ylabel.replace(chr(10), " "))}</th><th>{html.escape(label)}</th>'
+                            f'<td class="x">{" ".join(map(_num, xs))}</td><td class="y">{" ".join(map(_num, ys))}</td></tr>')
+    if not rows:
+        return ""
+    return (f'<details><summary>numbers</summary><table class="numbers" data-panel="{key}"><tr><th>chart</th>'
+            f'<th>series</th><th>x</th><th>y ("-": nothing there)</th></tr>{"".join(rows)}</table></details>')
 
 
 def latency_table(d: rd.RunData) -> str:
@@ -154,11 +209,16 @@ def run_report(run_dir: Path) -> Path:
         why = failed_reason(run.path, a)
         if why:
             body.append(f'<p class="failed">attempt {a} FAILED: {html.escape(why)}</p>')
+    missing = [NOT_COLLECTED[SAME_SOURCE.get(k, k)] for k in TITLES if made.get(k) is None]
+    if missing:
+        body.append(f'<p class="none" id="not-collected">Not collected: {html.escape("; ".join(dict.fromkeys(missing)))}.</p>')
     for key, title in TITLES.items():
-        path = made.get(key)
-        inner = _img(path, title) if path else f'<p class="none">{html.escape(EMPTY.get(key, "no data"))}</p>'
+        drawn = made.get(key)
+        if drawn is None:
+            continue
+        inner = f'<figure role="img" aria-label="{html.escape(title)}">{drawn.svg}</figure>' + numbers(key, drawn.panels)
         if key == "latency":
-            inner += latency_table(d)
+            inner = f'<p class="note">{html.escape(LATENCY_NOTE)}</p>' + inner + latency_table(d)
         body.append(f'<section id="panel-{key}"><h2>{html.escape(title)}</h2>{inner}</section>')
     out = run.report_page()
     tmp = out.with_name(f".{out.name}.tmp")

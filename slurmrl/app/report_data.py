@@ -1,15 +1,20 @@
 """What `slurmrl report` draws, computed from a run dir's files: the [collector]'s scrapes (vLLM's
-counters as rates, its histograms as means per interval and quantiles over the run, queue and KV
+counters as rates, its histograms as means per scrape window and quantiles over the run, queue and KV
 gauges, the GPUs), the trainer's and orchestrator's step records (the RL step's time split,
-reward, KL, weight sync) and the phases of every attempt. Times are seconds since the run's first
-phase (or first scrape)."""
+reward, KL, weight sync), the evaluations (metrics/eval.jsonl) and the phases of every attempt.
+Times are seconds since the run's first phase (or first scrape).
+
+A latency point is a window's mean: at the scrape that closes a window, Δsum / Δcount of vLLM's
+histogram, the mean over the requests that finished (TTFT: whose first token came) within it. A
+window where none did is a gap (NaN), not a line drawn across the idle minutes between RL batches."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from slurmrl.app.job_outputs import read_records
+from slurmrl.app.job_outputs import read_evaluations, read_records
+from slurmrl.rundir.evals import Evaluation
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.scrape import Scrapes, read_scrapes, split_key
 
@@ -49,7 +54,8 @@ def rate(points: Points) -> Points:
 
 
 def hist_mean(s: Scrapes, names: tuple[str, ...]) -> Points:
-    """A histogram's mean per interval between scrapes (Δsum / Δcount), where requests were observed."""
+    """A histogram's mean per window between two scrapes (Δsum / Δcount), at the window's end: the mean
+    of the requests it observed in that window; NaN (a gap) for a window that observed none."""
     for name in names:
         sums, counts = dict(summed(s, (name,), "_sum")), dict(summed(s, (name,), "_count"))
         times = sorted(set(sums) & set(counts))
@@ -59,6 +65,8 @@ def hist_mean(s: Scrapes, names: tuple[str, ...]) -> Points:
                 dc, ds = counts[t1] - counts[t0], sums[t1] - sums[t0]
                 if dc > 0 and ds >= 0:
                     out.append((t1, ds / dc))
+                elif dc == 0:
+                    out.append((t1, math.nan))
             return out
     return []
 
@@ -106,6 +114,7 @@ class RunData:
     others: dict[str, Scrapes] = field(default_factory=dict)  # router, frontend, trainer, orchestrator
     orchestrator: dict[int, dict] = field(default_factory=dict)
     trainer: dict[int, dict] = field(default_factory=dict)
+    evals: list[Evaluation] = field(default_factory=list)  # metrics/eval.jsonl
 
     def x(self, t: float) -> float:
         return t - (self.t0 or 0.0)
@@ -129,6 +138,7 @@ def read_run(run: RunDir) -> RunData:
                 d.others[label] = s
     d.orchestrator = read_records(run.metrics("orchestrator"))
     d.trainer = read_records(run.metrics("trainer"))
+    d.evals = read_evaluations(run.path)
     starts = [p[0][0] for _, p in d.phases] + [s.times[0] for s in (*d.servers.values(), *d.gpus.values(),
                                                                       *d.others.values()) if s.times]
     d.t0 = min(starts) if starts else None
@@ -144,3 +154,13 @@ def step_field(records: dict[int, dict], key: str) -> tuple[list[float], list[fl
             xs.append(float(step))
             ys.append(float(v))
     return xs, ys
+
+
+def eval_series(evals: list[Evaluation]) -> tuple[list[tuple[str, list[float], list[float]]], list[tuple[str, list[float], list[float]]]]:
+    """The evaluations as (reward series, pass@k series): "eval reward (mean)" and one "eval pass@K" per k."""
+    reward = [e for e in evals if e.reward_mean is not None]
+    ks = sorted({k for e in evals for k in e.pass_at})
+    rewards = [("eval reward (mean)", [float(e.step) for e in reward], [float(e.reward_mean or 0.0) for e in reward])]
+    passes = [(f"eval pass@{k}", [float(e.step) for e in evals if k in e.pass_at],
+               [e.pass_at[k] for e in evals if k in e.pass_at]) for k in ks]
+    return [r for r in rewards if r[1]], passes

@@ -73,6 +73,15 @@ def ends(run_dir: Path, attempt: int) -> Ends:
     return ended.read_all(RunDir(run_dir).ended_dir(attempt))
 
 
+def shown_state(c: dict) -> str:
+    """A component's state in the table: Slurm's, but a step a planned stop ended (FAILED 15:0, CANCELLED)
+    reads as stopped, never FAILED; no step yet but a ready file: it runs, sacct has not listed it yet."""
+    state = (c["step"] or {}).get("state") or ("started" if c["ready"] else "not started")
+    if state.split()[0] not in ("FAILED", "CANCELLED") or c.get("dead"):
+        return state
+    return "stopped by the script" if c.get("torn_down") else "stopped as asked" if c.get("stopped") else state
+
+
 def dead_tasks(name: str, gone: Ends) -> list[dict]:
     """The tasks of ``name`` that failed (a server that ended on its own is dead, whatever its code)."""
     return [{"task": task, "code": e.code, "cause": e.cause or f"exited with code {e.code}"}
@@ -188,14 +197,8 @@ def phases(run_dir: Path, attempt: int) -> list[dict]:
 
 def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
     out = {"job_id": snap.job_id, "run_dir": str(run_dir) if run_dir else None, **snap.to_dict()}
-    out["attempt"] = None
-    out["attempt_waiting"] = False
-    out["max_requeues"] = None
-    out["requeues_used"] = None
-    out["components"] = []
-    out["failed"] = None
-    out["stopped"] = None
-    out["endpoints"] = []
+    out.update(attempt=None, attempt_waiting=False, max_requeues=None, requeues_used=None, components=[], failed=None,
+               stopped=None, endpoints=[])
     out["serving_url"] = None
     out["serving"] = serving(plan, []) if plan else None
     out["model"] = None
@@ -243,6 +246,7 @@ def report(snap: Snapshot, run_dir: Path | None, plan: Plan | None) -> dict:
         step = snap.step(c.name)
         out["components"].append({
             "torn_down": c.name in stopped_by_script,
+            "stopped": ended.all_stopped(gone, c.name),
             "name": c.name, "group": c.group, "main": c.main, "critical": c.critical, "instances": len(c.instances),
             "step": None if step is None else {"id": step.id, "state": step.state, "exit_code": step.exit_code,
                                                "elapsed": step.elapsed, "nodes": step.nodes},
@@ -380,10 +384,7 @@ def text(rep: dict) -> str:
             notes += [f"dead: {dead}"] if dead else []
             if notes:
                 ready += f" ({'; '.join(notes)})"
-            # no step yet but a ready file: it runs, sacct has not listed its step yet
-            state = s.get("state") or ("started" if c["ready"] else "not started")
-            if c.get("torn_down") and state not in ("COMPLETED", "RUNNING"):
-                state += " (stopped by the script)"
+            state = shown_state(c)
             name = c["name"] if c.get("critical", True) else f"{c['name']} (critical = false)"
             rows.append([name, str(c["group"]), s.get("id", "-"), state,
                          s.get("exit_code") or "-", s.get("elapsed") or "-", ready])

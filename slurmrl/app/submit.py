@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl.app.again import again, next_run_dir
-from slurmrl.app.build import build, resolve_run_dir, warn
+from slurmrl.app.build import build
 from slurmrl.app.cluster import on_cluster
 from slurmrl.app.diff import is_edited
 from slurmrl.app.keep_edits import refuse_lost_edits
+from slurmrl.app.plan import resolve_run_dir, warn
 from slurmrl.app.preflight import wait_and_check
 from slurmrl.errors import UserError
 from slurmrl.plan.stored import is_preflight, load_plan

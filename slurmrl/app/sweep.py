@@ -26,8 +26,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from slurmrl.app import sweep_grid
-from slurmrl.app.build import build_recipe, lock_text, warn
+from slurmrl.app.build import build_recipe, lock_text
 from slurmrl.app.diff import is_edited
+from slurmrl.app.plan import warn
 from slurmrl.app.submit import check_not_running, group_names, set_aside
 from slurmrl.app.sweep_dir import (
     check_not_submitted,

@@ -1,13 +1,16 @@
 """Environments with verifiable rewards, and loading custom ones by import path.
 
-An environment has two methods:
+An environment class declares its kind and has two methods (``slurmrl.envs.protocol``):
 
+    kind = "text"                                       # or "chat" (slurmrl.envs.chat)
     prompts(rng: random.Random, n: int) -> list[dict]   # each has "prompt" (text) plus what reward needs
     reward(task: dict, completion: str) -> float        # higher is better
 
-and may have two more: ``rewards(tasks, completions) -> list[float]``, which the orchestrator then
-calls once per step instead of ``reward`` per sample (to batch the scoring), and ``use_judge(judge)``,
-which gets the job's judge (``slurmrl.runtime.orchestrator.judge_client.JudgeClient``) when the recipe has a [judge].
+and may have more, each optional (``slurmrl.envs.protocol.HOOKS``): ``rewards(tasks, completions) ->
+list[float]``, which the orchestrator then calls once per step instead of ``reward`` per sample (to batch
+the scoring), ``use_judge(judge)``, which gets the job's judge
+(``slurmrl.runtime.orchestrator.judge_client.JudgeClient``) when the recipe has a [judge], ``preflight()``
+and ``split_key(task)``. ``load`` gives the environment behind its protocol (``protocol.Environment``).
 
 Built in: ``reverse_text`` (similarity to the reversed string), ``arithmetic`` (exact match),
 ``judge`` (prompts from a dataset, rewards from the job's judge), ``guess_number`` (a chat
@@ -31,12 +34,13 @@ import importlib
 import traceback
 from collections.abc import Callable
 
-from slurmrl.envs.chat import missing_methods
 from slurmrl.envs.guess_number import GuessNumber
 from slurmrl.envs.judge import PROMPT_SOURCES, Judge
+from slurmrl.envs.protocol import ChatEnvironment, Environment, TextEnvironment
 from slurmrl.envs.text import answer_line  # noqa: F401  (envs.answer_line: custom environments use it)
 
-BUILTIN = {**PROMPT_SOURCES, "judge": Judge, "guess_number": GuessNumber}
+BUILTIN: dict[str, type[TextEnvironment] | type[ChatEnvironment]] = {
+    **PROMPT_SOURCES, "judge": Judge, "guess_number": GuessNumber}
 VERIFIERS = "verifiers:"  # verifiers:ENV_ID, an installed verifiers environment
 
 
@@ -50,9 +54,17 @@ def unknown(name: str) -> str | None:
     return f"{name!r} is not built in ({', '.join(BUILTIN)}), verifiers:ENV_ID nor package.module:Class"
 
 
-def load(name: str, args: dict | None = None):
+def kind(name: str) -> str | None:
+    """The kind of the environment ``name`` as far as the name tells (built in, ``verifiers:ENV_ID``: chat);
+    None for ``package.module:Class``, whose kind is known once it is imported."""
+    if name in BUILTIN:
+        return BUILTIN[name].kind
+    return "chat" if name.startswith(VERIFIERS) else None
+
+
+def load(name: str, args: dict | None = None, field: str = "orchestrator.environment") -> Environment:
     """The environment ``name`` (built in, ``verifiers:ENV_ID`` or ``package.module:Class``) built with keyword
-    ``args``."""
+    ``args``, behind its protocol; ``field``: the recipe field that names it (for messages)."""
     why = unknown(name)
     if why:
         raise SystemExit(f"slurmrl: environment {why}")
@@ -72,9 +84,7 @@ def load(name: str, args: dict | None = None):
         env = cls(**(args or {}))
     except Exception as e:  # noqa: BLE001
         raise SystemExit(f"slurmrl: environment {name!r} with arguments {args or {}}: {raised(e)}") from None
-    if missing := missing_methods(env):  # a broken environment class fails here, before any rollout
-        raise SystemExit(f"slurmrl: environment {name!r} ({type(env).__name__}) has no {' and no '.join(missing)}")
-    return env
+    return Environment(env, name, field)  # a broken environment class fails here, before any rollout
 
 
 def verifiers_adapter(name: str):
@@ -99,10 +109,4 @@ def raised(e: BaseException) -> str:
 
 def rewards(env, tasks: list[dict], completions: list[str]) -> list[float]:
     """One reward per (task, completion): the environment's ``rewards`` for all at once when it has one."""
-    if hasattr(env, "rewards"):
-        out = [float(x) for x in env.rewards(tasks, completions)]
-        if len(out) != len(completions):
-            raise SystemExit(f"slurmrl: environment {type(env).__name__}.rewards returned {len(out)} rewards for "
-                             f"{len(completions)} completions")
-        return out
-    return [env.reward(t, c) for t, c in zip(tasks, completions)]
+    return Environment.of(env).rewards(tasks, completions)

@@ -6,11 +6,19 @@ pretrained model (SmolLM2-135M answers about a third right with 2) start with so
 from __future__ import annotations
 
 import random
+from typing import ClassVar, Literal
 
+from slurmrl.envs.protocol import TextTask
 from slurmrl.envs.text import answer_line
 
 
+class Task(TextTask):
+    target: str  # the sum, as text
+
+
 class Arithmetic:
+    kind: ClassVar[Literal["text"]] = "text"
+
     def __init__(self, max_operand: int = 9, few_shot: int = 0):
         if max_operand < 1 or few_shot < 0:
             raise ValueError("arithmetic needs max_operand >= 1 and few_shot >= 0")
@@ -19,17 +27,17 @@ class Arithmetic:
     def pair(self, rng: random.Random) -> tuple[int, int]:
         return rng.randint(0, self.max_operand), rng.randint(0, self.max_operand)
 
-    def prompts(self, rng: random.Random, n: int) -> list[dict]:
-        out = []
+    def prompts(self, rng: random.Random, n: int) -> list[Task]:
+        out: list[Task] = []
         for _ in range(n):
             shots = "".join(f"{x}+{y}={x + y}\n" for x, y in (self.pair(rng) for _ in range(self.few_shot)))
             a, b = self.pair(rng)
             out.append({"prompt": f"{shots}{a}+{b}=", "target": str(a + b)})
         return out
 
-    def split_key(self, task: dict) -> str:
+    def split_key(self, task: Task) -> str:
         """The question without its solved examples (slurmrl.envs.heldout): ``3+4=``."""
         return task["prompt"].rsplit("\n", 1)[-1]
 
-    def reward(self, task: dict, completion: str) -> float:
+    def reward(self, task: Task, completion: str) -> float:
         return 1.0 if answer_line(completion) == task["target"] else 0.0

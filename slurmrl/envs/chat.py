@@ -1,7 +1,7 @@
 """Environments that speak messages: chat prompts, model turns through the chat endpoint, the
 environment's answer after each turn, tools in the OpenAI tools schema.
 
-A chat environment is one whose ``prompts(rng, n)`` gives tasks with ``messages`` (chat messages:
+A chat environment (``kind = "chat"``, ``slurmrl.envs.protocol.ChatEnvironment``) is one whose ``prompts(rng, n)`` gives tasks with ``messages`` (chat messages:
 system + user) in place of ``prompt`` text, and optionally ``tools`` (a list in the OpenAI tools
 schema, ``{"type": "function", "function": {"name", "description", "parameters"}}``; an
 environment's ``tools`` attribute serves every task). The orchestrator asks vLLM's chat endpoint
@@ -24,30 +24,20 @@ from (for an environment that asks the model itself, e.g. a verifiers environmen
 
 Each step (``begin``, ``respond``, ``call_tool``, ``reward``) runs under ``orchestrator.env_timeout_s``; one that
 raises or takes longer scores its rollout 0 and is counted in the metrics; it never ends the job.
-An environment class without ``prompts`` and ``reward`` (or ``rewards``) fails at load, named.
+An environment class without ``prompts`` and ``reward`` (or ``rewards``), or without its ``kind``, fails at
+load, named; so does a text environment with one of these hooks (``slurmrl.envs.protocol.HOOKS``).
 """
 
 from __future__ import annotations
 
 import json
 
-
-def speaks_messages(tasks: list[dict]) -> bool:
-    """The environment's tasks are chat messages (not prompt text)."""
-    return bool(tasks) and all(isinstance(t, dict) and "messages" in t for t in tasks)
-
-
-def missing_methods(env) -> list[str]:
-    """What an environment object lacks of the protocol (empty when it has what it needs)."""
-    out = [] if callable(getattr(env, "prompts", None)) else ["prompts(rng, n)"]
-    if not callable(getattr(env, "reward", None)) and not callable(getattr(env, "rewards", None)):
-        out.append("reward(task, completion)")
-    return out
+from slurmrl.envs.protocol import Environment
 
 
 def tools_of(env, task: dict) -> list[dict] | None:
     """The tools (OpenAI schema) offered in ``task``: its own, else the environment's."""
-    tools = task.get("tools", getattr(env, "tools", None))
+    tools = task.get("tools", Environment.of(env).tools)
     return list(tools) if tools else None
 
 
@@ -55,7 +45,8 @@ def tool_replies(env, message: dict) -> list[dict] | None:
     """``tool`` messages answering the assistant ``message``'s tool calls through the environment's
     ``call_tool``; None when there is nothing to answer that way. Raises what the tool raises."""
     calls = message.get("tool_calls") or []
-    if not calls or not callable(getattr(env, "call_tool", None)):
+    env = Environment.of(env)
+    if not calls or not env.answers_tools:
         return None
     out = []
     for call in calls:
@@ -65,7 +56,7 @@ def tool_replies(env, message: dict) -> list[dict] | None:
         except ValueError:
             content = f"error: the arguments are not JSON: {fn.get('arguments')!r}"
         else:
-            content = str(env.call_tool(fn.get("name", ""), args))
+            content = env.call_tool(fn.get("name", ""), args)
         out.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": content})
     return out
 

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import random
 import re
+from typing import ClassVar, Literal
 
 from slurmrl.envs.chat import answers
+from slurmrl.envs.protocol import ChatTask, Message
 
 NUMBER = re.compile(r"-?\d+")
+
+
+class Task(ChatTask):
+    secret: int  # the number to guess
 
 
 def guess(text: str) -> int | None:
@@ -24,17 +30,19 @@ def guess(text: str) -> int | None:
 
 
 class GuessNumber:
+    kind: ClassVar[Literal["chat"]] = "chat"
+
     def __init__(self, low: int = 1, high: int = 10):
         if high <= low:
             raise ValueError("guess_number needs high > low")
         self.low, self.high = low, high
 
-    def prompts(self, rng: random.Random, n: int) -> list[dict]:
+    def prompts(self, rng: random.Random, n: int) -> list[Task]:
         ask = f"Guess my number from {self.low} to {self.high}. Reply with just one number."
         return [{"messages": [{"role": "user", "content": ask}], "secret": rng.randint(self.low, self.high)}
                 for _ in range(n)]
 
-    def respond(self, task: dict, messages: list[dict]) -> list[dict]:
+    def respond(self, task: Task, messages: list[Message]) -> list[Message]:
         g = guess(answers(messages)[-1])
         if g == task["secret"]:
             return []  # found: the conversation ends
@@ -44,7 +52,7 @@ class GuessNumber:
             said = "Higher." if task["secret"] > g else "Lower."
         return [{"role": "user", "content": said}]
 
-    def reward(self, task: dict, messages: list[dict]) -> float:
+    def reward(self, task: Task, messages: list[Message]) -> float:
         guesses = [g for g in map(guess, answers(messages)) if g is not None and self.low <= g <= self.high]
         if not guesses:
             return 0.0

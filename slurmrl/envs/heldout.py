@@ -13,8 +13,9 @@ tasks drawn with a fixed seed, the same set at every evaluation.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
+
+from slurmrl.envs.protocol import Environment
 
 DRAW_ROUNDS = 200  # draws of a batch before giving up on finding enough tasks on one side of the split
 
@@ -22,12 +23,7 @@ DRAW_ROUNDS = 200  # draws of a batch before giving up on finding enough tasks o
 def task_key(env, task: dict) -> str:
     """What identifies ``task`` for the split: the environment's ``split_key``, the prompt, or (a chat task,
     without a prompt) the whole task."""
-    if hasattr(env, "split_key"):
-        return str(env.split_key(task))
-    if "prompt" not in task:  # messages alone may be the same for every task (guess_number: only the secret differs)
-        return json.dumps(task, sort_keys=True, default=str)
-    prompt = task.get("prompt")
-    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+    return Environment.of(env).split_key(task)
 
 
 def is_heldout(key: str, fraction: float) -> bool:
@@ -35,23 +31,22 @@ def is_heldout(key: str, fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") < fraction * 2**64
 
 
-class TrainSplit:
+class TrainSplit(Environment):
     """``env`` without its held-out tasks: ``prompts`` draws until it has ``n`` training tasks; every
-    other attribute (``reward``, ``rewards``, ``use_judge``) is the environment's own."""
+    other method (``reward``, ``rewards``, the hooks) is the environment's own."""
 
     def __init__(self, env, fraction: float):
-        self.env, self.fraction = env, fraction
-
-    def __getattr__(self, name: str):
-        return getattr(self.env, name)
+        self.env = Environment.of(env)
+        super().__init__(self.env.obj, self.env.name)
+        self.fraction = fraction
 
     def prompts(self, rng: random.Random, n: int) -> list[dict]:
         out: list[dict] = []
         for _ in range(DRAW_ROUNDS):
-            out += [t for t in self.env.prompts(rng, n - len(out)) if not is_heldout(task_key(self.env, t), self.fraction)]
+            out += [t for t in self.env.prompts(rng, n - len(out)) if not is_heldout(self.split_key(t), self.fraction)]
             if len(out) >= n:
                 return out[:n]
-        raise SystemExit(f"slurmrl: environment {type(self.env).__name__}: {DRAW_ROUNDS} draws gave only {len(out)} of "
+        raise SystemExit(f"slurmrl: environment {self.label}: {DRAW_ROUNDS} draws gave only {len(out)} of "
                          f"{n} training tasks outside the held-out split (eval.heldout_fraction = {self.fraction}): "
                          "its tasks all look alike to the split; give eval.environment instead")
 
@@ -59,17 +54,18 @@ class TrainSplit:
 def heldout_tasks(env, n: int, fraction: float, seed: int) -> list[dict]:
     """Up to ``n`` distinct held-out tasks of ``env``, the same for the same arguments; fewer when the
     environment has fewer (a small task space). SystemExit when it gives none."""
+    env = Environment.of(env)
     rng, found, keys = random.Random(seed), [], set()
     batch = max(n, 64)
     for _ in range(DRAW_ROUNDS):
         for t in env.prompts(rng, batch):
-            k = task_key(env, t)
+            k = env.split_key(t)
             if k not in keys and is_heldout(k, fraction):
                 keys.add(k)
                 found.append(t)
                 if len(found) == n:
                     return found
     if not found:
-        raise SystemExit(f"slurmrl: environment {type(env).__name__}: no task of {DRAW_ROUNDS * batch} drawn falls in "
+        raise SystemExit(f"slurmrl: environment {env.label}: no task of {DRAW_ROUNDS * batch} drawn falls in "
                          f"the held-out split (eval.heldout_fraction = {fraction}); raise it, or give eval.environment")
     return found

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import ClassVar, Literal
 
 from slurmrl.envs.arithmetic import Arithmetic
 from slurmrl.envs.reverse_text import ReverseText
@@ -25,6 +26,8 @@ PROMPT_SOURCES = {"reverse_text": ReverseText, "arithmetic": Arithmetic}  # what
 
 
 class Judge:
+    kind: ClassVar[Literal["text"]] = "text"
+
     def __init__(self, prompts_from: str = "", dataset: str = ""):
         if bool(prompts_from) == bool(dataset):
             raise ValueError("the judge environment takes its prompts from one place: dataset (a JSONL file) or "

@@ -41,6 +41,7 @@ import random
 import signal
 import threading
 import time
+from typing import ClassVar, Literal
 
 import datasets
 import verifiers as vf
@@ -121,6 +122,8 @@ def load(env_id: str, args: dict):
 class VerifiersEnv:
     """A verifiers ``MultiTurnEnv`` (``SingleTurnEnv``, ``ToolEnv``, ``StatefulToolEnv``, ...) on the chat
     protocol: ``prompts``, ``tools``, ``begin``, ``respond``, ``reward``, ``split_key``, ``use_servers``."""
+
+    kind: ClassVar[Literal["chat"]] = "chat"
 
     def __init__(self, env_id: str, **args):
         self.env_id = env_id

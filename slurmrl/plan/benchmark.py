@@ -18,6 +18,7 @@ from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.spec import Spec, Supervisor
 from slurmrl.recipe.benchmark import Benchmark
 from slurmrl.recipe.slurm_values import time_seconds
+from slurmrl.recipe.user_set import user_set
 from slurmrl.rundir.paths import RunDir
 
 BENCH_CPUS = 2  # the asyncio client and the tokenizer that makes the random prompts
@@ -86,7 +87,8 @@ def benchmark(ctx: Context) -> None:
             f"({max(caps)}): that point never has that many requests in flight"
         )
     limit = time_seconds(r.slurm.time)  # None: no time limit
-    if limit is not None and bench.timeout > limit:
+    # the default timeout (3600 s) is only a cap: the time limit ends a longer benchmark anyway
+    if limit is not None and bench.timeout > limit and user_set(bench, "timeout"):
         ctx.warnings.append(f"benchmark.timeout ({bench.timeout} s) is longer than slurm.time ({r.slurm.time})")
     # then = "stop": the job completes with the benchmark, not with the servers (ctx.serving_is_main)
     vllm_args: list[Arg] = [

@@ -1,6 +1,9 @@
 """The rule every environment named in a recipe passes (orchestrator.environment, eval.environment): a
 built-in one takes the arguments given, of its defaults' types, and builds with them; any other name
-must be ``package.module:Class`` (checked when the orchestrator imports it)."""
+must be ``package.module:Class`` (checked when the orchestrator imports it). And the rule of the
+environments' kinds: a chat-only setting (``slurmrl.envs.protocol.CHAT_ONLY``) the user sets is refused
+when every environment of the job is a text one (known here for built-in environments; a custom one's
+kind is known once it is imported: the preflight and the orchestrator's start refuse it then)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,10 @@ import inspect
 
 from slurmrl import envs
 from slurmrl.envs import BUILTIN
+from slurmrl.envs.protocol import chat_only_problem
 from slurmrl.errors import UserError
+from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.roles import chat_only_set
 
 
 def same_kind(value, default) -> bool:
@@ -38,3 +44,18 @@ def check_environment(section: str, name: str, args: dict) -> None:
             raise UserError(f"{section}.environment_args", str(e)) from None
     elif unknown := envs.unknown(name):
         raise UserError(f"{section}.environment", unknown)
+
+
+def check_kinds(r: Recipe) -> None:
+    """Chat-only settings the user set, where every environment the job runs is a built-in text one."""
+    if r.orchestrator is None:
+        return
+    named = {"orchestrator.environment": r.orchestrator.environment}
+    if r.eval is not None and r.eval.environment is not None:
+        named["eval.environment"] = r.eval.environment
+    kinds = {field: (name, envs.kind(name)) for field, name in named.items()}
+    if any(kind is None for _, kind in kinds.values()):  # a custom environment: its kind is known on the node
+        return
+    found = chat_only_problem({f: (n, str(k)) for f, (n, k) in kinds.items()}, chat_only_set(r))
+    if found:
+        raise UserError(*found)

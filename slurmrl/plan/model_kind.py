@@ -20,6 +20,13 @@ MOE_NAME = re.compile(r"moe|mixtral|-a\d+(\.\d+)?b\b|deepseek-(v[23]|r1)|qwen3-n
 # the config.json fields that count a model's routed experts (Qwen-MoE, Mixtral, DeepSeek, ...)
 EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 SUB_CONFIGS = ("text_config", "language_config", "llm_config")  # a multimodal model's language model
+# config.json model_type -> its router family: the trainer's router replay reproduces these routers
+# exactly (runtime/trainer/router_replay.py SCORING; a property test per family)
+REPLAY_FAMILIES = {"qwen2_moe": "Qwen2-MoE", "qwen3_moe": "Qwen3-MoE", "olmoe": "OLMoE", "mixtral": "Mixtral",
+                   "glm4_moe": "GLM-4-MoE", "deepseek_v3": "DeepSeek-V3", "dots1": "dots.llm1"}
+# a hub id's name that says which of those families it is
+REPLAY_NAME = re.compile(r"qwen1\.5-moe|qwen2-57b-a14b|qwen3-\d+(\.\d+)?b-a\d+b|qwen3-coder-\d+b-a\d+b|mixtral|olmoe|"
+                         r"glm-4\.[56](-air)?\b(?!v)|deepseek-(v3|r1)|dots\.llm1", re.I)
 
 
 def config_of(path: str) -> dict | None:
@@ -47,13 +54,29 @@ def experts_in(config: dict) -> bool:
     return False
 
 
-def check_moe(path: str, field: str) -> None:
+def check_moe(path: str, field: str, why: str = "there are no experts to replay") -> None:
     """``field`` needs a mixture-of-experts model at ``path``: one line naming it where there is none."""
     config = config_of(path)
     if config is None:
         if not MOE_NAME.search(path):
             raise UserError(field, f"{path!r} does not name a mixture-of-experts model (no MoE, -A3B, Mixtral, "
-                            "DeepSeek-V3, ... in its name, and no config.json there): there are no experts to replay")
+                            f"DeepSeek-V3, ... in its name, and no config.json there): {why}")
     elif not experts_in(config):
         raise UserError(field, f"{path!r} is not a mixture-of-experts model (its config.json has no "
-                        f"{', '.join(EXPERT_FIELDS)} > 0 and no MoE architecture): there are no experts to replay")
+                        f"{', '.join(EXPERT_FIELDS)} > 0 and no MoE architecture): {why}")
+
+
+def check_replay(path: str, field: str) -> None:
+    """Router replay needs experts at ``path`` and a router family the trainer reproduces exactly."""
+    check_moe(path, field)
+    config = config_of(path)
+    families = ", ".join(REPLAY_FAMILIES.values())
+    if config is None:
+        if not REPLAY_NAME.search(path):
+            raise UserError(field, f"{path!r} does not name a model whose router the trainer replays exactly "
+                            f"({families}); give a local folder with its config.json, or set {field} = false")
+        return
+    kind = config.get("model_type")
+    if kind not in REPLAY_FAMILIES:
+        raise UserError(field, f"the trainer cannot replay the routing of {path!r} exactly (model_type "
+                        f"{kind!r}; it replays {families}); set {field} = false")

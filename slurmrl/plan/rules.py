@@ -6,7 +6,7 @@ import re
 
 from slurmrl.errors import UserError
 from slurmrl.plan import eval_rules
-from slurmrl.plan.env_rules import check_environment
+from slurmrl.plan.env_rules import check_environment, check_kinds
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import Recipe, global_batch
 from slurmrl.recipe.user_set import user_set
@@ -224,3 +224,4 @@ def check(r: Recipe) -> None:
     check_applies(r)
     check_dataset(r)
     eval_rules.check(r)
+    check_kinds(r)  # after both environments are checked

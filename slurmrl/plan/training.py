@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from slurmrl.errors import UserError
-from slurmrl.plan import shell
+from slurmrl.plan import mesh, shell
 from slurmrl.plan.collector import metrics_env
 from slurmrl.plan.context import Context
 from slurmrl.plan.engines import judge
@@ -23,12 +23,15 @@ def trainer(ctx: Context) -> None:
     slot = ctx.slots["trainer"]
     world = slot.nodes * len(slot.gpus)
     batch = global_batch(r)
+    parallel = mesh.resolve(t.parallel, world, t.seq_len, r.model.path)
+    mesh.check_runs(parallel)
+    dp = world // parallel.cp  # the cp ranks of a row share it: data parallel over the rest
     where = "orchestrator.prompts_per_step" if r.kind == "rl" else "trainer.batch_size"
-    if batch % (t.micro_batch_size * world):
+    if batch % (t.micro_batch_size * dp):
         raise UserError(
             where,
             f"a batch of {batch} sequences does not split into micro_batch_size {t.micro_batch_size} "
-            f"x {world} trainer GPUs",
+            f"x {dp} data-parallel trainer GPUs" + (f" ({world} / cp {parallel.cp})" if parallel.cp > 1 else ""),
         )
     head = shell.head(slot.group).sh
     prelude, weight_args = broadcast_words(ctx)
@@ -39,7 +42,7 @@ def trainer(ctx: Context) -> None:
         f"--shutdown-timeout={r.slurm.grace_seconds}",  # time workers get after TERM to checkpoint
         "-m", "slurmrl.runtime.trainer", "--config", config("trainer"), *weight_args,
     )
-    settings = trainer_settings(r, ctx.run_dir, world, batch).model_dump(mode="json", exclude_none=True)
+    settings = trainer_settings(r, ctx.run_dir, world, batch).model_copy(update={"parallel": parallel})
     ctx.add(Spec(
         name="trainer", role="trainer", group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
         tasks_per_node=1, gpus_per_node=len(slot.gpus), stage=4, main=True, health=None,
@@ -54,7 +57,7 @@ def trainer(ctx: Context) -> None:
                        heartbeat=r.slurm.heartbeat_timeout, fail_on=tuple(t.fail_on)),
             prelude=prelude, env=[*sorted(t.env.items()), *metrics_env(ctx, "trainer_metrics")], command=command,
         ),
-        settings=settings,
+        settings=settings.model_dump(mode="json", exclude_none=True),
     ))
 
 

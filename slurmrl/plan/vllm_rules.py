@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from slurmrl.errors import UserError
 from slurmrl.plan import router_rules
-from slurmrl.plan.model_kind import check_moe
+from slurmrl.plan.model_kind import check_replay
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.user_set import user_set
 from slurmrl.recipe.vllm import VllmInference
@@ -79,7 +79,7 @@ def check_experts(r: Recipe, inf: VllmInference) -> None:
         raise UserError("inference.return_routed_experts", "vLLM does not return routed experts with KV offload; "
                         "set inference.kv_offload.kind = 'none'")
     if inf.return_routed_experts:
-        check_moe(r.model.path, "inference.return_routed_experts")
+        check_replay(r.model.path, "inference.return_routed_experts")
     for name in ("enable_eplb", "enable_dbo"):
         if not getattr(inf, name):
             continue

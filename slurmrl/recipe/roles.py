@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
+from slurmrl.envs.protocol import CHAT_ONLY
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.recipe.user_set import user_set
 from slurmrl.settings.eval import EvalKnobs, EvalSettings
 from slurmrl.settings.judge import JUDGE_TEMPLATES, JudgeKnobs, JudgeSettings
 from slurmrl.settings.orchestrator import OrchestratorKnobs, OrchestratorSettings
@@ -36,7 +38,23 @@ def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
         hybrid=recipe.placement.colocate == "hybrid",
         eval=eval_settings(recipe),
         wandb=wandb_settings(recipe, run_dir),
+        chat_only_set=chat_only_set(recipe, changed=True),
     )
+
+
+def chat_only_set(recipe: Recipe, changed: bool = False) -> list[str]:
+    """The chat-only fields (``slurmrl.envs.protocol.CHAT_ONLY``) the user set in ``recipe``, whatever their
+    value; ``changed``: only those set to another value than their default (what a resolved recipe, the run
+    dir's recipe.toml, still tells as set: a re-render of it writes the same settings)."""
+    out = []
+    for path in CHAT_ONLY:
+        section, name = path.split(".")
+        where = getattr(recipe, section)
+        if where is None or not user_set(where, name):
+            continue
+        if not changed or getattr(where, name) != type(where).model_fields[name].get_default(call_default_factory=True):
+            out.append(path)
+    return out
 
 
 def judge_settings(recipe: Recipe) -> JudgeSettings | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from slurmrl import ports
+from slurmrl.plan import mesh
 from slurmrl.plan.model import Component, Plan
 from slurmrl.render.quoting import shq
 
@@ -107,6 +108,9 @@ def summary(plan: Plan, run_dir: Path, job_id: int | None = None) -> str:
     if plan.services:
         out += ["", "Head-node services: " + ", ".join(
             f"{n} (group {plan.component(n).group}, node {plan.component(n).first_node})" for n in plan.services)]
+    trainer = next((c for c in plan.components if c.role == "trainer" and c.settings), None)
+    if trainer is not None and trainer.settings and "parallel" in trainer.settings:
+        out += ["", mesh.describe(trainer.settings["parallel"])]
     main = [c.name for c in plan.components if c.main]
     out += ["", f"Done when: {', '.join(main)} exit 0. Any failure stops the job after a {plan.grace_seconds}s grace."]
     for w in plan.warnings:

@@ -121,6 +121,13 @@ def first_failure(records: dict[tuple[str, int], Ended]) -> tuple[str, int, Ende
     return name, task, e
 
 
+def all_stopped(records: dict[tuple[str, int], Ended], name: str) -> bool:
+    """Every task of ``name`` that has a record was asked to stop (``stopped``): a planned stop (the
+    script's teardown, a cancel, salloc's end), whatever code Slurm records for its step."""
+    mine = [e for (n, _), e in records.items() if n == name]
+    return bool(mine) and all(e.state == "stopped" for e in mine)
+
+
 def who(name: str, task: int, ended: Ended) -> str:
     """How FAILED and status name a task: the component, with its task when its step has several."""
     return name if ended.ntasks <= 1 else f"{name}.{task}"

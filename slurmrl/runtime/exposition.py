@@ -15,6 +15,7 @@ import math
 import os
 import re
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -101,9 +102,21 @@ def _handler(exp: Exposition):
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    """A scraper that gives up (the collector's timeout) and closes its end is no error: nothing is
+    printed for it; anything else is printed as http.server does."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
 def serve(role: str, port: int, host: str = "0.0.0.0", use_client: bool = True) -> tuple[Exposition, ThreadingHTTPServer]:
     exp = Exposition(role, use_client)
-    server = ThreadingHTTPServer((host, port), _handler(exp))
+    server = Server((host, port), _handler(exp))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name=f"{role}-metrics", daemon=True).start()
     return exp, server

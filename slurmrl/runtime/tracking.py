@@ -5,7 +5,9 @@ one group (by default the run dir's name), named ``<name>-<role>`` with ``job_ty
 same tags. The run's id is ``<run dir name>-<role>`` with ``resume="allow"``, so a requeued job
 goes on logging into the same run. The mode is ``wandb.mode``, else ``WANDB_MODE`` from the job's
 environment, else ``offline`` (files under ``RUN_DIR/wandb``); ``disabled`` starts nothing. The key
-is W&B's own business: it reads ``WANDB_API_KEY`` from the environment (or its ``~/.netrc``).
+is W&B's own business: it reads ``WANDB_API_KEY`` from the environment (or its ``~/.netrc``). W&B's
+suggestion to install its Weave product (printed once openai or verifiers is imported: the orchestrator)
+is off through wandb's own ``WANDB_DISABLE_WEAVE``, unless the job's environment sets it.
 
 Anything that goes wrong here (no wandb installed, no key in online mode, no network) is one log line:
 the metrics files under ``RUN_DIR/metrics/`` are the record, W&B a view of them.
@@ -47,6 +49,7 @@ def start(settings: WandbSettings | None, run_dir: Path, role: str, config: dict
     try:
         import wandb
 
+        os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")  # no advertisement in the orchestrator's log
         RunDir(run_dir).wandb.mkdir(exist_ok=True)
         return wandb.init(**args)
     except Exception as e:  # optional: the JSONL is the record

@@ -83,6 +83,11 @@ class OrchestratorSettings(OrchestratorKnobs):
         "to the trainer, wake them and reload the new weights before the next (slurmrl.runtime.orchestrator.hybrid).",
     )
     eval: EvalSettings | None = Field(None, description="Evaluation during training ([eval]); None without it.")
+    chat_only_set: list[str] = Field(
+        default_factory=list, description="The chat-only recipe fields the recipe sets to other values than their "
+        "defaults (slurmrl.envs.protocol.CHAT_ONLY): refused by the preflight and at start when no environment of "
+        "the job is a chat environment (the planner refuses them, whatever their value, for a built-in one).",
+    )
     wandb: WandbSettings = Field(default_factory=WandbSettings, description="Its W&B run ([wandb]).")
 
     @property

@@ -23,4 +23,4 @@ PathText = Annotated[str, AfterValidator(_a_path)]  # a file or folder: an empty
 class Section(BaseModel):
     # coerce_numbers_to_str: `--set slurm.time=90` or `account = 1234` mean the text.
     # allow_inf_nan=False: `lr = inf`, `nan` or `1e999` (infinite in a float) are refused.
-    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True, allow_inf_nan=False, defer_build=True)

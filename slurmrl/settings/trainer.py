@@ -44,6 +44,23 @@ class Lora(Section):
     )
 
 
+class Parallel(Section):
+    """The trainer's device mesh (``[trainer.parallel]``; names as prime-rl and torchtitan users write them):
+    ``dp_replicate x dp_shard x cp`` = the trainer's processes; ``ep`` borrows its ranks from ``dp_shard x cp``."""
+
+    dp_replicate: int = Field(1, ge=1, le=65536, description="Data-parallel replicas: groups that each hold a whole "
+                              "sharded copy of the model (HSDP; 1-65536).")
+    dp_shard: Annotated[int, Field(ge=1, le=65536)] | None = Field(
+        None, description="Ranks each replica shards parameters, gradients and optimizer state over (FSDP2; "
+        "1-65536); default: the trainer's processes / (dp_replicate x cp).")
+    cp: int = Field(1, ge=1, le=1024, description="Context parallel: ranks one packed row is split over by sequence "
+                    "(Ulysses: attention heads all-to-all; 1-1024). Must divide trainer.seq_len and the model's "
+                    "attention heads.")
+    ep: int = Field(1, ge=1, le=1024, description="Expert parallel (MoE only): ranks a layer's experts are split "
+                    "over, tokens sent to their experts' ranks (1-1024). Must divide dp_shard x cp and the "
+                    "model's expert count.")
+
+
 class TrainerKnobs(Section):
     """The trainer fields its program reads. ``slurmrl.settings.trainer.TrainerSettings`` extends
     this with what the planner derives, so a default lives here and nowhere else."""
@@ -99,6 +116,11 @@ class TrainerKnobs(Section):
         600, ge=10, le=86400,
         description="RL, broadcast: seconds one weight sync (or opening the transfer group) may take before the "
         "trainer fails naming the servers that do not answer (10-86400).",
+    )
+    parallel: Parallel = Field(
+        default_factory=Parallel,
+        description="The trainer's device mesh (`[trainer.parallel]`: dp_replicate, dp_shard, cp, ep); checked "
+        "against its GPUs, seq_len and the model's heads and experts at plan. See docs/rl.md.",
     )
     lora: Lora | None = Field(
         None,

@@ -28,7 +28,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from slurmrl import envs
-from slurmrl.envs.chat import speaks_messages
 from slurmrl.envs.heldout import TrainSplit, heldout_tasks
 from slurmrl.errors import UserError
 from slurmrl.rundir.evals import last_eval
@@ -155,15 +154,15 @@ def attach(s: OrchestratorSettings, env, judge, judge_urls: list[str], servers: 
     e = s.eval
     if e is None:
         return None
-    eval_env = env if e.heldout else envs.load(e.environment, e.environment_args)
+    eval_env = env if e.heldout else envs.load(e.environment, e.environment_args, "eval.environment")
     eval_chat = None
-    if speaks_messages(eval_env.prompts(random.Random(e.seed), 1)):  # conversations, through the chat endpoint
+    if eval_env.chat:  # conversations, through the chat endpoint
         eval_chat = chat if chat is not None and chat.env is eval_env else \
             ChatSampler([x.base for x in servers], tokenizer, s, eval_env)
     if e.heldout:
         tasks, eval_judge = heldout_tasks(env, e.prompts, e.heldout_fraction, e.seed), judge
     else:
-        eval_judge = attach_judge(eval_env, judge_urls, s.judge) if hasattr(eval_env, "use_judge") else None
+        eval_judge = attach_judge(eval_env, judge_urls, s.judge) if eval_env.has("use_judge") else None
         tasks = eval_env.prompts(random.Random(e.seed), e.prompts)
     if len(tasks) < e.prompts:
         log(f"eval: the held-out split of {e.environment} has {len(tasks)} distinct tasks; evaluating on those "

@@ -29,6 +29,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from slurmrl.envs.protocol import Environment
 from slurmrl.runtime.vllm.client import Answer, Server
 from slurmrl.settings.judge import JudgeSettings
 
@@ -184,8 +185,9 @@ def attach(env, urls: list[str], settings: JudgeSettings | None,
     if settings is None or not urls:
         raise JudgeError("the orchestrator has --judge-urls but no judge settings, or the other way round: "
                          "job.sbatch and components/orchestrator.toml disagree (was one edited?)")
-    if not hasattr(env, "use_judge"):
-        raise JudgeError(f"the environment {type(env).__name__} has no use_judge(judge) method, so it cannot score "
+    env = Environment.of(env)
+    if not env.has("use_judge"):
+        raise JudgeError(f"the environment {env.label} has no use_judge(judge) method, so it cannot score "
                          "through the job's [judge]")
     client = JudgeClient(urls, settings, headers)
     env.use_judge(client)

@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slurmrl import envs, heartbeat
-from slurmrl.envs.chat import speaks_messages
+from slurmrl.envs.protocol import refuse_chat_only
 from slurmrl.errors import UserError
 from slurmrl.rundir.metrics import last_row
 from slurmrl.rundir.paths import RunDir
@@ -149,6 +149,8 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
     metrics = Metrics(run_dir, "orchestrator", s.model_dump(mode="json"), log, tracking_settings=s.wandb)
     evaluator = evaluate.attach(s, env, judge, list(judge_urls), sampler.servers, tok, metrics, log,  # [eval]
                                 chat_sampler)
+    refuse_chat_only({"orchestrator.environment": env, **({"eval.environment": evaluator.env} if evaluator else {})},
+                     s.chat_only_set)  # a custom text environment's (the planner refuses a built-in one's)
     train_env = evaluate.training_view(s, env)  # without the held-out split [eval] evaluates on
     max_steps, max_off = s.max_steps, s.max_off_policy_steps
     done = written_batches(run_dir)
@@ -198,7 +200,7 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
             evaluator.run(loaded, sampler.adapter or s.served_model_name)
         rng = random.Random(s.seed * 1_000_003 + step)
         tasks = train_env.prompts(rng, s.prompts_per_step)
-        chat = speaks_messages(tasks)  # a chat environment: multi-turn rollouts, scored as they end
+        chat = train_env.chat  # a chat environment: multi-turn rollouts, scored as they end
         t = time.perf_counter()
         groups = chat_sampler.sample(tasks, step) if chat else sampler.sample(tasks, step)
         gen_s = time.perf_counter() - t

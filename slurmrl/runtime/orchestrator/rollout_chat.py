@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from slurmrl import secret
 from slurmrl.envs.chat import tool_replies, tools_of
+from slurmrl.envs.protocol import Environment
 from slurmrl.runtime.orchestrator.chat_tokens import ChatTokens, TemplateError
 from slurmrl.runtime.vllm.client import Server, VLLMError
 from slurmrl.settings.limits import MAX_TOKENS
@@ -67,12 +68,6 @@ def within(seconds: float, fn, *args):
     return box.get("out")
 
 
-def reward_of(env, task: dict, messages: list[dict]) -> float:
-    if callable(getattr(env, "reward", None)):
-        return float(env.reward(task, messages))
-    return float(env.rewards([task], [messages])[0])
-
-
 @dataclass(frozen=True)
 class Sampling:
     """What one call of ``ChatSampler.rollouts`` samples with: ``n`` conversations per task at ``temperature``,
@@ -99,14 +94,14 @@ class ChatSampler:
     """Multi-turn rollouts against the servers at ``urls`` (the router, else every server in turn)."""
 
     def __init__(self, urls: list[str], tokenizer, s: OrchestratorSettings, env):
-        self.servers, self.tok, self.s, self.env = [Server(u, timeout=600.0) for u in urls], tokenizer, s, env
+        self.servers, self.tok, self.s = [Server(u, timeout=600.0) for u in urls], tokenizer, s
+        self.env = env = Environment.of(env)
         self.tokens = ChatTokens(tokenizer)
         self.adapter: str | None = None  # a LoRA policy: the adapter the servers serve the current policy as
         self.pool = ThreadPoolExecutor(max_workers=min(256, max(4, s.prompts_per_step * s.rollouts_per_prompt)))
         self._stats: list[dict] = []
         self._lock = threading.Lock()
-        if callable(getattr(env, "use_servers", None)):  # an environment that asks the model itself
-            env.use_servers(urls, s.served_model_name, secret.read())
+        env.use_servers(urls, s.served_model_name, secret.read())  # for an environment that asks the model itself
 
     def env_step(self, fn, *args):
         return within(self.s.env_timeout_s, fn, *args)
@@ -140,7 +135,7 @@ class ChatSampler:
         its sample (with ``reward`` and ``messages``) and its stats for ``summarize``."""
         s, env = self.s, self.env
         failed = ""
-        if callable(getattr(env, "begin", None)):  # the rollout's own task (its per-rollout state)
+        if env.has("begin"):  # the rollout's own task (its per-rollout state)
             try:
                 task = self.env_step(env.begin, task)
             except Exception as e:  # noqa: BLE001
@@ -204,7 +199,7 @@ class ChatSampler:
         reward = 0.0
         if not failed:
             try:
-                reward = self.env_step(reward_of, env, task, convo[first:])
+                reward = self.env_step(env.reward, task, convo[first:])
             except Exception as e:  # noqa: BLE001
                 failed = self.failed(e, what, index, j)
         return ({"prompt_ids": prompt_ids, "completion_ids": ids, "completion_mask": mask, "logprobs": lps,
@@ -222,10 +217,7 @@ class ChatSampler:
     def answer(self, task: dict, convo: list[dict], first: int, msg: dict) -> list[dict]:
         """The environment's messages after the model's turn ``msg``: tool results, else ``respond``'s."""
         replies = tool_replies(self.env, msg)
-        if replies is None:
-            respond = getattr(self.env, "respond", None)
-            replies = list(respond(task, convo[first:])) if callable(respond) else []
-        return replies
+        return self.env.respond(task, convo[first:]) if replies is None else replies
 
     def rollouts(self, tasks: list[dict], what: str, p: Sampling) -> tuple[list[list[dict]], list[dict]]:
         """``p.n`` rollouts of every task, each scored (``reward``) by the environment, by task; and every

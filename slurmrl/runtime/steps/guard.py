@@ -34,9 +34,9 @@ import threading
 
 from slurmrl.rundir import ended
 from slurmrl.rundir.plain import PlainBytes
-from slurmrl.runtime.steps import tree
+from slurmrl.runtime.steps import killed, tree
 from slurmrl.runtime.steps.planned_stop import StopTracebacks
-from slurmrl.runtime.steps.probes import Probes, ProbeStream, user_probes
+from slurmrl.runtime.steps.probes import Probes, ProbeStream, Worker, user_probes
 
 PROBE_GRACE_S = 30.0  # after a fatal probe: TERM, then KILL when the command is still there
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
@@ -75,6 +75,7 @@ def main(argv: list[str]) -> int:
         return 143
     tree.become_subreaper()
     outputs = plain_outputs()
+    oom_before = killed.oom_kills()  # the OOM kills in this task's memory cgroup so far
     try:
         child = subprocess.Popen(command, preexec_fn=lambda: tree.die_with_parent(signal.SIGKILL), **outputs)
     except OSError as e:
@@ -123,7 +124,11 @@ def main(argv: list[str]) -> int:
     for t in pumps:  # its last words (a traceback) before the record; a child that holds the pipe: not long
         t.join(timeout=0.5)
     code = code if code >= 0 else 128 - code
-    record = end_record(code, probes.fatal if probed.is_set() else None, probes.cause, stopping.is_set(), args.serves, at)
+    worker = probes.worker
+    sigkill = code == 128 + signal.SIGKILL or (worker is not None and worker.signal == signal.SIGKILL)
+    oom = sigkill and oom_killed(oom_before, worker.pid if worker is not None and worker.signal else child.pid)
+    record = end_record(code, probes.fatal if probed.is_set() else None, probes.cause, stopping.is_set(), args.serves, at,
+                        worker, oom)
     write_end(args, record)
     left = tree.end()
     for t in pumps:  # what the command wrote last, then EOF (the tree that held the pipe is gone)
@@ -163,16 +168,39 @@ def exit_cause(code: int) -> str:
     return f"exited with code {code}"
 
 
-def end_record(code: int, fatal: str | None, found: str | None, stopping: bool, serves: bool, at_ns: int) -> ended.Ended:
-    """How the command ended: a fatal probe ended it (``fatal``), it was asked to stop, it exited
-    non-zero, a server ended on its own (whatever its code), or it finished; ``found``: what the
-    probes said (a traceback, a note)."""
+def oom_killed(before: int | None, pid: int) -> bool:
+    """Did the OOM killer end ``pid``: the task's cgroup counts one more OOM kill than when the command
+    started, or the kernel log names the pid (slurmrl.runtime.steps.killed)."""
+    after = killed.oom_kills()
+    return (before is not None and after is not None and after > before) or killed.kernel_killed([pid])
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def end_record(code: int, fatal: str | None, found: str | None, stopping: bool, serves: bool, at_ns: int,
+               worker: Worker | None = None, oom: bool = False) -> ended.Ended:
+    """How the command ended: a fatal probe ended it (``fatal``), it was asked to stop, a signal ended it
+    or (torchrun's ``worker``) one of its workers, it exited non-zero, a server ended on its own
+    (whatever its code), or it finished; ``found``: what the probes said (a traceback, a note); ``oom``:
+    the SIGKILL was the OOM killer's. How the process ended comes first: a traceback it logged and
+    lived on after (a /metrics scrape that went away) is never the cause of a kill."""
     if fatal:
         state, cause = "failed", fatal
     elif stopping:
         state, cause = "stopped", ""
     elif code in KILLED:  # a signal ended it: that is the cause, not a traceback it logged and served on
-        state, cause = "failed", exit_cause(code) + (f"; the last traceback it logged: {found}" if found else "")
+        said = killed.signal_cause("SIGKILL", True) + f" (exit code {code})" if oom else exit_cause(code)
+        state, cause = "failed", said + (f"; the last traceback it logged: {found}" if found else "")
+    elif worker is not None and worker.signal is not None:  # torchrun's worker: killed, whatever it logged
+        how = killed.signal_cause(signal_name(worker.signal), oom and worker.signal == signal.SIGKILL)
+        state, cause = "failed", f"worker rank {worker.rank} (pid {worker.pid}) {how}"
+    elif worker is not None and worker.code and not found:
+        state, cause = "failed", f"worker rank {worker.rank} (pid {worker.pid}) exited with code {worker.code}"
     elif code != 0:
         state, cause = "failed", found or exit_cause(code)
     elif serves:

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from slurmrl import envs
+from slurmrl.envs.protocol import refuse_chat_only
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime.step_files import write_json_atomic
@@ -104,22 +105,26 @@ def allocation() -> dict[str, str]:
 def environment_problems(run_dir) -> list[str]:
     """Load the orchestrator's environment here, with the job's Python and PYTHONPATH on a node,
     before any server starts, and [eval]'s own eval.environment when it names one: a wrong class
-    path or argument is found by the preflight."""
+    path or argument is found by the preflight, and so is a chat-only setting the recipe gives a custom
+    text environment (the planner refuses it for a built-in one)."""
     try:
         with open(RunDir(run_dir).component_config("orchestrator"), "rb") as f:
             settings = tomllib.load(f)
         env = envs.load(settings["environment"], settings.get("environment_args") or {})
-        if settings.get("judge") is not None and not hasattr(env, "use_judge"):
+        if settings.get("judge") is not None and not env.has("use_judge"):
             return [f"environment {settings['environment']!r} has no use_judge(judge), so it cannot score through "
                     "the job's [judge]"]
-        if hasattr(env, "preflight"):
-            env.preflight()  # what the environment reads at run time, e.g. the judge environment's dataset
+        env.preflight()  # what the environment reads at run time, e.g. the judge environment's dataset
+        loaded = {"orchestrator.environment": env}
         evaluation = settings.get("eval") or {}
         if evaluation and not evaluation.get("heldout", True):
             try:
-                envs.load(evaluation["environment"], evaluation.get("environment_args") or {})
+                loaded["eval.environment"] = envs.load(evaluation["environment"],
+                                                       evaluation.get("environment_args") or {}, "eval.environment")
             except SystemExit as e:
-                return [f"eval.environment: {str(e.code).removeprefix('slurmrl: ')}"]
+                why = str(e.code).removeprefix("slurmrl: ")
+                return [why if why.startswith("eval.environment: ") else f"eval.environment: {why}"]
+        refuse_chat_only(loaded, settings.get("chat_only_set") or [])
     except SystemExit as e:
         return [str(e.code).removeprefix("slurmrl: ")]
     except (OSError, KeyError, ValueError) as e:

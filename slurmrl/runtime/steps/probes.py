@@ -10,7 +10,13 @@ Built-in probes, in the order a cause is chosen:
   "ZeroDivisionError in env.py:36: division by zero". A traceback alone ends nothing (a server logs
   one for a bad request and serves on); it is the cause when the task then exits (non-zero, or a
   server at all). The first traceback wins (torchrun's ChildFailedError, which only wraps a worker's,
-  and planned-stop SignalExceptions are not causes);
+  and planned-stop SignalExceptions are not causes). A traceback that did not end the process never
+  counts: one a thread printed as it died (``Exception in thread ...``), one http.server printed for a
+  request (``Exception occurred during processing of request from ...``: a scraper that went away), a
+  logging error, an asyncio task nobody awaited;
+- **how a worker ended**: torchrun's record of its first failed worker ("Root Cause (first observed
+  failure)": rank, ``exitcode : -9 (pid: 4242) (SIGKILL)``): a worker a signal ended is named by the
+  signal, whatever its log said before;
 - **notes** (a probe with ``fatal=False``): the cause when nothing better was said: the one line
   our own programs end with in place of a traceback ("cannot load environment ...").
 
@@ -71,6 +77,12 @@ CHAINED = ("During handling of the above exception, another exception occurred:"
            "The above exception was the direct cause of the following exception:")
 FRAME = re.compile(r'^\s+File "(.+)", line (\d+)(?:, in .*)?$')
 EXCEPTION = re.compile(r"^((?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*))(?::\s?(.*))?$")
+# the line before a traceback that a process printed and lived on (a thread, a request handler, logging, asyncio)
+NOT_THE_END = re.compile(r"^(?:Exception in thread |Exception occurred during processing of request from |--- Logging error ---$"
+                         r"|Task exception was never retrieved$|future: <Task |Exception in callback |handle: <|Exception ignored in)")
+ROOT_CAUSE = "Root Cause (first observed failure):"
+ROOT_RANK = re.compile(r"^rank\s*:\s*(\d+)")
+ROOT_EXIT = re.compile(r"^exitcode\s*:\s*(-?\d+) \(pid: (\d+)\)")
 WRAPPERS = frozenset({"SignalException", "ChildFailedError", "EngineDeadError"})  # say another failure happened
 LIBRARIES = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")  # frames that are not the user's
 
@@ -101,6 +113,7 @@ class Probes:
         self.fatal: str | None = None
         self.exception: str | None = None
         self.note: str | None = None
+        self.worker: Worker | None = None  # torchrun's first failed worker
 
     @property
     def cause(self) -> str | None:
@@ -133,6 +146,18 @@ class Probes:
                 self.exception = cause
 
 
+@dataclass
+class Worker:
+    """torchrun's first failed worker: its rank, exit code (-N: signal N ended it) and pid."""
+    rank: int = 0
+    code: int | None = None
+    pid: int = 0
+
+    @property
+    def signal(self) -> int | None:
+        return -self.code if self.code is not None and self.code < 0 else None
+
+
 class ProbeStream:
     """Reads one output stream (``feed`` bytes, then ``flush``) and tells its ``Probes`` what it saw.
     It only reads: the bytes are passed on by the caller unchanged."""
@@ -142,6 +167,9 @@ class ProbeStream:
         self.partial = b""
         self.frames: list[tuple[str, int]] = []  # of the traceback being read
         self.in_traceback = False
+        self.lived_on = False  # the traceback being read is one the process printed and lived on
+        self.previous = ""  # the last line outside a traceback
+        self.root: Worker | None = None  # torchrun's root cause being read
 
     def feed(self, chunk: bytes) -> bytes:
         data = self.partial + chunk
@@ -164,27 +192,57 @@ class ProbeStream:
         text = PREFIX.sub("", text, count=1)
         stripped = text.strip()
         if stripped == HEADER:
+            if self.previous not in CHAINED:  # a chain is as much an end as its first traceback was
+                self.lived_on = bool(NOT_THE_END.match(self.previous))
             self.in_traceback, self.frames = True, []
             return
+        if stripped:
+            self.torchrun_root(stripped)
         if self.in_traceback:
-            frame = FRAME.match(text)
-            if frame:
-                self.frames.append((frame[1], int(frame[2])))
-                return
-            if not stripped or text[:1].isspace() or stripped in CHAINED:
-                return  # source lines, carets, blank lines between chained tracebacks
-            self.in_traceback = False
-            exc = EXCEPTION.match(stripped)
-            for probe in self.probes.probes:  # "torch.OutOfMemoryError: CUDA out of memory ...": a probe, located
-                m = probe.search(stripped)
-                if m:
-                    self.probes.found(probe, m, stripped, self.frames)
-                    return
-            if exc:
-                self.probes.raised(exc[2], exc[3] or "", self.frames)
+            self.traceback_line(text, stripped)
             return
+        if stripped:
+            self.previous = stripped
         for probe in self.probes.probes:
             m = probe.search(stripped)
             if m:
                 self.probes.found(probe, m, stripped, [])
                 return
+
+    def traceback_line(self, text: str, stripped: str) -> None:
+        """A line inside a traceback: a frame, its source, or the exception line that ends it."""
+        frame = FRAME.match(text)
+        if frame:
+            self.frames.append((frame[1], int(frame[2])))
+            return
+        if not stripped or text[:1].isspace() or stripped in CHAINED:
+            return  # source lines, carets, blank lines between chained tracebacks
+        self.in_traceback = False
+        exc = EXCEPTION.match(stripped)
+        for probe in self.probes.probes:  # "torch.OutOfMemoryError: CUDA out of memory ...": a probe, located
+            m = probe.search(stripped)
+            if m:
+                self.probes.found(probe, m, stripped, self.frames)
+                return
+        if exc and not self.lived_on:
+            self.probes.raised(exc[2], exc[3] or "", self.frames)
+        self.previous = stripped
+
+    def torchrun_root(self, line: str) -> None:
+        """Read torchrun's "Root Cause (first observed failure)" record: the worker's rank, code and pid."""
+        if line == ROOT_CAUSE:
+            self.root = Worker()
+            return
+        if self.root is None:
+            return
+        rank, code = ROOT_RANK.match(line), ROOT_EXIT.match(line)
+        if rank:
+            self.root.rank = int(rank[1])
+        elif code:
+            self.root.code, self.root.pid = int(code[1]), int(code[2])
+            with self.probes.lock:
+                if self.probes.worker is None:
+                    self.probes.worker = self.root
+            self.root = None
+        elif line.startswith("=") or line.startswith("Failures:"):
+            self.root = None

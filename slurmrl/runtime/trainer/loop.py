@@ -10,10 +10,8 @@ waiting for a rollout file) every rank agrees to stop, a checkpoint is written, 
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
-import os
 import signal
 import threading
 import time
@@ -26,10 +24,13 @@ from slurmrl import heartbeat
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import step_files as steps
 from slurmrl.runtime.metrics import Metrics
+from slurmrl.runtime.trainer import context_parallel as cpar
 from slurmrl.runtime.trainer import dataset, losses, numerics, packing, rl_metrics, rollouts, router_replay, state
 from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env
+from slurmrl.runtime.trainer.dist import Dist
 from slurmrl.runtime.trainer.lora import AdaptersOff
 from slurmrl.runtime.trainer.lora import Policy as LoRAPolicy
+from slurmrl.runtime.trainer.publish import FolderWriter, Publisher, broadcast_work, flat_host_memory
 from slurmrl.runtime.trainer.ready import mark_ready
 from slurmrl.runtime.trainer.token_forward import FastPath, logprobs
 from slurmrl.settings.trainer import TrainerSettings
@@ -51,47 +52,6 @@ def resolve(path: str, run_dir: Path) -> tuple[str, Path | None]:
         if p.exists():
             return str(p.resolve()), p.resolve()
     return path, None
-
-
-def hide_gpus() -> None:
-    """No CUDA device for this process: availability checks answer from NVML and see none
-    (torch's NVML-based check initializes no CUDA context, so it is safe after a fork)."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-
-
-class Dist:
-    def __init__(self, dtype: str):
-        # SLURMRL_TRAINER_DEVICE=cpu keeps a run (the tests, a debug run on a GPU node) off the GPUs,
-        # and away from CUDA altogether: a process forked from one that touched CUDA (the tests'
-        # warm fork) must never initialize it again, and torch's optimizer asks is_available().
-        off = os.environ.get("SLURMRL_TRAINER_DEVICE", "") == "cpu"
-        if off:
-            hide_gpus()
-        self.cuda = not off and torch.cuda.is_available()
-        self.rank = int(os.environ.get("RANK", 0))
-        self.world = int(os.environ.get("WORLD_SIZE", 1))
-        self.local = int(os.environ.get("LOCAL_RANK", 0))
-        self.device = torch.device("cuda", self.local) if self.cuda else torch.device("cpu")
-        if self.cuda:
-            torch.cuda.set_device(self.device)
-        backend = "nccl" if self.cuda else "gloo"
-        timeout = datetime.timedelta(minutes=60)
-        if "RANK" in os.environ and "MASTER_ADDR" in os.environ:
-            dist.init_process_group(backend, timeout=timeout, device_id=self.device if self.cuda else None)
-        else:  # started without torchrun: a group of one
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
-        self.bf16 = dtype == "bfloat16" and self.cuda and torch.cuda.is_bf16_supported()
-
-    def any(self, flag: bool) -> bool:
-        t = torch.tensor([1.0 if flag else 0.0], device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return bool(t.item() > 0)
-
-    def sum(self, values: list[float | torch.Tensor]) -> list[float]:
-        t = torch.stack([torch.as_tensor(v, dtype=torch.float64).to(self.device) for v in values])
-        dist.all_reduce(t)
-        return t.tolist()
 
 
 def untie(model) -> None:
@@ -157,6 +117,7 @@ class Trainer:
         self.s, self.run_dir = s, s.root
         self.target, self.broadcaster = target, None
         self.kind = s.kind
+        self.flat_memory = flat_host_memory()  # before the first large allocation
         self.d = Dist(s.dtype)
         self.rank, self.world = self.d.rank, self.d.world
         self.seed, self.max_steps, self.micro, self.seq_len = s.seed, s.max_steps, s.micro_batch_size, s.seq_len
@@ -168,11 +129,24 @@ class Trainer:
         self.publish_dtype = torch.bfloat16 if s.dtype == "bfloat16" else torch.float32
         if s.world_size != self.world:
             self.log(f"note: the plan says world size {s.world_size}, torchrun started {self.world}")
+        p = s.parallel
+        for name in ("dp_replicate", "ep"):  # valid meshes the loop does not run yet (plan refuses them too)
+            if getattr(p, name) > 1:
+                raise SystemExit(f"slurmrl: trainer: trainer.parallel.{name} = {getattr(p, name)}: not run yet")
+        if self.world % p.cp:
+            raise SystemExit(f"slurmrl: trainer: trainer.parallel.cp = {p.cp} does not divide {self.world} ranks")
+        # the ranks of a cp group share each row (a slice each): rows are split over the dp ranks
+        self.cp, self.dp_world, self.dp_rank, self.cp_rank = p.cp, self.world // p.cp, self.rank // p.cp, self.rank % p.cp
+        self.cp_group = cpar.groups(self.world, p.cp, self.rank) if p.cp > 1 else None
 
     # ---- helpers ---------------------------------------------------------------------
     def log(self, msg: str, all_ranks: bool = False) -> None:
         if all_ranks or self.rank == 0:
             print(f"slurmrl: trainer.{self.rank}: {msg}", flush=True)
+
+    def local(self, row: packing.PackedRow) -> packing.PackedRow:
+        """This rank's part of a row: its cp slice, or the whole row without context parallelism."""
+        return cpar.shard(row, self.cp_rank, self.cp, self.pad_id) if self.cp > 1 else row
 
     def logprobs(self, model, row: packing.PackedRow) -> tuple[torch.Tensor, torch.Tensor]:
         """(logp, entropy) at the row's target tokens (no autocast: FSDP2 casts, see numerics)."""
@@ -202,6 +176,12 @@ class Trainer:
             prepare=self.lora.prepare(ckpt) if self.lora else None, compile_layers=s.compile,
             micro_tokens=self.micro * self.seq_len, log=self.log)
         self.log(self.fast.describe())
+        if self.cp_group is not None:
+            if not self.fast.doc_attention:
+                raise SystemExit("slurmrl: trainer: trainer.parallel.cp needs transformers' attention interface; "
+                                 f"{type(self.model).__name__} has none")
+            cpar.install(self.model, self.cp_group)
+            self.log(f"context parallel: cp {self.cp} (Ulysses), {self.dp_world} data-parallel group(s)")
         if self.lora:
             self.log(self.lora.describe(self.model))
         self.config = self.model.config
@@ -218,6 +198,8 @@ class Trainer:
             else:
                 self.ref, _ = load_model(self.model_id, self.d, False, trainable=False,
                                          trust_remote_code=s.trust_remote_code, compile_layers=s.compile)
+                if self.cp_group is not None:
+                    cpar.install(self.ref, self.cp_group)
         self.optim = numerics.optimizer([p for p in self.model.parameters() if p.requires_grad], s.lr,
                                         s.weight_decay, self.d.cuda)
         self.data = None
@@ -258,29 +240,40 @@ class Trainer:
         self.log(f"MFU = 6·N·tokens/s (+ 2·N·tokens/s through the reference) / (peak x {self.world} device(s)), "
                  f"N = {self.flops.n / 1e6:.1f}M, peak {f'{peak:g} TFLOP/s' if peak else 'none'}: {source}")
         self.log(f"model loaded in {time.perf_counter() - t:.1f}s ({n_params / 1e6:.1f}M parameters)")
+        self.publisher = None if self.lora else Publisher(self.model, self.rank, self.world, self.publish_dtype,
+                                                          self.log)
+        if self.publisher is not None:
+            self.send = FolderWriter(self.weights_root, self.publisher.snapshot, self.config, self.gen_config,
+                                     self.model_dir, self.tok, self.keep, self.log).write
+            self.log(f"weights published beside the next step, {len(self.publisher.layout.buckets)} bucket(s) of "
+                     f"<= {self.publisher.layout.bucket_bytes / 2**20:.0f} MiB from a {self.publish_dtype} snapshot"
+                     + ("" if self.flat_memory else "; host memory: no glibc mallopt here"))
         if self.target is not None:
-            self.broadcaster = sender = self.target.connect(self.model, self.rank, self.publish_dtype, self.log)
+            self.broadcaster = sender = self.target.connect(self.model, self.rank, self.publish_dtype, self.log,
+                                                            self.publisher.snapshot if self.publisher else None)
+            self.send = broadcast_work(sender, self.weights_root, self.keep, self.rank, STOP.is_set)
             if self.start:  # after a requeue: the servers take the checkpoint's weights before any rollout
+                self.sync(self.start)
                 self.log(f"servers on the weights of checkpoint {self.start} "
-                         f"({self.sync(self.start):.2f}s, {sender.bytes / 1e9:.3f} GB)")
+                         f"({self.wait_publish() or 0.0:.2f}s, {sender.bytes / 1e9:.3f} GB)")
         mark_ready(self.run_dir)
 
     # ---- steps -----------------------------------------------------------------------
     def sft_step(self) -> dict:
         global_batch = self.s.global_batch
-        if global_batch % (self.world * self.micro):
+        if global_batch % (self.dp_world * self.micro):
             raise SystemExit(f"slurmrl: trainer: batch {global_batch} does not split into micro_batch_size "
-                             f"{self.micro} x {self.world} ranks")
+                             f"{self.micro} x {self.dp_world} data-parallel ranks")
         assert self.data is not None, "kind sft loads its dataset as the trainer starts"
         epoch = self.data.epoch
         packs = self.data.take(global_batch)
         n_tgt = max(1, int(sum(int(p.targets.sum()) for p in packs)))
         tokens = int(sum(int(p.used) for p in packs))
-        per_rank = global_batch // self.world
-        mine = packs[self.rank * per_rank : (self.rank + 1) * per_rank]
+        per_rank = global_batch // self.dp_world
+        mine = packs[self.dp_rank * per_rank : (self.dp_rank + 1) * per_rank]
         loss_sum = torch.zeros((), device=self.d.device)
         for k in range(0, per_rank, self.micro):
-            logp, _ = self.logprobs(self.model, packing.pack_sft(mine[k : k + self.micro]))
+            logp, _ = self.logprobs(self.model, self.local(packing.pack_sft(mine[k : k + self.micro])))
             loss = -logp.sum()
             (loss * self.world / n_tgt).backward()
             loss_sum += loss.detach()
@@ -294,7 +287,8 @@ class Trainer:
         n_tgt = max(1, rollouts.target_tokens(samples, self.seq_len))
         tokens = sum(min(len(x["prompt_ids"]) + len(x["completion_ids"]), self.seq_len) for x in samples)
         stats = rl_metrics.RLStats(self.d.device)
-        for row in rollouts.split(samples, self.rank, self.world, self.micro, self.seq_len):
+        for whole in rollouts.split(samples, self.dp_rank, self.dp_world, self.micro, self.seq_len):
+            row = self.local(whole)
             with router_replay.replay(self.model, row.experts if self.moe else None):  # forward and backward
                 self.rl_row(row, stats, n_tgt)
         rewards = [float(x.get("reward", 0.0)) for x in samples]
@@ -329,27 +323,24 @@ class Trainer:
 
     # ---- saving ----------------------------------------------------------------------
     def sync(self, step: int) -> float:
-        """The weights of ``step`` to the servers: broadcast (then marked for the orchestrator), or
-        published to the run dir (the orchestrator has every server reload them). Seconds."""
-        if self.broadcaster is None:
-            return self.publish(step)
-        took = self.broadcaster.sync(step, stopping=STOP.is_set)
-        if took is None:  # a planned stop took the servers down mid-sync: the checkpoint has the weights
-            return 0.0
-        if self.rank == 0:
-            state.mark_broadcast(self.weights_root, step, self.keep)
-        return took
-
-    def publish(self, step: int) -> float:
-        t = time.perf_counter()
-        if self.lora:  # the adapter alone (megabytes); the servers hot-load it under a new name
+        """Start getting the weights of ``step`` to the servers beside the next step: broadcast
+        (then marked for the orchestrator), or published to the run dir (the orchestrator has every
+        server reload them). Seconds the step is held (the publish before it, the snapshot)."""
+        if self.publisher is None:  # LoRA: the adapter alone (megabytes), in series
+            assert self.lora is not None, "only a LoRA policy publishes without a publisher"
+            t = time.perf_counter()
             path = self.lora.publish(self.weights_root, step, self.model, self.publish_dtype, self.keep, self.rank)
-        else:
-            path = state.publish_weights(self.weights_root, step, self.model, self.config, self.gen_config,
-                                         self.model_dir, self.tok, self.publish_dtype, self.keep, self.rank)
-        dt = time.perf_counter() - t
-        self.log(f"weights of step {step} at {path} ({dt:.2f}s)")
-        return dt
+            self.log(f"weights of step {step} at {path} ({time.perf_counter() - t:.2f}s)")
+            return time.perf_counter() - t
+        return self.publisher.submit(step, self.send)
+
+    def wait_publish(self) -> float | None:
+        """Until the publish in flight is complete (READY written); its seconds."""
+        return self.publisher.wait() if self.publisher is not None else None
+
+    def publish(self, step: int) -> None:
+        self.sync(step)
+        self.wait_publish()
 
     def export_merged(self) -> None:
         assert self.lora is not None, "called for a LoRA policy only"
@@ -384,6 +375,8 @@ class Trainer:
         lr = self.s.lr
         while step < self.max_steps and not stopped:
             heartbeat.beat()
+            if self.publisher is not None:
+                self.publisher.check()  # a failed background publish ends the trainer, named
             n = step + 1
             wait_s, batch = 0.0, None
             if self.kind == "rl":
@@ -415,6 +408,7 @@ class Trainer:
             record = {"step": step, "kind": self.kind, **out, "grad_norm": norm, "lr": lr,
                       "tokens_per_s": out["tokens"] / step_s if step_s > 0 else 0.0, "step_time_s": step_s,
                       "wait_s": wait_s, "publish_s": 0.0 if self.broadcaster else sync_s, "sync_s": sync_s,
+                      "sync_background_s": self.publisher.previous_s if self.publisher else None,
                       "sync_share": sync_s / (step_s + sync_s) if step_s + sync_s > 0 else 0.0,
                       "time": time.time()}
             if self.kind == "rl" and isinstance(out.get("policy_step"), int):
@@ -436,12 +430,14 @@ class Trainer:
             early = not stopped and self.d.any(self.deadline.save_now())
             self.deadline.saved_early |= early
             if stopped or early or step % self.every == 0 or step == self.max_steps:
+                self.wait_publish()  # a checkpoint of step n means READY for step n: a resume never waits for it
                 why = ("stop requested" if stopped else "last step" if step == self.max_steps else
                        "early: a save at the next step might not finish before the time limit" if early else "periodic")
                 self.checkpoint(step, why)
                 saved = step
             if stopped:
                 break
+        self.wait_publish()
         if stopped and saved < step:
             self.checkpoint(step, "stop requested")
             saved = step

@@ -3,7 +3,8 @@
 Both are folders named ``step-NNNNNN``, built under ``.step-NNNNNN.tmp`` (a dot name: globs for
 ``step-*`` never see it), renamed into place, and then given a marker file written last
 (``READY`` for weights, ``DONE`` for checkpoints). A folder without its marker is incomplete and
-ignored. Rank 0 writes; every rank takes part in gathering the full state dicts (FSDP2).
+ignored. Checkpoints: rank 0 writes; every rank takes part in gathering the full state dicts
+(FSDP2). Weights: ``publish`` (every rank writes its own shard, beside the next step).
 """
 
 from __future__ import annotations
@@ -93,22 +94,6 @@ def _swap_in(tmp: Path, final: Path) -> None:
     if final.exists():  # left by an earlier attempt that got past this step without a checkpoint
         shutil.rmtree(final)
     tmp.rename(final)
-
-
-def publish_weights(root: Path, step: int, model, config, generation_config, tokenizer_src, tokenizer,
-                    dtype: torch.dtype, keep: int, rank: int) -> Path:
-    """Collective: gather, then rank 0 writes ``root/step-N/`` and ``READY`` last."""
-    state = full_model_state(model)
-    final = root / step_name(step)
-    if rank == 0:
-        tmp = root / f".{step_name(step)}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        write_hf_folder(tmp, state, config, generation_config, tokenizer_src, tokenizer, dtype)
-        _swap_in(tmp, final)
-        (final / "READY").write_text(f"{step}\n")
-        prune(root, "READY", keep)
-    del state
-    return final
 
 
 def mark_broadcast(root: Path, step: int, keep: int) -> Path:

@@ -6,8 +6,9 @@ start with ``--weight-transfer-config '{"backend": ...}'`` and, after each step,
 
 1. pauses every server (running requests finish; new ones wait),
 2. runs vLLM's trainer-side engine for the backend: ``/start_weight_update``, ``/update_weights``
-   on every server while rank 0 broadcasts the weights (every rank gathers its FSDP shards, in
-   bfloat16; the engine sends them in buckets), ``/finish_weight_update``,
+   on every server while rank 0 broadcasts the weights (from the trainer's snapshot, in a
+   background thread beside the next step: each bucket's rows are gathered from every rank to
+   rank 0, sent, and freed: ``SnapshotSource``), ``/finish_weight_update``,
 3. drops every server's prefix cache and resumes them,
 4. writes ``weights/step-N/READY`` (no weights in it): generation of the next batch waits for it.
 
@@ -29,6 +30,7 @@ import torch
 from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource, materialize_full_tensor
 from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
+from slurmrl.runtime.trainer.snapshot import Snapshot
 from slurmrl.runtime.vllm import plugin
 from slurmrl.runtime.vllm.client import VLLMError, WeightSync
 from slurmrl.runtime.vllm.gloo_transfer import GlooTrainerInitInfo
@@ -63,6 +65,25 @@ class ModelSource(WeightSource):
                 yield name, full if self.cast_in_engine else full.to(self.dtype)
 
 
+class SnapshotSource(WeightSource):
+    """The trainer's weights from its snapshot (``snapshot.Snapshot``), bucket by bucket: every rank
+    sends its rows of a bucket to rank 0, which yields the bucket's full tensors (in the snapshot's
+    dtype) and frees them before the next. The other ranks yield nothing: iterating drives their
+    part of the gathers, as vLLM's engines do on every rank that is not the sender."""
+
+    def __init__(self, snapshot: Snapshot, device: torch.device | None = None):
+        self.snapshot, self.device = snapshot, device
+
+    def metadata(self) -> list[ParamMeta]:
+        lay = self.snapshot.layout
+        return [ParamMeta(e.name, lay.dtype, e.shape) for e in lay.entries]
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for k in range(len(self.snapshot.layout.buckets)):
+            for name, t in self.snapshot.bucket(k, 0) or ():
+                yield name, t if self.device is None else t.to(self.device)  # NCCL/IPC send from the GPU
+
+
 @dataclass(frozen=True)
 class Target:
     """Where the weights go: the backend, the servers (and their workers), the group's address."""
@@ -75,9 +96,14 @@ class Target:
     world_size: int  # what the plan says: 1 + every server's workers
     timeout_s: float = 600.0
 
-    def connect(self, model: torch.nn.Module, rank: int, dtype: torch.dtype, log=print) -> Broadcaster:
-        """Open the transfer group with every server (every trainer rank calls it)."""
-        return Broadcaster(self, model, rank, dtype, log)
+    def connect(self, model: torch.nn.Module, rank: int, dtype: torch.dtype, log=print,
+                snapshot: Snapshot | None = None) -> Broadcaster:
+        """Open the transfer group with every server (every trainer rank calls it). With ``snapshot``
+        the weights are sent from it (in ``snapshot.layout.dtype``), else from the model itself."""
+        source = None
+        if snapshot is not None:
+            source = SnapshotSource(snapshot, snapshot.device if self.backend in GPU_BACKENDS else None)
+        return Broadcaster(self, model, rank, dtype, log, source)
 
     def check(self) -> WeightSync:
         sync = WeightSync(self.urls, self.ranks, timeout=self.timeout_s)
@@ -106,11 +132,13 @@ class Broadcaster:
     """One trainer's connection to every server; ``sync()`` on every rank after each step."""
 
     def __init__(self, target: Target, model: torch.nn.Module, rank: int, dtype: torch.dtype = torch.bfloat16,
-                 log=print):
+                 log=print, source: WeightSource | None = None):
+        """``source``: where the weights come from (default: the model itself, gathered one tensor
+        at a time in the caller's thread; the trainer passes its snapshot's ``SnapshotSource``)."""
         plugin.register()  # the gloo backend, in this process too
         self.target, self.rank, self.log = target, rank, log
         self.client = target.check()
-        self.source = ModelSource(model, dtype, cast_in_engine=target.backend == "gloo")
+        self.source = source or ModelSource(model, dtype, cast_in_engine=target.backend == "gloo")
         self.bytes = sum(m.dtype.itemsize * int(torch.Size(m.shape).numel()) for m in self.source.metadata())
         t = time.perf_counter()
         self.engine = self._guard(

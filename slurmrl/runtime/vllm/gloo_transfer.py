@@ -53,6 +53,7 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
+from slurmrl.runtime.buckets import buckets
 from slurmrl.runtime.vllm.plugin import BACKEND
 
 BUCKET_BYTES = 16 * 2**20  # two in flight on each side: one on the wire while the other is packed or loaded
@@ -76,19 +77,6 @@ def broadcast(group, buffer: torch.Tensor):
 
 def nbytes(dtype: torch.dtype, shape) -> int:
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-
-
-def buckets(sizes: list[int], limit: int) -> list[range]:
-    """Consecutive index ranges whose sizes add up to at most ``limit`` (a larger one alone)."""
-    out, start, used = [], 0, 0
-    for i, size in enumerate(sizes):
-        if i > start and used + size > limit:
-            out.append(range(start, i))
-            start, used = i, 0
-        used += size
-    if start < len(sizes):
-        out.append(range(start, len(sizes)))
-    return out
 
 
 @dataclass(kw_only=True)

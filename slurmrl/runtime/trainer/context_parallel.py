@@ -1,0 +1,147 @@
+"""Context parallelism (Ulysses): one packed row split by sequence over the ``cp`` ranks of a group.
+
+Every rank holds an equal, contiguous slice of the row (``shard``: the row padded to a multiple of
+``cp`` with one extra document that is never a target) and runs the whole model on its slice:
+embeddings, norms, MLPs, MoE layers and the LM head see only its own tokens; position ids are the
+row's own, so rotary embeddings are unchanged. Attention alone needs the whole sequence: ``attend``
+(installed as the model's attention function by ``install``) swaps sequence for heads with one
+all-to-all (each rank: every token, ``heads / cp`` of the heads; KV heads are repeated to the query
+heads first where ``cp`` does not divide them), runs ``doc_attention``'s per-document attention over
+the row's document bounds (``cu_seq_lens``, so no token attends across a document boundary or across
+the split), and swaps back. The all-to-all's backward is the same all-to-all, so gradients are exact.
+
+The loss is each rank's own tokens (``Slice.selection``: the positions in its slice whose next token
+is a target; that token may lie in the next rank's slice: the ids are the row's). Summing every
+rank's loss (and gradients, as FSDP's reduction does) gives the single-rank step;
+``tests/test_parallel_steps.py`` checks loss and every gradient of a dense and a MoE model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from slurmrl.runtime.trainer import doc_attention
+from slurmrl.runtime.trainer.packing import PackedRow
+
+NAME = "slurmrl_docs_ulysses"
+_GROUP: list[dist.ProcessGroup | None] = [None]
+
+
+class _AllToAll(torch.autograd.Function):
+    """``all_to_all_single`` over dim 0 (one equal block per rank); its backward is the same exchange."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
+        ctx.group = group
+        x = x.contiguous()
+        out = torch.empty_like(x)  # of a contiguous tensor: contiguous (a permuted one's would not be)
+        dist.all_to_all_single(out, x, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.contiguous()
+        out = torch.empty_like(grad)
+        dist.all_to_all_single(out, grad, group=ctx.group)
+        return out, None
+
+
+def seq_to_heads(x: torch.Tensor, group) -> torch.Tensor:
+    """[1, H, T/cp, D] (this rank's tokens, every head) -> [1, H/cp, T, D] (every token, its heads)."""
+    cp = dist.get_world_size(group)
+    _, h, t, d = x.shape
+    y = _AllToAll.apply(x.reshape(cp, h // cp, t, d), group)  # dim 0: from the rank that holds those tokens
+    return y.permute(1, 0, 2, 3).reshape(1, h // cp, cp * t, d)
+
+
+def heads_to_seq(x: torch.Tensor, group) -> torch.Tensor:
+    """The inverse of ``seq_to_heads``: [1, H/cp, T, D] -> [1, H, T/cp, D]."""
+    cp = dist.get_world_size(group)
+    _, hl, t, d = x.shape
+    y = x.reshape(hl, cp, t // cp, d).permute(1, 0, 2, 3)  # dim 0: the rank whose tokens these are
+    return _AllToAll.apply(y, group).reshape(1, cp * hl, t // cp, d)
+
+
+@torch.compiler.disable  # as doc_attention.attend: a compiled layer breaks its graph here
+def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers' attention interface on a sequence slice: query [1, Hq, T/cp, D] -> [1, T/cp, Hq, D]."""
+    group = _GROUP[0]
+    cp = dist.get_world_size(group)
+    if query.shape[1] % cp:
+        raise RuntimeError(f"slurmrl: context parallel {cp} does not divide the model's {query.shape[1]} heads")
+    if key.shape[1] % cp:  # fewer KV heads than ranks: every rank gets its query heads' KV heads
+        group_size = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(group_size, 1), value.repeat_interleave(group_size, 1)
+    q, k, v = (seq_to_heads(x, group) for x in (query, key, value))
+    out, _ = doc_attention.attend(module, q, k, v, attention_mask, scaling, dropout, **kwargs)  # [1, T, Hq/cp, D]
+    return heads_to_seq(out.transpose(1, 2), group).transpose(1, 2).contiguous(), None
+
+
+def groups(world: int, cp: int, rank: int):
+    """Every rank's cp group (ranks ``[i * cp, (i + 1) * cp)``; each rank creates all of them, in order)
+    -> this rank's."""
+    mine = None
+    for first in range(0, world, cp):
+        g = dist.new_group(list(range(first, first + cp)))
+        if first <= rank < first + cp:
+            mine = g
+    return mine
+
+
+def install(model, group) -> None:
+    """Attention over ``group``'s sequence slices for ``model`` (which ``doc_attention.install`` took)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    _GROUP[0] = group
+    AttentionInterface.register(NAME, attend)
+    AttentionMaskInterface.register(NAME, doc_attention._no_mask)
+    model.set_attn_implementation(NAME)
+    if model.config._attn_implementation != NAME:
+        raise RuntimeError(f"slurmrl: context parallelism needs transformers' attention interface; "
+                           f"{type(model).__name__} has none")
+
+
+@dataclass
+class Slice(PackedRow):
+    """Rank ``r``'s tokens ``[start, end)`` of a row: what ``token_forward.logprobs`` takes in its place."""
+
+    start: int = 0
+    end: int = 0
+    full_ids: torch.Tensor | None = None  # [1, N] the whole row's ids: the next token may be the next rank's
+
+    def _mine(self) -> torch.Tensor:
+        sel = self.targets[0, 1:].clone()
+        sel[: self.start] = False
+        sel[self.end:] = False
+        return sel
+
+    def selection(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.full_ids is not None, "shard() sets it"
+        index = self._mine().nonzero().squeeze(1)
+        return (index - self.start).to(device), self.full_ids[0, 1:][index].to(device)
+
+    def at_targets(self, name: str, device: torch.device) -> torch.Tensor:
+        return self.extra[name][0, 1:][self._mine()].to(device)
+
+
+def shard(row: PackedRow, rank: int, cp: int, pad_id: int = 0) -> Slice:
+    """Rank ``rank``'s equal slice of ``row``, padded to a multiple of ``cp`` with one more document."""
+    n = row.tokens
+    pad = -n % cp
+    ids, pos, tgt, cu, extra, experts = row.input_ids, row.position_ids, row.targets, row.cu_seqlens, row.extra, row.experts
+    if pad:
+        ids = torch.cat([ids, torch.full((1, pad), pad_id, dtype=ids.dtype)], 1)
+        pos = torch.cat([pos, torch.arange(pad, dtype=pos.dtype)[None]], 1)
+        tgt = torch.cat([tgt, torch.zeros((1, pad), dtype=tgt.dtype)], 1)
+        cu = torch.cat([cu, torch.tensor([n + pad], dtype=cu.dtype)])
+        extra = {k: torch.cat([v, torch.zeros((1, pad), dtype=v.dtype)], 1) for k, v in extra.items()}
+        if experts is not None:
+            experts = torch.cat([experts, torch.full((pad, *experts.shape[1:]), -1, dtype=experts.dtype)])
+    size = (n + pad) // cp
+    a, b = rank * size, (rank + 1) * size
+    return Slice(ids[:, a:b], pos[:, a:b], tgt, cu, extra, None if experts is None else experts[a:b],
+                 start=a, end=b, full_ids=ids)

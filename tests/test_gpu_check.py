@@ -1,0 +1,26 @@
+"""benchmarks/gpu_check.sh on a machine without CUDA: it runs to the first part that needs CUDA (the
+versions, what torch has, every trainer module imported), says it stops there, and exits 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow  # imports torch and transformers in a fresh interpreter
+def test_the_device_script_runs_on_cpu_up_to_cuda(tmp_path):
+    pytest.importorskip("torch")
+    env = {**os.environ, "PY": sys.executable, "OUT": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh")], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert "trainer modules import" in out and "grouped_mm: True" in out
+    assert "no CUDA device: parts 2-6 need one; stopping here (exit 0)." in out
+    assert "=== 2" not in out

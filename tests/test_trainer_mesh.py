@@ -1,0 +1,117 @@
+"""[trainer.parallel] at plan: every impossible mesh (products that are not the trainer's processes, ep
+that does not divide dp_shard x cp or the model's experts, ep on a dense model, cp that does not divide
+seq_len or the heads) is one line naming its field; every possible one resolves (dp_shard filled in)
+and `slurmrl plan` shows it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurmrl.app.build import build
+from slurmrl.errors import UserError
+from slurmrl.plan import mesh
+from slurmrl.render.summary import summary
+from slurmrl.settings.trainer import Parallel
+
+MOE = {"model_type": "qwen3_moe", "num_experts": 12, "num_attention_heads": 8}
+DENSE = {"model_type": "llama", "num_attention_heads": 6}
+
+
+def model(root: Path, config: dict) -> str:
+    folder = root / config["model_type"]
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def possible(world, rep, shard, cp, ep, seq_len, config) -> bool:
+    """The rules, written plainly: what resolve must accept."""
+    if world % (rep * cp):
+        return False
+    shard = world // (rep * cp) if shard is None else shard
+    experts = config.get("num_experts")
+    return (rep * shard * cp == world and (shard * cp) % ep == 0 and seq_len % cp == 0
+            and (ep == 1 or (experts is not None and experts % ep == 0))
+            and (cp == 1 or config["num_attention_heads"] % cp == 0))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(world=st.integers(1, 64), rep=st.integers(1, 8), shard=st.none() | st.integers(1, 32),
+       cp=st.integers(1, 8), ep=st.integers(1, 16), seq_len=st.integers(1, 4096), moe=st.booleans())
+def test_a_mesh_resolves_exactly_when_it_is_possible(tmp_path, world, rep, shard, cp, ep, seq_len, moe):
+    config = MOE if moe else DENSE
+    path = model(tmp_path, config)
+    p = Parallel(dp_replicate=rep, dp_shard=shard, cp=cp, ep=ep)
+    if possible(world, rep, shard, cp, ep, seq_len, config):
+        out = mesh.resolve(p, world, seq_len, path)
+        assert out.dp_replicate * out.dp_shard * out.cp == world and out.ep == ep
+    else:
+        with pytest.raises(UserError) as e:
+            mesh.resolve(p, world, seq_len, path)
+        assert e.value.field in {f"trainer.parallel.{f}" for f in ("dp_replicate", "dp_shard", "cp", "ep")}
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("parallel, field, words", [
+    (dict(dp_shard=3), "dp_shard", "= 3, the trainer has 4"),
+    (dict(cp=3), "cp", "does not divide the trainer's 4"),
+    (dict(dp_replicate=8), "dp_replicate", "does not divide"),
+    (dict(ep=8), "ep", "dp_shard 4 x cp 1"),
+    (dict(ep=4), "ep", "6 routed experts"),
+    (dict(cp=2, ep=1), None, None),
+])
+def test_named_refusals(tmp_path, parallel, field, words):
+    path = model(tmp_path, dict(MOE, num_experts=6))
+    p = Parallel(**parallel)
+    if field is None:
+        assert mesh.resolve(p, 4, 1024, path).dp_shard == 2
+        return
+    with pytest.raises(UserError) as e:
+        mesh.resolve(p, 4, 1024, path)
+    assert e.value.field == f"trainer.parallel.{field}" and words in e.value.message
+
+
+def test_ep_on_a_dense_model_and_cp_against_seq_len_and_heads(tmp_path):
+    dense = model(tmp_path, DENSE)
+    with pytest.raises(UserError, match="not a mixture-of-experts") as e:
+        mesh.resolve(Parallel(ep=2), 2, 64, dense)
+    assert e.value.field == "trainer.parallel.ep"
+    with pytest.raises(UserError, match="seq_len 63") as e:
+        mesh.resolve(Parallel(cp=2), 2, 63, dense)
+    with pytest.raises(UserError, match="6 attention heads") as e:
+        mesh.resolve(Parallel(cp=4), 4, 64, dense)
+    assert e.value.field == "trainer.parallel.cp"
+    with pytest.raises(UserError, match="does not name a mixture-of-experts"):  # a hub id: by its name
+        mesh.resolve(Parallel(ep=2), 2, 64, "Qwen/Qwen3-4B")
+    assert mesh.resolve(Parallel(ep=2), 2, 64, "Qwen/Qwen3-30B-A3B").dp_shard == 2
+
+
+RECIPE = Path(__file__).resolve().parent.parent / "slurmrl" / "recipes" / "rl-1node.toml"
+
+
+def test_plan_shows_the_mesh_and_refuses_an_impossible_one_writing_nothing(tmp_path):
+    text = RECIPE.read_text()
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(text)
+    out = build(recipe, run_dir=tmp_path / "ok")
+    assert "Trainer mesh: dp_replicate 1 x dp_shard 2 x cp 1 = 2 process(es); ep 1" in summary(out.plan, tmp_path)
+    assert "dp_shard = 2" in out.files["components/trainer.toml"]
+    recipe.write_text(text.replace("[trainer]\n", "[trainer]\nparallel.dp_shard = 3\n", 1))
+    with pytest.raises(UserError) as e:
+        build(recipe, run_dir=tmp_path / "bad")
+    assert e.value.field == "trainer.parallel.dp_shard" and not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("name", ["dp_replicate", "cp", "ep"])
+def test_a_dimension_the_trainer_does_not_run_is_refused_naming_it(name):
+    if name in mesh.RUNS:
+        mesh.check_runs(Parallel(**{name: 2}))
+        return
+    with pytest.raises(UserError) as e:
+        mesh.check_runs(Parallel(**{name: 2}))
+    assert e.value.field == f"trainer.parallel.{name}" and "does not run" in e.value.message
