@@ -150,6 +150,7 @@ def main() -> None:
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from slurmrl.contract.weight_sync import Broadcast
     from slurmrl.runtime.trainer import numerics
     from slurmrl.runtime.trainer.loop import Dist, ready_model
     from slurmrl.runtime.trainer.publish import FolderWriter, Publisher
@@ -181,7 +182,7 @@ def main() -> None:
         writer = FolderWriter(work / "weights", pub.snapshot, model.config, None, model_dir, tok, 2, lambda m: None)
         for url, proc, log in zip(urls, procs, logs):
             wait_ready(url, proc, log)
-        target = Target("gloo", urls, [1] * args.servers, "127.0.0.1", free_port(), 1 + args.servers)
+        target = Target(Broadcast("gloo", 600), urls, [1] * args.servers, "127.0.0.1", free_port(), 1 + args.servers)
         t = time.perf_counter()
         sender = target.connect(model, 0, dtype, lambda m: None, pub.snapshot)
         open_s = time.perf_counter() - t

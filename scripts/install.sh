@@ -58,3 +58,15 @@ if ! .venv-dynamo/bin/python -P -c "import importlib.metadata as m; assert m.ver
     "${dpip[@]}" "${DYNAMO}" 'pydantic>=2.6,<3' 'psutil>=5.9' 'tomlkit>=0.12' 'jinja2>=3.1'
     "${dpip[@]}" --no-deps -e .
 fi
+# SGLang's own argument parser, for tests/test_sglang_plan.py's check of every rendered
+# `sglang.launch_server` line (SGLang itself needs a GPU to serve). sglang 0.5.23 pins xgrammar 0.2.7
+# where .venv has 0.2.8, so it goes into .venv-sglang without its dependencies, plus ipython (which
+# its server_args imports), reading .venv's packages (torch, transformers, msgspec, ...) through a .pth.
+SGLANG=sglang==0.5.23
+if ! .venv-sglang/bin/python -c "import sglang.srt.server_args" 2>/dev/null; then
+    [[ -x .venv-sglang/bin/python ]] || python3 -m venv .venv-sglang
+    .venv-sglang/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "${SGLANG}"
+    .venv-sglang/bin/python -m pip install --quiet --disable-pip-version-check ipython
+    site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    echo "$site" >"$(.venv-sglang/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/zz_slurmrl_venv.pth"
+fi

@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import time
 
-ENV = "SLURMRL_HEARTBEAT_FILE"
+from slurmrl.contract import env as job_env
+
+ENV = job_env.HEARTBEAT_FILE
 _last = 0.0
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ENV = "SLURMRL_SECRET_FILE"
+from slurmrl.contract import env as job_env
+
+ENV = job_env.SECRET_FILE
 FILE = "secret"
 
 

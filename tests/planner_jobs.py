@@ -201,6 +201,13 @@ def prefixed(args: list[str], prefix: str) -> str:
 def listens(job: Job, c: Component, inst: Instance, e: Expanded) -> dict[str, int]:
     """The ports a task listens on, by purpose, read off what it execs."""
     cmd = e.command
+    if c.role == "inference" and "sglang.launch_server" in cmd:  # SGLang: a server's first node serves HTTP
+        if "--node-rank" in cmd and e.after("--node-rank") != "0":  # and hosts --dist-init-addr
+            return {}
+        out = {"http": int(e.after("--port"))}
+        if "--dist-init-addr" in cmd:
+            out["dist"] = int(e.after("--dist-init-addr").rpartition(":")[2])
+        return out
     if c.role in ("inference", "judge"):  # vLLM servers (the judge's too)
         headless = "--headless" in cmd  # a multi-node worker's follower: no API, no DP coordinator
         out = {} if headless else {"http": int(e.after("--port"))}

@@ -196,6 +196,7 @@ CASES = [
                               "orchestrator.max_off_policy_steps=0"],
      "trainer.weight_sync", "hybrid"),
     ("broadcast-lora", RL, ["trainer.weight_sync=gloo", "trainer.lora={rank=8}"], "trainer.weight_sync", "LoRA"),
+    ("timeout-filesystem", RL, ["trainer.weight_sync_timeout=60"], "trainer.weight_sync_timeout", "by broadcast"),
     ("rl-batch-not-divisible", RL, ["orchestrator.prompts_per_step=3", "orchestrator.rollouts_per_prompt=3"],
      "orchestrator.prompts_per_step", "does not split"),
     ("rl-batch-size-mismatch", RL, ["trainer.batch_size=32"], "trainer.batch_size", "64"),

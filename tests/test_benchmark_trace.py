@@ -88,7 +88,7 @@ def test_a_trace_with_caps_and_a_request_count_has_one_point_per_cap():
 def test_goodput_targets_apply_to_the_grid_too_and_the_grid_keeps_its_defaults():
     job = B(inference({"goodput_e2el_ms": 1500.5, "timeout": 600}))
     own, vllm_args = vllm_args_of(job)
-    assert own.concurrencies == [1, 8, 32] and bench.value_after(vllm_args, "--num-prompts") == "200"
+    assert own.concurrencies == (1, 8, 32) and bench.value_after(vllm_args, "--num-prompts") == "200"
     assert vllm_args[vllm_args.index("--goodput") + 1] == "e2el:1500.5"
     assert bench.value_after(vllm_args, "--dataset-name") == "random"
 

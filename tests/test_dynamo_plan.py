@@ -288,7 +288,7 @@ def test_leftover_check_names_the_node_and_what_is_left(tmp_path):
      "not a key of backend 'dynamo'"),
     (base(mode="pd", prefill={}), "inference.decode", "needs both"),
     (base(prefill={}), "inference.prefill", "only used with mode 'pd'"),
-    (base(backend="sglang"), "inference.backend", "must be 'vllm' or 'dynamo' (got 'sglang')"),
+    (base(backend="trtllm"), "inference.backend", "must be 'vllm' or 'dynamo' or 'sglang' (got 'trtllm')"),
     (base(gpu_memory_utilization=0.5), "inference.gpu_memory_utilization",
      "engine 'mocker' takes its own in inference.dynamo.extra_args"),
 ])

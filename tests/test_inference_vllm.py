@@ -20,6 +20,7 @@ from live_components import (
 )
 
 from slurmrl.app import report_data as rd
+from slurmrl.contract.weight_sync import Broadcast
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.scrape import read_scrapes
 from slurmrl.runtime.collector.loop import Collector
@@ -206,7 +207,7 @@ def test_broadcast_through_vllms_weight_transfer_routes_changes_the_served_logpr
     prompt_ids = AutoTokenizer.from_pretrained(models[0])("reload check")["input_ids"]
     new = AutoModelForCausalLM.from_pretrained(models[1], dtype=torch.float32)
     port = free_port_base() + 7  # the port table's weight_broadcast
-    target = Target("gloo", servers.urls, [1, 1], "127.0.0.1", port, world_size=3, timeout_s=120)
+    target = Target(Broadcast("gloo", 120), servers.urls, [1, 1], "127.0.0.1", port, world_size=3)
     sender = Broadcaster(target, new, rank=0, dtype=torch.float32)  # float32: the servers serve float32
     sender.sync(1)
     for url in servers.urls:
@@ -220,7 +221,7 @@ def test_broadcast_through_vllms_weight_transfer_routes_changes_the_served_logpr
     ids, served = _server_logprobs(servers.urls[0])
     assert served == pytest.approx(transformers_logprobs(models[0], prompt_ids, ids), abs=2e-3)
     with pytest.raises(SyncFailed, match="plan says 4"):  # a group the plan does not describe is refused
-        Target("gloo", servers.urls, [1, 1], "127.0.0.1", port, world_size=4).check()
+        Target(Broadcast("gloo", 600), servers.urls, [1, 1], "127.0.0.1", port, world_size=4).check()
 
 
 def test_a_trace_replays_at_its_own_times_with_goodput_through_vllms_load_generator(servers, models, tmp_path,

@@ -29,6 +29,17 @@ def test_step_programs_import_no_planner_and_no_pydantic(module):
     assert not {m for m in mods if m.startswith(("slurmrl.plan", "slurmrl.render", "slurmrl.recipe", "pydantic"))}
 
 
+def test_the_contract_imports_only_the_standard_library():
+    """Step wrappers start without pydantic: every contract module loads with nothing heavy, and the
+    contract imports nothing of slurmrl but itself."""
+    names = sorted(f"slurmrl.contract.{p.stem}" for p in (ROOT / "slurmrl" / "contract").glob("*.py")
+                   if p.stem != "__init__")
+    assert "slurmrl.contract.env" in names
+    mods = loaded_after(", ".join(names))
+    assert not {m for m in mods if m.split(".")[0] in ("pydantic", "torch", "jinja2", "tomlkit", "vllm")}
+    assert {m for m in mods if m.startswith("slurmrl")} == {"slurmrl", "slurmrl.contract", *names}
+
+
 def test_planner_imports_no_runtime():
     mods = loaded_after("slurmrl.plan")
     assert not {m for m in mods if m.startswith("slurmrl.runtime")}
@@ -37,7 +48,7 @@ def test_planner_imports_no_runtime():
 
 # ---- runtime/: what runs inside job steps imports only what it reads, never the planner's side ----
 RUNTIME = ROOT / "slurmrl" / "runtime"
-RUNTIME_MAY_IMPORT = ("slurmrl.runtime", "slurmrl.settings", "slurmrl.rundir", "slurmrl.charts", "slurmrl.envs",
+RUNTIME_MAY_IMPORT = ("slurmrl.runtime", "slurmrl.contract", "slurmrl.settings", "slurmrl.rundir", "slurmrl.charts", "slurmrl.envs",
                       "slurmrl.ports", "slurmrl.secret", "slurmrl.heartbeat", "slurmrl.errors")
 
 
@@ -78,7 +89,7 @@ PACKAGE = ROOT / "slurmrl"
 
 # low to high; a module may import from a strictly lower layer, or within its own top-level unit
 LAYERS: list[set[str]] = [
-    {"errors"},
+    {"errors", "contract"},
     {"ports", "secret", "heartbeat", "envs", "pydantic_plugins", "rundir", "localcluster", "charts"},
     {"settings"},
     {"recipe", "runtime"},
@@ -90,8 +101,9 @@ LAYERS: list[set[str]] = [
     {"__main__"},
 ]
 LEVEL = {unit: i for i, units in enumerate(LAYERS) for unit in units}
-# a leaf imports the standard library and errors only
+# a leaf imports the standard library, errors and the contract only (the contract: nothing of slurmrl)
 ONLY_ERRORS = {"rundir", "errors", "ports"}
+LEAF_MAY_IMPORT = {"errors", "contract"}
 MAX_INNER_IMPORTS = 15
 
 
@@ -149,7 +161,7 @@ def test_imports_go_down_the_layers():
         ua, ub = unit(a), unit(b)
         if ua == ub:
             continue
-        if LEVEL[ub] >= LEVEL[ua] or (ua in ONLY_ERRORS and ub != "errors"):
+        if LEVEL[ub] >= LEVEL[ua] or (ua in ONLY_ERRORS and ub not in LEAF_MAY_IMPORT):
             wrong.append(f"{MODS[a].relative_to(PACKAGE.parent)}:{line} {a} -> {b}")
     assert wrong == []
 

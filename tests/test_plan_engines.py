@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan, engines, parallel, plan
-from slurmrl.plan.engines import Engine, dynamo, judge, vllm
+from slurmrl.plan.engines import Engine, dynamo, judge, sglang, vllm
 from slurmrl.plan.model import Cat, Instance, Sh
 from slurmrl.plan.parallel import Parallelism, Slice
 from slurmrl.plan.spec import Slot, Spec, Supervisor, supervisor_argv
@@ -142,7 +142,7 @@ def test_readiness_is_decided_where_the_component_is_built():
 
 
 def test_every_registered_engine_family_implements_the_protocol():
-    assert [e.name for e in engines.ENGINES] == ["vllm", "dynamo", "judge"]
+    assert [e.name for e in engines.ENGINES] == ["vllm", "dynamo", "sglang", "judge"]
     for e in engines.ENGINES:
         assert isinstance(e, Engine)
 
@@ -150,7 +150,7 @@ def test_every_registered_engine_family_implements_the_protocol():
 def test_every_backend_has_its_section_and_its_engine_and_nothing_else():
     """A new engine: its section (one line in recipe.inference.Inference) and its module (one line in
     plan.engines.BACKENDS); the two registries name the same backends, each section keyed on its own."""
-    assert list(inference.BACKENDS) == list(engines.BACKENDS) == ["vllm", "dynamo"]
+    assert list(inference.BACKENDS) == list(engines.BACKENDS) == ["vllm", "dynamo", "sglang"]
     for backend, section in inference.BACKENDS.items():
         assert issubclass(section, inference.Serving)
         assert section.model_fields["backend"].annotation == Literal[backend]
@@ -172,24 +172,27 @@ def test_planner_and_rules_ask_no_engine_by_name():
 
 
 @pytest.mark.parametrize("key, backend, other", [
-    ("kv_offload", "dynamo", "vllm"), ("router", "dynamo", "vllm"), ("kv_connector", "dynamo", "vllm"),
-    ("dynamo", "vllm", "dynamo"),
+    ("kv_offload", "dynamo", "vllm"), ("router", "dynamo", "vllm' and 'sglang"), ("enable_eplb", "dynamo", "vllm"),
+    ("dynamo", "vllm", "dynamo"), ("vllm_extra", "sglang", "vllm"), ("kv_offload", "sglang", "vllm"),
+    ("enable_dp_attention", "vllm", "sglang"),
 ])
 def test_a_key_of_another_engine_is_an_unknown_key_that_names_its_engine(key, backend, other):
-    data = rl(inference={"backend": backend, key: {}})
+    value = {"enable_eplb": True, "enable_dp_attention": True}.get(key, {})
+    data = rl(inference={"backend": backend, key: value})
     msg = refusal(validate, data)
-    assert msg.startswith(f"inference.{key}: not a key of backend {backend!r} (a key of backend {other!r})"), msg
+    assert msg.startswith(f"inference.{key}: not a key of backend {backend!r} (a key of backend '{other}')"), msg
     assert "\n" not in msg
 
 
-@pytest.mark.parametrize("recipe", ["inference-replicas", "inference-dynamo-agg", "rl-judge", "sft-debug"])
+@pytest.mark.parametrize("recipe", ["inference-replicas", "inference-dynamo-agg", "inference-sglang", "rl-judge",
+                                    "sft-debug"])
 def test_each_recipe_is_served_by_the_families_it_names(recipe):
     r = load_recipe(f"recipes/{recipe}.toml")
     served = {e.name for e in engines.ENGINES if e.serves(r)}
-    want = {"inference-replicas": {"vllm"}, "inference-dynamo-agg": {"dynamo"}, "rl-judge": {"vllm", "judge"},
-            "sft-debug": set()}[recipe]
+    want = {"inference-replicas": {"vllm"}, "inference-dynamo-agg": {"dynamo"}, "inference-sglang": {"sglang"},
+            "rl-judge": {"vllm", "judge"}, "sft-debug": set()}[recipe]
     assert served == want
-    assert vllm.serves(r) + dynamo.serves(r) <= 1 and judge.serves(r) == (r.judge is not None)
+    assert vllm.serves(r) + dynamo.serves(r) + sglang.serves(r) <= 1 and judge.serves(r) == (r.judge is not None)
 
 
 def fake_engine(calls: list[str]) -> types.ModuleType:

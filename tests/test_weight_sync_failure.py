@@ -8,6 +8,8 @@ import socket
 
 import pytest
 
+from slurmrl.contract.weight_sync import Broadcast
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.slow  # vLLM's import and the 3 s the group is given
@@ -23,7 +25,7 @@ def test_a_dead_server_is_named_and_the_wait_is_bounded():
     from slurmrl.runtime.trainer.weight_sync import Broadcaster, SyncFailed, Target
 
     dead = f"http://127.0.0.1:{closed_port()}"
-    target = Target("gloo", [dead], [1], "127.0.0.1", closed_port(), world_size=2, timeout_s=3)
+    target = Target(Broadcast("gloo", 3), [dead], [1], "127.0.0.1", closed_port(), world_size=2)
     with pytest.raises(SyncFailed) as e:
         Broadcaster(target, torch.nn.Linear(4, 4), rank=0, dtype=torch.float32)
     message = str(e.value.code)

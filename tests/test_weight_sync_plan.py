@@ -6,6 +6,7 @@ The task functions run in real bash (tests/task_expand.py), so the argv is what 
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,9 @@ def test_nccl_servers_and_trainer_lines(tmp_path):
     host, port = argv_after(trainer, "--weight-master")[0].rsplit(":", 1)
     assert host == "g0n0" and int(port) == ports.base_for_job(7) + ports.offset("weight_broadcast")
     assert "weight_broadcast" in out.plan.ports
-    assert 'weight_sync = "nccl"' in out.files["components/orchestrator.toml"]  # it reloads nothing itself
+    for role in ("orchestrator", "trainer"):  # the orchestrator reloads nothing itself; one spelling for both
+        settings = tomllib.loads(out.files[f"components/{role}.toml"])
+        assert settings["weight_sync"] == {"mode": "broadcast", "backend": "nccl", "timeout_s": 600}
 
 
 def test_pd_broadcasts_to_both_roles_with_their_own_worker_counts(tmp_path):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmrl.app.job_outputs import failed_reason
+from slurmrl.contract import env as job_env
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.plan.stored import load_plan
@@ -216,7 +217,7 @@ def check(run_dir: Path, plan: Plan, job_id: str, hosts: dict[int, list[str]]) -
             if len(got) != len(inst.gpus) or list(rep.get("gpu_positions", [])) != list(inst.gpus):
                 row.problems.append(f"sees {len(got)} GPU(s) {got}, plan has positions {list(inst.gpus)}")
             # ports: PORT_BASE + the plan's offsets
-            base = env.get("SLURMRL_PORT_BASE")
+            base = env.get(job_env.PORT_BASE)
             ports = {k: int(v) for k, v in rep.get("ports", {}).items()}
             row.ports = " ".join(f"{k}={v}" for k, v in sorted(ports.items())) or "-"
             if base is None or (plan.port_base is not None and int(base) != plan.port_base):

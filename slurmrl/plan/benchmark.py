@@ -12,6 +12,7 @@ the job either way (``--kill-on-bad-exit=1``; the script's FAILED file names it)
 
 from __future__ import annotations
 
+from slurmrl.contract.programs import Bench as BenchArgs
 from slurmrl.errors import UserError
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh
@@ -64,13 +65,13 @@ def dataset_args(bench: Benchmark) -> list[Arg]:
             "--timed-trace-sec-multiplier", f"{to_seconds / bench.trace_speedup:g}"]
 
 
-def point_args(bench: Benchmark) -> list[Arg]:
-    """The runner's points: the grid's three axes, or a trace's concurrency caps (none: one point)."""
+def points(bench: Benchmark) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None, tuple[int, ...] | None]:
+    """The runner's points (concurrencies, input lengths, output lengths): the grid's three axes, or a
+    trace's concurrency caps alone (none: one point without a cap)."""
     caps = bench.caps()
     if bench.trace is not None:
-        return ["--concurrencies", *map(str, caps)] if caps else []
-    return ["--concurrencies", *map(str, caps or []), "--input-lens", *map(str, bench.input_lens),
-            "--output-lens", *map(str, bench.output_lens)]
+        return (tuple(caps) if caps else None), None, None
+    return tuple(caps or ()), tuple(bench.input_lens), tuple(bench.output_lens)
 
 
 def benchmark(ctx: Context) -> None:
@@ -106,14 +107,9 @@ def benchmark(ctx: Context) -> None:
     if r.model.trust_remote_code:
         vllm_args.append("--trust-remote-code")
     vllm_args += ["--percentile-metrics", PERCENTILE_METRICS, "--disable-tqdm", *bench.extra_args]
-    command = [
-        *ctx.py, "-m", "slurmrl.runtime.bench",
-        "--out", Sh(sh="${RUN_DIR}/" + RunDir.BENCHMARK),
-        *point_args(bench),
-        "--timeout", str(bench.timeout),
-        "--then", bench.then,
-        "--", *vllm_args,
-    ]
+    program = BenchArgs[Arg](Sh(sh="${RUN_DIR}/" + RunDir.BENCHMARK), *points(bench), bench.timeout, bench.then,
+                             tuple(vllm_args))
+    command = [*ctx.py, "-m", BenchArgs.MODULE, *program.to_argv()]
     ctx.add(Spec(
         name="benchmark", role="benchmark", group=head.index, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=BENCH_CPUS, gpus_per_node=0, stage=STAGE, main=bench.then == "stop", health=None,

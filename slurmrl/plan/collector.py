@@ -8,6 +8,8 @@ register (``SLURMRL_METRICS_PORT``, ``slurmrl.plan.training``). Non-critical by 
 
 from __future__ import annotations
 
+from slurmrl.contract import env as job_env
+from slurmrl.contract.programs import Collector as CollectorArgs
 from slurmrl.plan import shell
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Instance, Sh
@@ -24,23 +26,22 @@ def collector(ctx: Context) -> None:
         return
     head = ctx.groups[0]
     ctx.reserve(head, 0, CPUS, "the collector")
-    args: list[Arg] = ["--interval", str(c.interval), "--max-mb", str(c.max_mb)]
-    for spec in ctx.specs:
-        if spec.role in SCRAPED_ROLES and spec.health is not None:
-            args += ["--ready", spec.name]
+    ready = tuple(spec.name for spec in ctx.specs if spec.role in SCRAPED_ROLES and spec.health is not None)
+    targets: tuple[Arg, ...] = ()
     if ctx.has("router"):
         router = ctx.spec("router")
-        args += ["--target", Sh(sh=f"router=http://{shell.head(router.group).sh}:{shell.var('router_metrics').sh}/metrics")]
+        targets = (Sh(sh=f"router=http://{shell.head(router.group).sh}:{shell.var('router_metrics').sh}/metrics"),)
+    args = CollectorArgs[Arg](c.interval, c.max_mb, ready, targets).to_argv()
     ctx.add(Spec(
         name="collector", role="collector", group=head.index, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=CPUS, gpus_per_node=0, stage=STAGE, critical=c.critical, health=None,
         instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={}),),
         task=ctx.task(Supervisor("collector", ready="started"),
-                      command=(*ctx.py, "-m", "slurmrl.runtime.collector", *args)),
+                      command=(*ctx.py, "-m", CollectorArgs.MODULE, *args)),
     ))
 
 
 def metrics_env(ctx: Context, port: str) -> list[tuple[str, Arg]]:
     """The trainer's or orchestrator's ``SLURMRL_METRICS_PORT`` (port-table name ``port``) when the
     recipe has a [collector]; nothing otherwise (no /metrics is served)."""
-    return [("SLURMRL_METRICS_PORT", shell.var(port))] if ctx.r.collector is not None else []
+    return [(job_env.METRICS_PORT, shell.var(port))] if ctx.r.collector is not None else []

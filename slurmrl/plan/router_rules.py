@@ -19,8 +19,11 @@ from __future__ import annotations
 
 from slurmrl.errors import UserError
 from slurmrl.recipe.router import Router
+from slurmrl.recipe.sglang import SglangInference
 from slurmrl.recipe.user_set import user_set
 from slurmrl.recipe.vllm import VllmInference
+
+Routed = VllmInference | SglangInference  # the sections vllm-router fronts (their servers speak OpenAI HTTP)
 
 PD_EVENT_BLOCK_SIZE = 16  # vllm-router 0.1.17: "--pd-kv-events ... Block size is 16"
 
@@ -43,7 +46,7 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def policies(inf: VllmInference) -> dict[str, str]:
+def policies(inf: Routed) -> dict[str, str]:
     """The policy of each pool the router picks a server from, by component name."""
     r = inf.router
     if inf.mode == "pd":
@@ -51,12 +54,12 @@ def policies(inf: VllmInference) -> dict[str, str]:
     return {"inference": r.policy}
 
 
-def reads_events(inf: VllmInference, name: str) -> bool:
+def reads_events(inf: Routed, name: str) -> bool:
     """Whether the router subscribes to the KV-cache events of component ``name``'s servers."""
     return name in ("inference", "prefill") and policies(inf).get(name) == "kv_aware"
 
 
-def event_block_size(inf: VllmInference) -> int:
+def event_block_size(inf: Routed) -> int:
     """Tokens per KV block in the events the router reads (the servers' ``--block-size``)."""
     return PD_EVENT_BLOCK_SIZE if inf.mode == "pd" else inf.router.kv_event_block_size
 
@@ -66,7 +69,7 @@ def changed(r: Router) -> list[str]:
     return [n for n, f in Router.model_fields.items() if n in OPTIONS and getattr(r, n) != f.default]
 
 
-def option_args(inf: VllmInference) -> list[str]:
+def option_args(inf: Routed) -> list[str]:
     """``--flag VALUE`` for every option that differs from vllm-router's default (``check`` has
     refused those no policy in use reads). ``kv_event_model`` is not here: the caller always gives
     the router a model identity with static event sources."""
@@ -83,7 +86,7 @@ def _describe(pol: dict[str, str]) -> str:
     return ", ".join(f"{k} {v!r}" for k, v in pol.items()) if len(pol) > 1 else f"policy {next(iter(pol.values()))!r}"
 
 
-def _needs(name: str, inf: VllmInference, pol: dict[str, str]) -> str | None:
+def _needs(name: str, inf: Routed, pol: dict[str, str]) -> str | None:
     """Why option ``name`` would be ignored with these policies (and what would use it), or None."""
     pd = inf.mode == "pd"
     used = f"the router routes by {_describe(pol)}"
@@ -119,7 +122,7 @@ def _block_size_arg(args: list[str]) -> str | None:
     return found
 
 
-def check(inf: VllmInference) -> None:
+def check(inf: Routed) -> None:
     """Refuse, naming the field, every setting the router that runs would silently ignore (when no
     router runs, ``services.router`` refuses every router setting)."""
     r = inf.router
@@ -139,7 +142,8 @@ def check(inf: VllmInference) -> None:
     if r.retry_initial_backoff_ms > r.retry_max_backoff_ms:
         raise UserError(field("retry_initial_backoff_ms"), f"{r.retry_initial_backoff_ms} ms is longer than "
                         f"retry_max_backoff_ms ({r.retry_max_backoff_ms})")
-    check_events(inf, pol)
+    if isinstance(inf, VllmInference):  # SGLang's check refuses kv_aware: its servers' events are not wired
+        check_events(inf, pol)
 
 
 def check_events(inf: VllmInference, pol: dict[str, str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from slurmrl.contract.weight_sync import Broadcast
 from slurmrl.errors import UserError
 from slurmrl.plan import eval_rules
 from slurmrl.plan.env_rules import check_environment, check_kinds
@@ -83,9 +84,9 @@ def check_gpus(r: Recipe) -> None:
 def check_roles(r: Recipe) -> None:
     """Prefill/decode roles, in every engine's section: mode ``pd`` has both, and sizes by them."""
     inf = r.inference
-    if inf is None:
+    if inf is None or "prefill" not in type(inf).model_fields:  # an engine without roles refuses mode 'pd' itself
         return
-    roles = {"prefill": inf.prefill, "decode": inf.decode}
+    roles = {"prefill": getattr(inf, "prefill"), "decode": getattr(inf, "decode")}
     for role, spec in roles.items():
         if inf.mode == "pd" and spec is None:
             raise UserError(f"inference.{role}", "mode 'pd' needs both [inference.prefill] and [inference.decode]")
@@ -111,19 +112,20 @@ def check_trainer(r: Recipe) -> None:
         )
     if t.micro_batch_size > batch:
         raise UserError("trainer.micro_batch_size", f"{t.micro_batch_size} is larger than the batch of {batch}")
-    if t.weight_sync != "filesystem":
-        check_broadcast(r, t.weight_sync)
+    if isinstance(t.sync, Broadcast):
+        check_broadcast(r, t.sync)
 
 
-def check_broadcast(r: Recipe, backend: str) -> None:
+def check_broadcast(r: Recipe, sync: Broadcast) -> None:
     """``trainer.weight_sync`` by broadcast (vLLM's weight-transfer routes): where it can run."""
+    backend = sync.backend
     if r.kind != "rl":
         raise UserError("trainer.weight_sync", f"{backend!r} broadcasts weights to inference: kind 'rl' only")
     assert r.inference is not None and r.trainer is not None, "kind rl has both (check_sections)"
-    if backend == "nccl" and r.placement.share_gpus:
+    if sync.between_gpus and r.placement.share_gpus:
         raise UserError("trainer.weight_sync", "NCCL cannot broadcast between trainer and inference on the same "
                         "GPU (placement.share_gpus); use 'ipc'")
-    if backend == "ipc" and not r.placement.share_gpus:
+    if sync.on_shared_gpu and not r.placement.share_gpus:
         raise UserError("trainer.weight_sync", "'ipc' hands GPU memory over on the same GPU: it needs "
                         "placement.share_gpus = true; use 'nccl' between different GPUs")
     if r.placement.colocate == "hybrid":
@@ -180,6 +182,9 @@ def check_applies(r: Recipe) -> None:
         for name in ("clip_eps", "kl_coef"):
             if changed(t, name):
                 raise UserError(f"trainer.{name}", "only applies to kind 'rl' (the SFT loss has no clip or KL term)")
+    if t is not None and changed(t, "weight_sync_timeout") and not t.sync.by_broadcast:
+        raise UserError("trainer.weight_sync_timeout", "only applies to weights sent by broadcast (trainer.weight_sync "
+                        "= 'nccl', 'ipc' or 'gloo'); the servers reload filesystem weights with no timeout")
     if t is not None and r.kind != "sft" and t.dataset is not None:
         raise UserError("trainer.dataset", f"only applies to kind 'sft'; kind {r.kind!r} trains on the orchestrator's "
                         "rollouts (orchestrator.environment)")

@@ -1,8 +1,9 @@
-"""Head-node services: vllm-router in front of the servers, the Mooncake store."""
+"""Head-node services: vllm-router in front of the servers (vLLM's or SGLang's), the Mooncake store."""
 
 from __future__ import annotations
 
 from slurmrl import ports
+from slurmrl.contract.argv import AuthGate
 from slurmrl.errors import UserError
 from slurmrl.plan import router_rules, shell
 from slurmrl.plan.context import Context
@@ -10,7 +11,6 @@ from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.placement import server_names
 from slurmrl.plan.rules import changed
 from slurmrl.plan.spec import Spec, Supervisor
-from slurmrl.recipe.vllm import VllmInference
 
 SERVICE_CPUS = {"router": 2, "mooncake-master": 1, "mooncake-client": 1}
 ROUTER_HEALTH_INTERVAL_S = 5
@@ -27,13 +27,20 @@ ROUTER_WORKERS = {
 def router_program(ctx: Context) -> tuple[str, ...]:
     """``vllm-router``; in P/D mode with the job's secret, our module that runs it with the secret as
     the key it sends to the servers (it does not forward the client's Authorization there)."""
-    inf = ctx.vllm
+    inf = routed(ctx)
     if inf.mode == "pd" and inf.auth == "job_secret":
         return (*ctx.py, "-m", "slurmrl.runtime.gates.router_key")
     return shell.tool(ctx.py, "vllm-router")
 
 
-def router_enabled(inf: VllmInference, servers: int) -> bool:
+def routed(ctx: Context) -> router_rules.Routed:
+    """[inference] of a recipe whose servers vllm-router may front."""
+    inf = ctx.inference
+    assert isinstance(inf, router_rules.Routed), "vllm-router fronts vLLM's and SGLang's servers only"
+    return inf
+
+
+def router_enabled(inf: router_rules.Routed, servers: int) -> bool:
     """vllm-router runs when asked, or in front of more than one server task (``servers``), or for P/D."""
     if inf.router.enabled is not None:
         return inf.router.enabled
@@ -42,7 +49,7 @@ def router_enabled(inf: VllmInference, servers: int) -> bool:
 
 def router(ctx: Context, enabled: bool) -> None:
     """vllm-router (``enabled``: see router_enabled) in front of the servers, with its pools."""
-    inf = ctx.vllm
+    inf = routed(ctx)
     if not enabled:
         for name in type(inf.router).model_fields:  # no silent knobs: the router's settings need a router
             if name != "enabled" and changed(inf.router, name):
@@ -73,7 +80,7 @@ def router(ctx: Context, enabled: bool) -> None:
             'read -ra prefill <<<"${URLS_PREFILL}"',
             'read -ra decode <<<"${URLS_DECODE}"',
             'for url in "${prefill[@]}"; do pools+=(--prefill "${url}"); done'
-            if inf.kv_connector != "MooncakeConnector" else
+            if ctx.vllm.kv_connector != "MooncakeConnector" else
             # each prefill server's Mooncake bootstrap port: its HTTP port + the distance between the two blocks
             'for url in "${prefill[@]}"; do pools+=(--prefill "${url}" "$((${url##*:} + PORT_KV_0 - PORT_SERVER_0))"); done',
             'for url in "${decode[@]}"; do pools+=(--decode "${url}"); done',
@@ -83,8 +90,8 @@ def router(ctx: Context, enabled: bool) -> None:
         if publishing:
             prelude += _event_sources("--pd-kv-events", "prefill")
             args.append(Sh(sh="${events[@]}"))
-        if inf.kv_connector in KV_CONNECTOR_FLAG:
-            args += ["--kv-connector", KV_CONNECTOR_FLAG[inf.kv_connector]]
+        if ctx.vllm.kv_connector in KV_CONNECTOR_FLAG:  # P/D: vLLM's servers only
+            args += ["--kv-connector", KV_CONNECTOR_FLAG[ctx.vllm.kv_connector]]
     else:
         prelude = [*shell.declare("host", *loop, arrays=("workers", *events)),
                    shell.HOST_LINE, 'read -ra workers <<<"${URLS_INFERENCE}"']
@@ -116,8 +123,8 @@ def router(ctx: Context, enabled: bool) -> None:
 def gate_program(ctx: Context, port: Sh) -> tuple[Arg, ...]:
     """``python -m slurmrl.runtime.gates.auth_gate --listen 0.0.0.0:PORT --upstream PORT --``: the job's
     port, where every request but /health and /metrics needs the secret, in front of the router."""
-    return (*ctx.py, "-m", "slurmrl.runtime.gates.auth_gate", "--listen", Sh(sh=f"0.0.0.0:{port.sh}"),
-            "--upstream", shell.var("router_upstream"), "--")
+    gate = AuthGate[Arg](Sh(sh=f"0.0.0.0:{port.sh}"), shell.var("router_upstream"))
+    return (*ctx.py, "-m", AuthGate.MODULE, *gate.to_argv())
 
 
 def _event_sources(flag: str, workers: str) -> list[str]:

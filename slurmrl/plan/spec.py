@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from slurmrl.contract.argv import Supervise
 from slurmrl.plan.model import Arg, Health, Instance, Task
 
-SUPERVISE = "slurmrl.runtime.steps.supervise"  # the step wrapper every task's command runs under
 PROBE = "slurmrl.runtime.steps.probe"  # what every task runs in a preflight
 
 
@@ -27,49 +27,12 @@ class Slot:
     shared: bool = False
 
 
-@dataclass(frozen=True)
-class Supervisor:
-    """``python -m slurmrl.runtime.steps.supervise NAME [options] --``: readiness, ready file, signals.
-
-    ``ready``: the URL it checks (or ``started``); ``ready_completion``: the served model it asks
-    for one completion once the URL answers (ready means serving); ``ready_model`` and
-    ``ready_instances``: Dynamo's frontend lists the model with that many workers; ``ready_workers``:
-    vllm-router has every worker registered."""
-
-    name: str
-    gpus: Arg | None = None  # FIRST:COUNT GPU positions of the task
-    ready: Arg | None = None
-    heartbeat: int = 0
-    cuda_runtime: bool = False
-    ready_model: str | None = None
-    ready_instances: int | None = None
-    ready_workers: Arg | None = None
-    ready_completion: str | None = None
-    fail_on: tuple[str, ...] = ()  # the recipe's failure probes for this component (regexes)
+Supervisor = Supervise  # the planner's words may be shell expressions: Supervise[Arg]
 
 
-def supervisor_argv(python: tuple[str, ...], s: Supervisor) -> tuple[Arg, ...]:
-    """The one place a ``Supervisor`` becomes words of job.sbatch."""
-    argv: list[Arg] = [*python, "-m", SUPERVISE, s.name]
-    if s.gpus is not None:
-        argv += ["--gpus", s.gpus]
-    if s.ready is not None:
-        argv += ["--ready", s.ready]
-    if s.heartbeat:
-        argv += ["--heartbeat", str(s.heartbeat)]
-    if s.cuda_runtime:
-        argv.append("--cuda-runtime")
-    if s.ready_model is not None:
-        argv += ["--ready-model", s.ready_model]
-    if s.ready_instances is not None:
-        argv += ["--ready-instances", str(s.ready_instances)]
-    if s.ready_workers is not None:
-        argv += ["--ready-workers", s.ready_workers]
-    if s.ready_completion is not None:
-        argv += ["--ready-completion", s.ready_completion]
-    for pattern in s.fail_on:
-        argv += ["--fail-on", pattern]
-    return (*argv, "--")
+def supervisor_argv(python: tuple[str, ...], s: Supervise[Arg]) -> tuple[Arg, ...]:
+    """The one place a ``Supervisor`` becomes words of job.sbatch (its command follows the ``--``)."""
+    return (*python, "-m", Supervise.MODULE, *s.to_argv())
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import hashlib
 import posixpath
 import re
 
+from slurmrl.contract.argv import Stage
 from slurmrl.errors import UserError
 from slurmrl.plan.model import Cat, ImageImport, Sh, StageStep
 from slurmrl.plan.rules import changed
@@ -119,6 +120,6 @@ def steps(r: Recipe, specs: list[Spec], groups: list, python: tuple[str, ...], p
         srun.append(Sh(sh=f"--output=${{LOG_DIR}}/stage-model.g{group}.%t.log"))
         prepare = ("mkdir", "-p", r.model.stage_dir) if r.container is not None else ()  # a mount's source must exist
         out.append(StageStep(group=group, srun=tuple(srun), prepare=prepare,
-                             command=(*python, "-m", "slurmrl.runtime.steps.stage", r.model.path,
-                                      r.model.stage_dir.rstrip("/"), copy_key(r))))
+                             command=(*python, "-m", Stage.MODULE,
+                                      *Stage[str](r.model.path, r.model.stage_dir.rstrip("/"), copy_key(r)).to_argv())))
     return tuple(out)

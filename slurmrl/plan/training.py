@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from slurmrl.contract.programs import Orchestrator as OrchestratorArgs
+from slurmrl.contract.programs import Trainer as TrainerArgs
+from slurmrl.contract.programs import WeightServers
 from slurmrl.errors import UserError
 from slurmrl.plan import mesh, shell
 from slurmrl.plan.collector import metrics_env
@@ -34,13 +37,13 @@ def trainer(ctx: Context) -> None:
             f"x {dp} data-parallel trainer GPUs" + (f" ({world} / cp {parallel.cp})" if parallel.cp > 1 else ""),
         )
     head = shell.head(slot.group).sh
-    prelude, weight_args = broadcast_words(ctx)
+    prelude, program = trainer_program(ctx)
     command: tuple[Arg, ...] = (
         *shell.tool(ctx.py, "torchrun"),
         f"--nnodes={slot.nodes}", f"--nproc-per-node={len(slot.gpus)}", "--rdzv-backend=c10d",
         Sh(sh=f"--rdzv-endpoint={head}:{shell.var('torch_rdzv').sh}"), Sh(sh="--rdzv-id=${SLURM_JOB_ID}"),
         f"--shutdown-timeout={r.slurm.grace_seconds}",  # time workers get after TERM to checkpoint
-        "-m", "slurmrl.runtime.trainer", "--config", config("trainer"), *weight_args,
+        "-m", TrainerArgs.MODULE, *program.to_argv(),
     )
     settings = trainer_settings(r, ctx.run_dir, world, batch).model_copy(update={"parallel": parallel})
     ctx.add(Spec(
@@ -49,7 +52,7 @@ def trainer(ctx: Context) -> None:
         instances=tuple(
             Instance(rank=n, node=n, local=0, gpus=slot.gpus,  # torchrun's rank 0 (the group's host) on any node
                      ports={**({"rdzv": "torch_rdzv"} if n == 0 else {}),
-                            **({"weights": "weight_broadcast"} if weight_args else {})})
+                            **({"weights": "weight_broadcast"} if program.weight_servers else {})})
             for n in range(slot.nodes)
         ),
         task=ctx.task(
@@ -61,19 +64,19 @@ def trainer(ctx: Context) -> None:
     ))
 
 
-def broadcast_words(ctx: Context) -> tuple[list[str], list[Arg]]:
-    """``trainer.weight_sync`` by broadcast: the trainer's task reads each server component's URLs
+def trainer_program(ctx: Context) -> tuple[list[str], TrainerArgs[Arg]]:
+    """The trainer's command line (after ``-m``) and the prelude lines its words need. With
+    ``trainer.weight_sync`` by broadcast: the trainer's task reads each server component's URLs
     and gets, per component, how many worker processes each of its servers has (``--weight-servers
     RANKS URL...``; every TP/DP rank joins the transfer group: both roles in P/D), where it hosts the
     group (its own node: torchrun's rank 0 uses the value of the task it runs in; the port table's
     ``weight_broadcast``) and the group's size."""
     r = ctx.r
-    backend = ctx.trainer.weight_sync
-    if r.kind != "rl" or backend == "filesystem":
-        return [], []
+    if r.kind != "rl" or not ctx.trainer.sync.by_broadcast:
+        return [], TrainerArgs[Arg](config("trainer"))
     inf = ctx.vllm  # broadcast drives vLLM's weight-transfer routes
     prelude: list[str] = []
-    args: list[Arg] = []
+    groups: list[WeightServers[Arg]] = []
     workers = 0
     names = server_names(r)
     for name in names:
@@ -83,12 +86,12 @@ def broadcast_words(ctx: Context) -> tuple[list[str], list[Arg]]:
         gpus = sum(len(i.gpus) for i in spec.instances)
         ranks = gpus // leads if gpus else shape.tp * shape.dp  # a CPU node: the parallel layout alone
         prelude.append(f'read -ra servers_{name} <<<"${{URLS_{name.upper()}}}"')
-        args += ["--weight-servers", str(ranks), Sh(sh=f"${{servers_{name}[@]}}")]
+        groups.append(WeightServers(ranks, (Sh(sh=f"${{servers_{name}[@]}}"),)))
         workers += leads * ranks
-    args += ["--weight-master", Sh(sh=f"${{host}}:{shell.var('weight_broadcast').sh}"),
-             "--weight-world-size", str(1 + workers)]
+    master = Sh(sh=f"${{host}}:{shell.var('weight_broadcast').sh}")
     arrays = tuple(f"servers_{n}" for n in names)
-    return [*shell.declare("host", arrays=arrays), shell.HOST_LINE, *prelude], args
+    return ([*shell.declare("host", arrays=arrays), shell.HOST_LINE, *prelude],
+            TrainerArgs[Arg](config("trainer"), tuple(groups), master, 1 + workers))
 
 
 def orchestrator(ctx: Context) -> None:
@@ -102,7 +105,7 @@ def orchestrator(ctx: Context) -> None:
     ctx.reserve(g, 0, o.cpus, "the orchestrator")
     servers = server_names(r)
     urls = " ".join(f"${{URLS_{n.upper()}}}" for n in servers)
-    judge_prelude, judge_args = judge.orchestrator_words(ctx)
+    judge_prelude, judge_urls = judge.orchestrator_words(ctx)
     prelude = [*shell.declare(arrays=("servers",)), f'read -ra servers <<<"{urls}"', *judge_prelude]
     requests = Sh(sh="${URLS_ROUTER}") if ctx.has("router") else Sh(sh="${servers[@]}")
     settings = orchestrator_settings(r, ctx.run_dir).model_dump(mode="json", exclude_none=True)
@@ -114,8 +117,9 @@ def orchestrator(ctx: Context) -> None:
             Supervisor("orchestrator", heartbeat=r.slurm.heartbeat_timeout, fail_on=tuple(o.fail_on)),
             prelude=prelude, env=[*sorted(o.env.items()), *metrics_env(ctx, "orchestrator_metrics")],
             command=(
-                *ctx.py, "-m", "slurmrl.runtime.orchestrator", "--config", config("orchestrator"),
-                "--requests-url", requests, "--admin-urls", Sh(sh="${servers[@]}"), *judge_args,
+                *ctx.py, "-m", OrchestratorArgs.MODULE,
+                *OrchestratorArgs[Arg](config("orchestrator"), (requests,), (Sh(sh="${servers[@]}"),),
+                                       judge_urls).to_argv(),
             ),
         ),
         settings=settings,

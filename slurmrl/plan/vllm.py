@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 
 from slurmrl import ports
+from slurmrl.contract import env as job_env
+from slurmrl.contract.weight_sync import Broadcast
 from slurmrl.plan import router_rules, shell
 from slurmrl.plan.model import Arg, Cat, Sh
 from slurmrl.recipe.judge import Judge
@@ -62,10 +64,10 @@ def otlp_args(*envs: dict[str, str]) -> list[Arg]:
     return ["--otlp-traces-endpoint", url] if url else []
 
 
-def weight_transfer(backend: str) -> list[Arg]:
+def weight_transfer(sync: Broadcast) -> list[Arg]:
     """``trainer.weight_sync`` by broadcast: the engine each server's workers receive with (``gloo``:
-    slurmrl's, registered by its vLLM plugin; ``nccl``/``ipc``: vLLM's own)."""
-    return ["--weight-transfer-config", json.dumps({"backend": backend}, separators=(",", ":"))]
+    slurmrl's, registered by its vLLM plugin; ``nccl``/``ipc``: vLLM's own), in vLLM's own flag."""
+    return ["--weight-transfer-config", json.dumps({"backend": sync.backend}, separators=(",", ":"))]
 
 
 def pooling(args: list[Arg]) -> bool:
@@ -120,7 +122,7 @@ def multi_node(dp: int, dp_local: int, span: int, group: int, first_node: int, i
     The worker's first node serves the API; its other nodes run headless from their first rank."""
     first = f"{first_node} + " if first_node else ""
     prelude = [
-        f'read -ra nodes <<<"${{SLURMRL_NODES_G{group}}}"',
+        f'read -ra nodes <<<"${{{job_env.nodes_of_group(group)}}}"',
         f"leader=${{nodes[{first}SLURM_NODEID / {span} * {span}]}}  # first node of this task's worker",
         f"rank=$((SLURM_NODEID % {span} * {dp_local}))  # its first data-parallel rank",
         "rank_args=()",

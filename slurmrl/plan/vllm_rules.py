@@ -101,13 +101,13 @@ def check_admin(r: Recipe, inf: VllmInference) -> None:
     if r.placement.colocate == "hybrid":
         raise UserError("inference.admin_endpoints", "colocate = \"hybrid\" puts the servers to sleep and wakes them "
                         "through their admin endpoints (/sleep, /wake_up); remove admin_endpoints = false")
-    backend = r.trainer.weight_sync if r.kind == "rl" and r.trainer is not None else "filesystem"
-    if backend != "filesystem":
-        raise UserError("inference.admin_endpoints", f"trainer.weight_sync = {backend!r} drives vLLM's "
+    sync = r.trainer.sync if r.kind == "rl" and r.trainer is not None else None
+    if sync is not None and sync.by_broadcast:
+        raise UserError("inference.admin_endpoints", f"trainer.weight_sync = {sync.describe()!r} drives vLLM's "
                         "weight-transfer routes, which are admin endpoints; remove admin_endpoints = false")
 
 
-def check_router_header(inf: VllmInference) -> None:
+def check_router_header(inf: router_rules.Routed) -> None:
     header = inf.router.session_header
     if user_set(inf.router, "session_header") and "consistent_hash" not in router_rules.policies(inf).values():
         raise UserError("inference.router.session_header", "only the consistent_hash policy keys on a session header "

@@ -79,16 +79,17 @@ class Benchmark(Section):
     goodput_ttft_ms: float | None = Field(
         None, gt=0, le=86_400_000,
         description="Goodput target: a request is good only if its first token came within this many ms "
-        "(srt-slurm's default target: 2000); with any goodput target the summary has good requests/s.",
+        "(srt-slurm's default target: 2000); with any goodput target the summary has good requests/s (above 0, at "
+        "most 86400000).",
     )
     goodput_tpot_ms: float | None = Field(
         None, gt=0, le=86_400_000,
         description="Goodput target: ... and its mean time between output tokens after the first (TPOT, the "
-        "request's mean inter-token latency) within this many ms (srt-slurm's default: 25).",
+        "request's mean inter-token latency) within this many ms (srt-slurm's default: 25; above 0, at most 86400000).",
     )
     goodput_e2el_ms: float | None = Field(
         None, gt=0, le=86_400_000,
-        description="Goodput target: ... and the whole request within this many ms.",
+        description="Goodput target: ... and the whole request within this many ms (above 0, at most 86400000).",
     )
     then: Literal["stop", "serve"] = Field(
         "stop",

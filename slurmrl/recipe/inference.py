@@ -15,16 +15,18 @@ from pydantic import Discriminator, Tag
 from slurmrl.recipe.dynamo import DynamoInference
 from slurmrl.recipe.schema import KeyedOn, variants
 from slurmrl.recipe.serving import Serving
+from slurmrl.recipe.sglang import SglangInference
 from slurmrl.recipe.vllm import VllmInference
 
 BACKEND = KeyedOn("backend", default="vllm")  # the field that picks the section, and its default
 
 Inference = Annotated[
     Annotated[VllmInference, Tag("vllm")]
-    | Annotated[DynamoInference, Tag("dynamo")],
+    | Annotated[DynamoInference, Tag("dynamo")]
+    | Annotated[SglangInference, Tag("sglang")],
     Discriminator(BACKEND),
 ]
 
 BACKENDS: dict[str, type[Serving]] = variants(Inference)  # backend -> its section, from the union above
 
-__all__ = ["BACKEND", "BACKENDS", "DynamoInference", "Inference", "Serving", "VllmInference"]
+__all__ = ["BACKEND", "BACKENDS", "DynamoInference", "Inference", "Serving", "SglangInference", "VllmInference"]

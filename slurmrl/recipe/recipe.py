@@ -101,8 +101,8 @@ def job_gpus(r: Recipe) -> list[tuple[str, int]]:
         t = r.trainer.gpus_per_node
         out.append(("trainer.nodes", r.trainer.nodes * (gpn if t is None else t)))
     inf = r.inference
-    if inf is not None and inf.mode == "pd":
-        for name, role in (("prefill", inf.prefill), ("decode", inf.decode)):
+    if inf is not None and inf.mode == "pd" and "prefill" in type(inf).model_fields:  # an engine with P/D roles
+        for name, role in (("prefill", getattr(inf, "prefill")), ("decode", getattr(inf, "decode"))):
             if role is not None:
                 out.append((f"inference.{name}.replicas", max(role.replicas * role.tp, (role.nodes or 0) * gpn)))
     elif inf is not None:

@@ -22,7 +22,7 @@ def trainer_settings(recipe: Recipe, run_dir: str, world_size: int, global_batch
         **recipe.trainer.model_dump(include=set(TrainerKnobs.model_fields)),
         run_dir=run_dir, kind=recipe.kind, model=recipe.model.path, trust_remote_code=recipe.model.trust_remote_code,
         world_size=world_size, global_batch=global_batch, hybrid=recipe.placement.colocate == "hybrid",
-        wandb=wandb_settings(recipe, run_dir),
+        weight_sync=recipe.trainer.sync, wandb=wandb_settings(recipe, run_dir),
     )
 
 
@@ -34,7 +34,7 @@ def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
         run_dir=run_dir, model=recipe.model.path, served_model_name=recipe.model.served_model_name,
         trust_remote_code=recipe.model.trust_remote_code,
         max_steps=recipe.trainer.max_steps,
-        judge=judge_settings(recipe), weight_sync=recipe.trainer.weight_sync,
+        judge=judge_settings(recipe), weight_sync=recipe.trainer.sync,
         hybrid=recipe.placement.colocate == "hybrid",
         eval=eval_settings(recipe),
         wandb=wandb_settings(recipe, run_dir),

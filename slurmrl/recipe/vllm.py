@@ -89,7 +89,7 @@ class VllmInference(VllmFlags, Serving):
     backend: Literal["vllm"] = Field(
         "vllm",
         description="The engine, and so the keys this section takes: `vllm`: vLLM servers (and vllm-router), this "
-        "table; `dynamo`: NVIDIA Dynamo's frontend and workers (the next table).",
+        "table; `dynamo`: NVIDIA Dynamo's frontend and workers; `sglang`: SGLang servers (the next tables).",
     )
     mode: Literal["replicas", "wide_ep", "pd"] = Field(
         "replicas",

@@ -40,9 +40,9 @@ steps (``RunDir.from_env()``) and the login-node commands all go through it.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from slurmrl.contract import env as job_env
 from slurmrl.rundir import phases
 
 
@@ -346,13 +346,8 @@ class RunDir:
     @classmethod
     def from_env(cls, env=None) -> RunDir:
         """The run dir of the job this step belongs to (the script exports SLURMRL_RUN_DIR)."""
-        env = os.environ if env is None else env
-        value = env.get("SLURMRL_RUN_DIR")
-        if not value:
-            raise SystemExit("slurmrl: SLURMRL_RUN_DIR is not set; run this inside the job script")
-        return cls(value)
+        return cls(job_env.run_dir_from_env(env))
 
     @staticmethod
     def attempt_from_env(env=None) -> str:
-        env = os.environ if env is None else env
-        return env.get("SLURMRL_ATTEMPT", "0")
+        return job_env.attempt_from_env(env)

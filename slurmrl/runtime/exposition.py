@@ -19,6 +19,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from slurmrl.contract import env as job_env
 from slurmrl.rundir.paths import RunDir
 
 try:  # optional: the same names and text either way
@@ -26,7 +27,7 @@ try:  # optional: the same names and text either way
 except ImportError:  # pragma: no cover - installed with vLLM
     _client = None  # type: ignore[assignment]
 
-ENV = "SLURMRL_METRICS_PORT"
+ENV = job_env.METRICS_PORT
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -134,7 +135,7 @@ def from_env(role: str, log, env=None) -> Exposition | None:
     except OSError as e:
         log(f"/metrics not served on port {port}: {e}")
         return None
-    if env.get("SLURMRL_RUN_DIR"):
+    if job_env.in_job(env):
         run_dir = RunDir.from_env(env)
         path = run_dir.metrics_endpoint(RunDir.attempt_from_env(env), role)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,11 +9,12 @@ from typing import Annotated
 
 from pydantic import Field
 
+from slurmrl.contract.weight_sync import Filesystem
 from slurmrl.settings.eval import EvalSettings
 from slurmrl.settings.judge import JudgeSettings
 from slurmrl.settings.limits import INT64, MAX_SEED, MAX_TOKENS
 from slurmrl.settings.read import read
-from slurmrl.settings.section import PosInt, Section
+from slurmrl.settings.section import PosInt, Section, WeightSyncValue
 from slurmrl.settings.wandb import WandbSettings
 
 
@@ -74,9 +75,10 @@ class OrchestratorSettings(OrchestratorKnobs):
     judge: JudgeSettings | None = Field(
         None, description="How rewards are scored through the job's judge ([judge]); None without one."
     )
-    weight_sync: str = Field(
-        "filesystem", description="trainer.weight_sync: 'filesystem' (the servers reload each published step), or "
-        "a broadcast backend (the trainer sends the weights itself and marks the step; generation waits for it).",
+    weight_sync: WeightSyncValue = Field(
+        default_factory=Filesystem, description="trainer.weight_sync as the planner decided it "
+        "(slurmrl.contract.weight_sync): filesystem (the servers reload each published step), or a broadcast "
+        "(the trainer sends the weights itself and marks the step; generation waits for it).",
     )
     hybrid: bool = Field(
         False, description="placement.colocate = 'hybrid': put the servers to sleep before each batch is handed "

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, WithJsonSchema
+
+from slurmrl.contract import weight_sync as ws
 
 PosInt = Annotated[int, Field(ge=1)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -18,6 +20,19 @@ def _a_path(text: str) -> str:
 
 
 PathText = Annotated[str, AfterValidator(_a_path)]  # a file or folder: an empty one would render as ''
+
+
+def _weight_sync(value: object) -> ws.WeightSync:
+    if isinstance(value, (ws.Filesystem, ws.Broadcast)):
+        return value
+    if isinstance(value, dict):
+        return ws.from_dict(value)
+    raise ValueError("give a table: {mode = 'filesystem'} or {mode = 'broadcast', backend, timeout_s}")
+
+
+# the planner's decision (slurmrl.contract.weight_sync) in its one serialized form, a table
+WeightSyncValue = Annotated[ws.WeightSync, PlainValidator(_weight_sync), PlainSerializer(ws.to_dict),
+                            WithJsonSchema({"type": "object"})]
 
 
 class Section(BaseModel):

@@ -8,9 +8,10 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
+from slurmrl.contract.weight_sync import Filesystem
 from slurmrl.settings.limits import MAX_SEED, MAX_STEPS, MAX_TOKENS
 from slurmrl.settings.read import read
-from slurmrl.settings.section import PathText, PosInt, Section
+from slurmrl.settings.section import PathText, PosInt, Section, WeightSyncValue
 from slurmrl.settings.wandb import WandbSettings
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -104,19 +105,6 @@ class TrainerKnobs(Section):
         "at most 1000000); default: the datasheet figure of known GPUs in bfloat16 (A100, H100, H200, B200, "
         "GB200), else none and MFU is not reported.",
     )
-    weight_sync: Literal["filesystem", "nccl", "ipc", "gloo"] = Field(
-        "filesystem",
-        description="RL: how new weights reach the servers after each step. `filesystem`: safetensors in the run "
-        "dir, which every server reloads. `nccl`: broadcast through vLLM's weight-transfer routes from the "
-        "trainer's rank 0 to every server GPU (trainer and servers on different GPUs). `ipc`: the same on a GPU "
-        "the trainer shares with the server (`placement.share_gpus`). `gloo`: the same over the network without "
-        "GPUs (slurmrl's engine, for CPU nodes and tests). See docs/rl.md.",
-    )
-    weight_sync_timeout: int = Field(
-        600, ge=10, le=86400,
-        description="RL, broadcast: seconds one weight sync (or opening the transfer group) may take before the "
-        "trainer fails naming the servers that do not answer (10-86400).",
-    )
     parallel: Parallel = Field(
         default_factory=Parallel,
         description="The trainer's device mesh (`[trainer.parallel]`: dp_replicate, dp_shard, cp, ep); checked "
@@ -145,6 +133,10 @@ class TrainerSettings(TrainerKnobs):
     hybrid: bool = Field(
         False, description="placement.colocate = 'hybrid': return cached GPU memory after each step, before "
         "publishing, so the sleeping vLLM servers can wake into it.",
+    )
+    weight_sync: WeightSyncValue = Field(
+        default_factory=Filesystem, description="trainer.weight_sync and weight_sync_timeout as the planner "
+        "decided them (slurmrl.contract.weight_sync): {mode = 'filesystem'} or {mode = 'broadcast', backend, timeout_s}.",
     )
     wandb: WandbSettings = Field(default_factory=WandbSettings, description="Its W&B run ([wandb]).")
 

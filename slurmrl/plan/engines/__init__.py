@@ -11,11 +11,11 @@ A new engine: one module here (``name``, ``leftover_check``, ``check``, ``serves
 
 from __future__ import annotations
 
-from slurmrl.plan.engines import dynamo, judge, vllm
+from slurmrl.plan.engines import dynamo, judge, sglang, vllm
 from slurmrl.plan.engines.base import Engine
 from slurmrl.recipe.recipe import Recipe
 
-BACKENDS: dict[str, Engine] = {e.name: e for e in (vllm, dynamo)}  # inference.backend -> its engine
+BACKENDS: dict[str, Engine] = {e.name: e for e in (vllm, dynamo, sglang)}  # inference.backend -> its engine
 ENGINES: tuple[Engine, ...] = (*BACKENDS.values(), judge)
 
 
@@ -30,4 +30,4 @@ def leftover_check(r: Recipe) -> bool:
     return any(e.leftover_check and e.serves(r) for e in ENGINES)
 
 
-__all__ = ["BACKENDS", "ENGINES", "Engine", "check", "dynamo", "judge", "leftover_check", "vllm"]
+__all__ = ["BACKENDS", "ENGINES", "Engine", "check", "dynamo", "judge", "leftover_check", "sglang", "vllm"]

@@ -22,6 +22,7 @@ Stops run in reverse start order: the frontend, then the workers, then NATS and 
 from __future__ import annotations
 
 from slurmrl import ports
+from slurmrl.contract import env as job_env
 from slurmrl.errors import UserError
 from slurmrl.plan import parallel, shell, vllm
 from slurmrl.plan.context import Context
@@ -224,7 +225,7 @@ def planes(d: Dynamo) -> list[Arg]:
 
 def data_dir(service: str) -> Sh:
     """The service's data folder in the run dir, for this attempt (the script exports both variables)."""
-    return Sh(sh=str(RunDir("${SLURMRL_RUN_DIR}").dynamo_data_dir("${SLURMRL_ATTEMPT}", service)))
+    return Sh(sh=str(RunDir(f"${{{job_env.RUN_DIR}}}").dynamo_data_dir(f"${{{job_env.ATTEMPT}}}", service)))
 
 
 def services(ctx: Context, head: int) -> None:

@@ -188,9 +188,8 @@ def build(ctx: Context) -> None:
     ))
 
 
-def orchestrator_words(ctx: Context) -> tuple[list[str], list[Arg]]:
-    """(prelude lines, arguments) that hand the judge's URLs to the orchestrator; none without a judge."""
+def orchestrator_words(ctx: Context) -> tuple[list[str], tuple[Arg, ...]]:
+    """(prelude lines, the orchestrator's --judge-urls words) that hand it the judge's URLs; none without a judge."""
     if not ctx.has("judge"):
-        return [], []
-    return ([*shell.declare(arrays=("judges",)), 'read -ra judges <<<"${URLS_JUDGE}"'],
-            ["--judge-urls", Sh(sh="${judges[@]}")])
+        return [], ()
+    return ([*shell.declare(arrays=("judges",)), 'read -ra judges <<<"${URLS_JUDGE}"'], (Sh(sh="${judges[@]}"),))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurmrl import ports
+from slurmrl.contract.weight_sync import Broadcast, Filesystem
 from slurmrl.errors import UserError
 from slurmrl.plan import lora, parallel, placement, router_rules, services, shell, vllm, vllm_rules
 from slurmrl.plan.context import Context
@@ -122,9 +123,10 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
         args += a
     if expert_parallel:
         args.append("--enable-expert-parallel")
-    if r.kind == "rl" and r.trainer is not None and r.trainer.weight_sync != "filesystem":
-        args += vllm.weight_transfer(r.trainer.weight_sync)
-        if r.trainer.weight_sync == "ipc":  # the CUDA IPC handles travel pickled over HTTP (vLLM's HTTP client)
+    sync = r.trainer.sync if r.kind == "rl" and r.trainer is not None else Filesystem()
+    if isinstance(sync, Broadcast):
+        args += vllm.weight_transfer(sync)
+        if sync.on_shared_gpu:  # the CUDA IPC handles travel pickled over HTTP (vLLM's HTTP client)
             env.append(("VLLM_ALLOW_INSECURE_SERIALIZATION", "1"))
     transfer = None
     if pd_role:

@@ -26,16 +26,18 @@ With ``--then serve`` it then waits, results written, until the job stops it (TE
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from slurmrl import charts, secret
+from slurmrl.contract import env as job_env
+from slurmrl.contract.programs import Bench as BenchArgs
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.vllm import client
 
@@ -62,7 +64,8 @@ def log(msg: str) -> None:
 Point = tuple[int | None, int | None, int | None]  # (concurrency cap, input length, output length); None: none/the trace's
 
 
-def grid(concurrencies: list[int] | None, input_lens: list[int] | None, output_lens: list[int] | None) -> list[Point]:
+def grid(concurrencies: Sequence[int] | None, input_lens: Sequence[int] | None,
+         output_lens: Sequence[int] | None) -> list[Point]:
     """(concurrency, input length, output length) of every point, in run order (the recipe's order);
     without lengths (a trace replay): one point per concurrency cap, or one without a cap."""
     caps: list[int | None] = list(concurrencies) if concurrencies else [None]
@@ -148,7 +151,7 @@ def write_json(path: Path, data: dict) -> None:
 
 def phase(what: str) -> None:
     """A milestone in the attempt's phases file (`slurmrl status`), when run inside the job."""
-    if os.environ.get("SLURMRL_RUN_DIR"):
+    if job_env.in_job():
         RunDir.from_env().add_phase(RunDir.attempt_from_env(), what)
 
 
@@ -191,27 +194,12 @@ def vllm_runner():
     return run
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="results folder (RUN_DIR/benchmark)")
-    ap.add_argument("--concurrencies", type=int, nargs="+", help="one point per cap (a trace without: one point)")
-    ap.add_argument("--input-lens", type=int, nargs="+", help="the grid's prompt lengths (a trace: none)")
-    ap.add_argument("--output-lens", type=int, nargs="+", help="the grid's output lengths (a trace: none)")
-    ap.add_argument("--timeout", type=int, default=3600, help="seconds the whole grid may take")
-    ap.add_argument("--then", choices=("stop", "serve"), default="stop")
-    if "--" not in argv:
-        ap.error("give vllm bench serve's arguments after --")
-    k = argv.index("--")
-    args, vllm_args = ap.parse_args(argv[:k]), argv[k + 1:]
-    trace = value_after(vllm_args, "--dataset-name") == "timed_trace"
-    if trace and (args.input_lens or args.output_lens):
-        ap.error("a trace replay (--dataset-name timed_trace) takes its lengths from the trace: no --input-lens/--output-lens")
-    if not trace and not (args.concurrencies and args.input_lens and args.output_lens):
-        ap.error("the grid needs --concurrencies, --input-lens and --output-lens")
-    return args, vllm_args
+def parse(argv: list[str]) -> tuple[BenchArgs[str], list[str]]:
+    args = BenchArgs.parse(argv, description=__doc__.splitlines()[0])
+    return args, list(args.vllm_args)
 
 
-def run(args: argparse.Namespace, vllm_args: list[str], runner=None) -> int:
+def run(args: BenchArgs[str], vllm_args: list[str], runner=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for stale in [*out.glob("c*-in*-out*.json"), *out.glob("trace*.json"), out / RunDir.BENCHMARK_SUMMARY,

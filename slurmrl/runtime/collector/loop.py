@@ -15,7 +15,6 @@ collector goes on; it is a non-critical component by default (``critical = false
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import socket
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 
 from slurmrl import secret
+from slurmrl.contract.programs import Collector as CollectorArgs
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.read import read_text
 from slurmrl.rundir.ready import read_ready
@@ -110,27 +110,13 @@ class Collector:
             log(f"the scraped files reached {self.max_bytes >> 20} MB (collector.max_mb): no more scrapes")
 
 
-def _target(word: str) -> tuple[str, str]:
-    name, sep, url = word.partition("=")
-    if not sep or not name or "/" in name or not url.startswith("http"):
-        raise argparse.ArgumentTypeError(f"give NAME=http://HOST:PORT/metrics, not {word!r}")
-    return name, url
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.collector", description=__doc__.splitlines()[0])
-    ap.add_argument("--interval", type=float, default=10.0, help="seconds between two scrapes")
-    ap.add_argument("--max-mb", type=int, default=512, help="megabytes the scraped files may take in all")
-    ap.add_argument("--ready", action="append", default=[], metavar="COMPONENT",
-                    help="scrape URL/metrics of each ready task of COMPONENT")
-    ap.add_argument("--target", action="append", default=[], type=_target, metavar="NAME=URL",
-                    help="scrape this URL as NAME")
-    args = ap.parse_args(argv)
+    args = CollectorArgs.parse(argv, description=__doc__.splitlines()[0])
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     run_dir = RunDir.from_env()
-    c = Collector(run_dir, RunDir.attempt_from_env(), args.ready, dict(args.target), args.max_mb << 20,
+    c = Collector(run_dir, RunDir.attempt_from_env(), list(args.ready), args.target_urls, args.max_mb << 20,
                   timeout=min(5.0, max(1.0, args.interval)))
     log(f"every {args.interval:g}s into {run_dir.scrape_dir(c.attempt)}"
         f"{'' if c.gpu else ' (no nvidia-smi here: no GPU samples)'}; pid {os.getpid()}")

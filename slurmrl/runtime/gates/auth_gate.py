@@ -13,7 +13,6 @@ when it is told to stop; the supervisor above ends whatever is left of the tree.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import hashlib
 import secrets
@@ -22,6 +21,7 @@ import subprocess
 import sys
 
 from slurmrl import secret
+from slurmrl.contract.argv import AuthGate
 
 OPEN = ("/health", "/metrics")
 HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
@@ -100,20 +100,14 @@ async def serve(host: str, port: int, upstream: int, command: list[str], digest:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.gates.auth_gate", description=__doc__.split("\n\n")[1])
-    ap.add_argument("--listen", required=True, metavar="HOST:PORT", help="where clients reach the router")
-    ap.add_argument("--upstream", required=True, type=int, metavar="PORT", help="the router's port on 127.0.0.1")
-    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- the router's command line")
-    a = ap.parse_args(argv)
-    command = a.command[1:] if a.command[:1] == ["--"] else a.command
-    if not command:
-        ap.error("give the router's command after --")
+    a = AuthGate.parse(sys.argv[1:] if argv is None else argv, description=__doc__.split("\n\n")[1])
+    command = list(a.command)
     host, _, port = a.listen.rpartition(":")
     value = secret.read()
     if value is None:
         raise SystemExit(f"slurmrl: ${secret.ENV} names no readable secret; the job script creates it")
     digest = hashlib.sha256(value.encode()).digest()
-    return asyncio.run(serve(host or "0.0.0.0", int(port), a.upstream, command, digest))
+    return asyncio.run(serve(host or "0.0.0.0", int(port), int(a.upstream), command, digest))
 
 
 if __name__ == "__main__":

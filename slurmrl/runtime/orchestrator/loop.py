@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slurmrl import envs, heartbeat
+from slurmrl.contract.programs import Orchestrator as OrchestratorArgs
 from slurmrl.envs.protocol import refuse_chat_only
 from slurmrl.errors import UserError
 from slurmrl.rundir.metrics import last_row
@@ -172,8 +173,8 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
         nonlocal loaded, reload_s
         reload_s = 0.0
         newest, path = latest_weights(run_dir)
-        if newest > loaded and s.weight_sync != "filesystem":  # the trainer has sent them to every server itself
-            log(f"servers now on weights of step {newest} (broadcast by the trainer, {s.weight_sync})")
+        if newest > loaded and s.weight_sync.by_broadcast:  # the trainer has sent them to every server itself
+            log(f"servers now on weights of step {newest} (broadcast by the trainer, {s.weight_sync.describe()})")
             loaded = newest
         elif newest > loaded:
             assert path is not None, "latest_weights names the folder of each step it finds"
@@ -248,18 +249,9 @@ def run(s: OrchestratorSettings, urls: list[str], admin_urls: list[str], judge_u
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.orchestrator", description=__doc__.splitlines()[0])
-    ap.add_argument("--config", required=True, help="RUN_DIR/components/orchestrator.toml")
-    ap.add_argument("--requests-url", dest="requests_url", nargs="+", required=True,
-                    metavar="URL", help="where to ask for completions: the router, else every server")
-    ap.add_argument("--admin-urls", nargs="+", required=True, metavar="URL",
-                    help="every inference server (each reloads new weights)")
-    ap.add_argument("--judge-urls", nargs="+", default=[], metavar="URL",
-                    help="every judge server, when the job has a [judge] (rewards are scored through it)")
-    args = ap.parse_args(argv)
-    args.requests_url = [u.rstrip("/") for u in args.requests_url]
-    args.admin_urls = [u.rstrip("/") for u in args.admin_urls]
-    return args
+    a = OrchestratorArgs.parse(argv, description=__doc__.splitlines()[0])  # the planner writes the same dataclass
+    return argparse.Namespace(config=a.config, requests_url=list(a.requests_url), admin_urls=list(a.admin_urls),
+                              judge_urls=list(a.judge_urls))
 
 
 def main() -> int:

@@ -16,48 +16,50 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl import ports
+from slurmrl.contract import env as job_env
+from slurmrl.contract.views import ComponentView, InstanceView, PlanView
 from slurmrl.rundir.paths import RunDir
 
 
 @dataclass(frozen=True)
 class Component:
-    config: dict  # the component in plan.json
-    instance: dict
+    config: ComponentView  # the component in plan.json
+    instance: InstanceView
     run_dir: Path
-    plan: dict
+    plan: PlanView
 
     @property
     def name(self) -> str:
-        return self.config["name"]
+        return self.config.name
 
     @property
     def rank(self) -> int:
-        return self.instance["rank"]
+        return self.instance.rank
 
 
 def load(name: str, env: Mapping[str, str] | None = None) -> Component:
     env = os.environ if env is None else env
     run_dir = RunDir.from_env(env).path
-    plan = json.loads((RunDir(run_dir).plan).read_text())
-    config = next((c for c in plan["components"] if c["name"] == name), None)
+    path = RunDir(run_dir).plan
+    try:
+        plan = PlanView.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"slurmrl: {path}: {e}") from None
+    config = plan.component(name)
     if config is None:
-        raise SystemExit(f"slurmrl: no component {name!r} in {RunDir(run_dir).plan}")
+        raise SystemExit(f"slurmrl: no component {name!r} in {path}")
     node = int(env.get("SLURM_NODEID", 0))
     local = int(env.get("SLURM_LOCALID", 0))
-    for inst in config["instances"]:
-        if inst["node"] == node and inst["local"] == local:
-            return Component(config, inst, run_dir, plan)
-    raise SystemExit(f"slurmrl: {name}: the plan has no task for node {node} task {local}")
+    inst = config.instance_at(node, local)
+    if inst is None:
+        raise SystemExit(f"slurmrl: {name}: the plan has no task for node {node} task {local}")
+    return Component(config, inst, run_dir, plan)
 
 
 def hosts(group: int, env: Mapping[str, str] | None = None) -> list[str]:
-    env = os.environ if env is None else env
-    value = env.get(f"SLURMRL_NODES_G{group}")
-    if value is None:
-        raise SystemExit(f"slurmrl: SLURMRL_NODES_G{group} is not set; run this inside the job script")
-    return value.split()
+    return job_env.hosts_of_group(group, env)
 
 
 def port(name: str, env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
-    return int(env["SLURMRL_PORT_BASE"]) + ports.offset(name)
+    return int(env[job_env.PORT_BASE]) + ports.offset(name)

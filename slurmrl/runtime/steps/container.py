@@ -32,9 +32,11 @@ from __future__ import annotations
 import os
 import re
 
+from slurmrl.contract import env as job_env
+
 MOUNTINFO = "/proc/self/mountinfo"
 ENROOT_LOCK = "/.lock"
-TEST_DOUBLE_ENV = "SLURMRL_PYXIS_TEST_DOUBLE"  # only tests/pyxis_double sets it; real Pyxis never does
+TEST_DOUBLE_ENV = job_env.PYXIS_TEST_DOUBLE
 
 _OCTAL = re.compile(r"\\([0-7]{3})")
 

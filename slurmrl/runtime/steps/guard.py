@@ -23,7 +23,6 @@ never exits 0 (1 in place of 0), so srun and the script see the failure too.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import signal
@@ -31,44 +30,39 @@ import stat
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
+from slurmrl.contract.argv import Guard
 from slurmrl.rundir import ended
 from slurmrl.rundir.plain import PlainBytes
 from slurmrl.runtime.steps import killed, tree
 from slurmrl.runtime.steps.planned_stop import StopTracebacks
-from slurmrl.runtime.steps.probes import Probes, ProbeStream, Worker, user_probes
+from slurmrl.runtime.steps.probes import Probe, Probes, ProbeStream, Worker, user_probes
 
 PROBE_GRACE_S = 30.0  # after a fatal probe: TERM, then KILL when the command is still there
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 
 
-def parse(argv: list[str]) -> argparse.Namespace | None:
-    if "--" not in argv or argv.index("--") == len(argv) - 1:
-        return None
-    cut = argv.index("--")
-    ap = argparse.ArgumentParser(prog="python -m slurmrl.runtime.steps.guard", add_help=False)
-    ap.add_argument("--ended", metavar="FILE")
-    ap.add_argument("--serves", action="store_true")
-    ap.add_argument("--fail-on", action="append", default=[], metavar="REGEX")
-    args, unknown = ap.parse_known_args(argv[:cut])
-    if unknown:
+def parse(argv: list[str]) -> tuple[Guard, tuple[Probe, ...]] | None:
+    """The command line (``slurmrl.contract.argv.Guard``) and its failure probes; None when it is not one."""
+    args = Guard.parse(argv)
+    if args is None:
         return None
     try:
-        args.probes = user_probes(args.fail_on)
+        return args, user_probes(list(args.fail_on))
     except re.error as e:
         print(f"slurmrl: --fail-on {e.pattern!r}: not a regular expression ({e})", file=sys.stderr, flush=True)
         return None
-    args.command = argv[cut + 1:]
-    return args
 
 
 def main(argv: list[str]) -> int:
-    args = parse(argv)
-    if args is None:
+    parsed = parse(argv)
+    if parsed is None:
         print("usage: python -m slurmrl.runtime.steps.guard [--ended FILE] [--serves] [--fail-on REGEX]... -- COMMAND...",
               file=sys.stderr)
         return 2
-    command = args.command
+    args, user = parsed
+    command = list(args.command)
     parent = os.getppid()
     tree.die_with_parent(signal.SIGTERM)
     if os.getppid() != parent:  # the supervisor died before we could ask to follow it
@@ -99,7 +93,7 @@ def main(argv: list[str]) -> int:
             timer.daemon = True  # the guard exits when the command did, not 30 s later
             timer.start()
 
-    probes = Probes(args.probes, on_fatal=fatal)
+    probes = Probes(user, on_fatal=fatal)
     filters = {fd: StopTracebacks(stopping, name) for stream, fd in ((child.stdout, 1), (child.stderr, 2))
                if stream is not None}
     pumps = [threading.Thread(target=pump, args=(stream.fileno(), fd, filters[fd], probes.stream()), daemon=True)
@@ -210,11 +204,11 @@ def end_record(code: int, fatal: str | None, found: str | None, stopping: bool, 
     return ended.record(code, state, cause, ntasks(), at_ns)
 
 
-def write_end(args: argparse.Namespace, record: ended.Ended, replace: bool = True) -> None:
+def write_end(args: Guard, record: ended.Ended, replace: bool = True) -> None:
     if not args.ended:
         return
     try:
-        ended.write_ended(args.ended, record, replace=replace)
+        ended.write_ended(Path(args.ended), record, replace=replace)
     except OSError as e:
         print(f"slurmrl: could not write the end record {args.ended}: {e}", file=sys.stderr, flush=True)
 

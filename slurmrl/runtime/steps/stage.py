@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from slurmrl.contract import env as job_env
+from slurmrl.contract.argv import Stage
 from slurmrl.rundir.paths import RunDir
 
 MANIFEST = ".slurmrl-stage.json"
@@ -103,11 +105,8 @@ def stage(src: Path, dest: Path) -> tuple[bool, int, int, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 3 or argv[0].startswith("-"):
-        print("usage: python -m slurmrl.runtime.steps.stage SRC STAGE_DIR KEY", file=sys.stderr)
-        return 2
-    src, stage_dir, key = Path(argv[0]), Path(argv[1]), argv[2]
+    a = Stage.parse(sys.argv[1:] if argv is None else argv, description=__doc__.splitlines()[0])
+    src, stage_dir, key = Path(a.src), Path(a.stage_dir), a.key
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     if not src.is_dir():
         print(f"slurmrl: stage: model.path {src} is not a directory on {node}", file=sys.stderr)
@@ -123,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'already in' if hit else 'copied to'} {dest}" + ("" if hit else f" in {took:.1f}s, sha256 checked")
             + f" (waited {waited:.1f}s for the lock)")
     print(f"slurmrl: {what}", flush=True)
-    if os.environ.get("SLURMRL_RUN_DIR"):
+    if job_env.in_job():
         RunDir.from_env().add_phase(RunDir.attempt_from_env(), what)
     return 0
 

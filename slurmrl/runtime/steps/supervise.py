@@ -22,7 +22,6 @@ The standard library and psutil only: this starts before any engine.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import signal
@@ -37,6 +36,8 @@ from pathlib import Path
 import psutil
 
 from slurmrl import heartbeat
+from slurmrl.contract import env as job_env
+from slurmrl.contract.argv import Guard, Supervise
 from slurmrl.rundir import ended
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
@@ -133,41 +134,8 @@ def add_cuda_runtime(env: dict) -> None:
 
 
 # ---- main ----------------------------------------------------------------------------------
-def parse(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python -m slurmrl.runtime.steps.supervise", usage="%(prog)s NAME [--gpus FIRST:COUNT] [--ready URL] -- COMMAND...",
-        description=__doc__.split("\n\n")[0],
-    )
-    ap.add_argument("name", help="the component (names the ready file and the log lines)")
-    ap.add_argument("--gpus", metavar="FIRST:COUNT", help="GPU positions of this task among the step's GPUs")
-    ap.add_argument("--ready", metavar="URL", help="http://HOST:PORT, tcp://HOST:PORT or started")
-    ap.add_argument("--ready-model", metavar="NAME",
-                    help="with an http --ready URL: ready once GET /v1/models lists NAME (not /health)")
-    ap.add_argument("--ready-instances", type=int, default=0, metavar="N",
-                    help="with --ready-model: and once /health lists N workers (generate endpoints) of $DYN_NAMESPACE")
-    ap.add_argument("--ready-completion", metavar="MODEL",
-                    help="with an http --ready URL: and once a completion of MODEL through it returns a token")
-    ap.add_argument("--ready-workers", type=int, default=0, metavar="N",
-                    help="with --ready-completion: and once the router there lists N workers (GET /list_workers)")
-    ap.add_argument(
-        "--heartbeat", type=int, metavar="SECONDS",
-        help="end the command (exit 124) when it has not called slurmrl.heartbeat.beat() for SECONDS",
-    )
-    ap.add_argument("--fail-on", action="append", default=[], metavar="REGEX",
-                    help="a failure probe: a log line matching REGEX ends the task (and the job) with the line as the cause")
-    ap.add_argument(
-        "--cuda-runtime", action="store_true",
-        help="put the CUDA runtime of the nvidia-cuda-runtime wheel (when installed) on LD_LIBRARY_PATH",
-    )
-    if "--" not in argv:
-        ap.parse_args(argv)  # --help, or a usage error
-        ap.error("give the command after --")
-    cut = argv.index("--")
-    args = ap.parse_args(argv[:cut])
-    args.command = argv[cut + 1:]
-    if not args.command:
-        ap.error("give the command after --")
-    return args
+def parse(argv: list[str]) -> Supervise[str]:
+    return Supervise.parse(argv, description=__doc__.split("\n\n")[0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         log(args.name, f"GPUs {','.join(narrow_gpus(args.gpus, env))} (positions {args.gpus})")
     if args.cuda_runtime:
         add_cuda_runtime(env)
-    check, url = ready_check(args.ready, args.ready_model, args.ready_instances) if args.ready else (None, None)
+    check, url = ready_check(args.ready, args.ready_model, args.ready_instances or 0) if args.ready else (None, None)
     if check is not None and args.ready_completion and url and url.startswith("http://"):
-        check = ready_check_module.Serving(args.name, url, args.ready_completion, args.ready_workers, check)
+        check = ready_check_module.Serving(args.name, url, args.ready_completion, int(args.ready_workers or 0), check)
     if args.heartbeat:
         env[heartbeat.ENV] = str(heartbeat_file(args.name))
         Path(env[heartbeat.ENV]).parent.mkdir(parents=True, exist_ok=True)  # watched from the first beat on
@@ -190,10 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         log(args.name, f"could not add the versions to the run dir's lock.toml: {e}")
     log(args.name, f"exec: {shlex.join(args.command)}")
     record = ended_file(args.name)
-    guard = [sys.executable, "-m", "slurmrl.runtime.steps.guard", *(["--ended", str(record)] if record else [])]
-    guard += ["--serves"] if args.ready and args.ready != "started" else []
-    guard += [w for p in args.fail_on for w in ("--fail-on", p)]
-    child = subprocess.Popen([*guard, "--", *args.command], env=env)
+    guard = Guard(args.command, str(record) if record else None, bool(args.ready and args.ready != "started"),
+                  args.fail_on)
+    child = subprocess.Popen([sys.executable, "-m", Guard.MODULE, *guard.to_argv()], env=env)
     asked = threading.Event()  # a stop was passed on
 
     def forward(signum, _frame):
@@ -234,12 +201,12 @@ def heartbeat_file(name: str) -> Path:
 
 def ended_file(name: str) -> Path | None:
     """This task's end record (slurmrl.rundir.ended); None outside a job script (no SLURMRL_RUN_DIR)."""
-    if not os.environ.get("SLURMRL_RUN_DIR"):
+    if not job_env.in_job():
         return None
     return RunDir.from_env().ended_file(RunDir.attempt_from_env(), name, int(os.environ.get("SLURM_PROCID", "0")))
 
 
-def write_fallback(path: Path, code: int, hung: bool, asked: bool, args: argparse.Namespace) -> None:
+def write_fallback(path: Path, code: int, hung: bool, asked: bool, args: Supervise[str]) -> None:
     """The end record when the guard left none (it was killed with its command)."""
     ntasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
     if hung:

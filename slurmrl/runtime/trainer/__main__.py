@@ -3,9 +3,10 @@ under torchrun)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
+from slurmrl.contract.programs import Trainer as TrainerArgs
+from slurmrl.contract.weight_sync import Broadcast
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.step_files import latest
 from slurmrl.runtime.trainer.ready import mark_ready
@@ -20,14 +21,7 @@ def finished(s: TrainerSettings) -> int | None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description="slurmrl trainer (SFT or RL), one process per GPU under torchrun")
-    ap.add_argument("--config", required=True, help="RUN_DIR/components/trainer.toml")
-    ap.add_argument("--weight-servers", nargs="+", action="append", default=[], metavar="RANKS URL",
-                    help="trainer.weight_sync by broadcast, per server component: each server's worker processes, "
-                    "then every server's URL (once per component)")
-    ap.add_argument("--weight-master", metavar="HOST:PORT", help="where rank 0 hosts the transfer group")
-    ap.add_argument("--weight-world-size", type=int, help="the transfer group's size: 1 + every server's workers")
-    args = ap.parse_args()
+    args = TrainerArgs.parse(sys.argv[1:])
     s = load(args.config)
     done = finished(s)
     if done is not None:
@@ -37,28 +31,23 @@ def main() -> int:
         return 0
     from slurmrl.runtime.trainer.loop import run  # torch, transformers
 
-    return run(s, broadcast_target(s, args, ap))
+    return run(s, broadcast_target(s, args))
 
 
-def broadcast_target(s: TrainerSettings, args: argparse.Namespace, ap: argparse.ArgumentParser):
+def broadcast_target(s: TrainerSettings, args: TrainerArgs[str]):
     """What ``--weight-*`` say (None for filesystem sync): the servers, their workers, the group."""
-    if s.kind != "rl" or s.weight_sync == "filesystem":
+    sync = s.weight_sync
+    if s.kind != "rl" or not isinstance(sync, Broadcast):
         return None
     from slurmrl.runtime.trainer.weight_sync import Target  # vllm
 
     if not args.weight_servers or not args.weight_master or not args.weight_world_size:
-        ap.error(f"trainer.weight_sync = {s.weight_sync!r} needs --weight-servers, --weight-master and "
-                 "--weight-world-size (the job script passes them)")
-    urls, ranks = [], []
-    for group in args.weight_servers:
-        if not group[0].isdigit() or len(group) < 2:
-            ap.error(f"--weight-servers {' '.join(group)}: give the workers per server, then the servers' URLs")
-        urls += group[1:]
-        ranks += [int(group[0])] * (len(group) - 1)
-    host, _, port = args.weight_master.rpartition(":")
-    if not host or not port.isdigit():
-        ap.error(f"--weight-master {args.weight_master}: HOST:PORT")
-    return Target(s.weight_sync, urls, ranks, host, int(port), args.weight_world_size, float(s.weight_sync_timeout))
+        TrainerArgs.parser().error(f"trainer.weight_sync = {sync.backend!r} needs --weight-servers, --weight-master "
+                                   "and --weight-world-size (the job script passes them)")
+    urls = [url for group in args.weight_servers for url in group.urls]
+    ranks = [group.ranks for group in args.weight_servers for _ in group.urls]
+    host, port = args.master
+    return Target(sync, urls, ranks, host, port, args.weight_world_size)
 
 
 if __name__ == "__main__":

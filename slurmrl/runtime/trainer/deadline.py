@@ -17,17 +17,15 @@ import os
 import time
 from collections.abc import Callable
 
+from slurmrl.contract import env as job_env
+
 MARGIN_S = 10.0  # seconds kept free before the end, for the exit after the save
 SAFETY = 1.25  # durations measured so far may grow a little (a longer step, a busier filesystem)
 WRITE_BYTES_PER_S = 200e6  # first estimate of a save before one was timed
 
 
 def job_end_from_env(environ=os.environ) -> float | None:
-    value = environ.get("SLURMRL_JOB_END", "").strip()
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
+    return job_env.job_end(environ)
 
 
 class Deadline:

@@ -9,6 +9,8 @@ import os
 import torch
 import torch.distributed as dist
 
+from slurmrl.contract import env as job_env
+
 
 def hide_gpus() -> None:
     """No CUDA device for this process: availability checks answer from NVML and see none
@@ -22,7 +24,7 @@ class Dist:
         # SLURMRL_TRAINER_DEVICE=cpu keeps a run (the tests, a debug run on a GPU node) off the GPUs,
         # and away from CUDA altogether: a process forked from one that touched CUDA (the tests'
         # warm fork) must never initialize it again, and torch's optimizer asks is_available().
-        off = os.environ.get("SLURMRL_TRAINER_DEVICE", "") == "cpu"
+        off = job_env.trainer_on_cpu()
         if off:
             hide_gpus()
         self.cuda = not off and torch.cuda.is_available()

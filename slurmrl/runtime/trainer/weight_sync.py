@@ -30,13 +30,11 @@ import torch
 from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource, materialize_full_tensor
 from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
+from slurmrl.contract.weight_sync import Broadcast
 from slurmrl.runtime.trainer.snapshot import Snapshot
 from slurmrl.runtime.vllm import plugin
 from slurmrl.runtime.vllm.client import VLLMError, WeightSync
 from slurmrl.runtime.vllm.gloo_transfer import GlooTrainerInitInfo
-
-BROADCAST_BACKENDS = ("nccl", "ipc", "gloo")
-GPU_BACKENDS = ("nccl", "ipc")
 
 
 class SyncFailed(SystemExit):
@@ -86,15 +84,23 @@ class SnapshotSource(WeightSource):
 
 @dataclass(frozen=True)
 class Target:
-    """Where the weights go: the backend, the servers (and their workers), the group's address."""
+    """Where the weights go: the backend and timeout (the plan's ``Broadcast``), the servers (and their
+    workers), the group's address."""
 
-    backend: str
+    sync: Broadcast
     urls: list[str]
     ranks: list[int]  # worker processes per server, in the order of urls
     master_address: str
     master_port: int
     world_size: int  # what the plan says: 1 + every server's workers
-    timeout_s: float = 600.0
+
+    @property
+    def backend(self) -> str:
+        return self.sync.backend
+
+    @property
+    def timeout_s(self) -> float:
+        return float(self.sync.timeout_s)
 
     def connect(self, model: torch.nn.Module, rank: int, dtype: torch.dtype, log=print,
                 snapshot: Snapshot | None = None) -> Broadcaster:
@@ -102,7 +108,7 @@ class Target:
         the weights are sent from it (in ``snapshot.layout.dtype``), else from the model itself."""
         source = None
         if snapshot is not None:
-            source = SnapshotSource(snapshot, snapshot.device if self.backend in GPU_BACKENDS else None)
+            source = SnapshotSource(snapshot, None if self.sync.ours else snapshot.device)  # NCCL and IPC send from the GPU
         return Broadcaster(self, model, rank, dtype, log, source)
 
     def check(self) -> WeightSync:
@@ -115,10 +121,10 @@ class Target:
 
 def init_info(t: Target, rank: int):
     """The trainer-side init info of vLLM's engine for ``t.backend`` (gloo: ours)."""
-    if t.backend == "gloo":
+    if t.sync.ours:
         return GlooTrainerInitInfo(master_address=t.master_address, master_port=t.master_port,
                                    world_size=t.world_size, timeout_s=t.timeout_s, rank=rank)
-    if t.backend == "nccl":
+    if t.sync.between_gpus:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
         return NCCLTrainerInitInfo(master_address=t.master_address, master_port=t.master_port,
@@ -138,7 +144,7 @@ class Broadcaster:
         plugin.register()  # the gloo backend, in this process too
         self.target, self.rank, self.log = target, rank, log
         self.client = target.check()
-        self.source = source or ModelSource(model, dtype, cast_in_engine=target.backend == "gloo")
+        self.source = source or ModelSource(model, dtype, cast_in_engine=target.sync.ours)
         self.bytes = sum(m.dtype.itemsize * int(torch.Size(m.shape).numel()) for m in self.source.metadata())
         t = time.perf_counter()
         self.engine = self._guard(

@@ -24,7 +24,7 @@ from slurmrl.runtime.vllm.client import VLLMError, load_lora, reload_weights, un
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Reload weights or LoRA adapters on running vLLM servers.")
     ap.add_argument("--url", action="append", required=True, help="server base URL (repeat for each server)")
-    ap.add_argument("--run-dir", help="the job's run dir, for its secret (default: $SLURMRL_SECRET_FILE, as in a job step)")
+    ap.add_argument("--run-dir", help=f"the job's run dir, for its secret (default: ${secret.ENV}, as in a job step)")
     sub = ap.add_subparsers(dest="action", required=True)
     sub.add_parser("reload").add_argument("weights_dir")
     p = sub.add_parser("lora-load")

@@ -1,0 +1,1 @@
+"""Stdlib-only contract leaf: every value that crosses a process boundary, defined once."""
