@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slurmrl import ports
+from slurmrl.contract import env as job_env
 from slurmrl.errors import UserError
 from slurmrl.plan import shell
 from slurmrl.plan.model import Arg, Sh
@@ -135,7 +136,7 @@ def prelude(role: Role, slot: Slot) -> list[str]:
     if not role.dp_launch:
         return []
     first = f"{slot.first_node} + " if slot.first_node else ""
-    return [f'read -ra nodes <<<"${{SLURMRL_NODES_G{slot.group}}}"',
+    return [f'read -ra nodes <<<"${{{job_env.nodes_of_group(slot.group)}}}"',
             f"leader=${{nodes[{first}SLURM_NODEID / {role.span} * {role.span}]}}  # first node of this task's worker"]
 
 
