@@ -236,8 +236,15 @@ def listens(job: Job, c: Component, inst: Instance, e: Expanded) -> dict[str, in
         if c.mpi and inst.rank:
             return {}
         out = {"system": int(e.env["DYN_SYSTEM_PORT"])}
-        if "VLLM_NIXL_SIDE_CHANNEL_PORT" in e.env:
-            out["kv"] = int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
+        # data parallel: a task's first rank (per rank, or per node from its start rank); rank 0 hosts the RPC
+        first = int(e.after("--data-parallel-rank") if "--data-parallel-rank" in cmd else
+                    e.after("--data-parallel-start-rank") if "--data-parallel-start-rank" in cmd else 0)
+        if "--data-parallel-rpc-port" in cmd and first == 0:
+            out["dp_rpc"] = int(e.after("--data-parallel-rpc-port"))
+        if "VLLM_NIXL_SIDE_CHANNEL_PORT" in e.env:  # vLLM adds each engine's DP rank to the base
+            local = int(e.after("--data-parallel-size-local")) if "--data-parallel-size-local" in cmd else 1
+            for k in range(local):
+                out[f"kv{k or ''}"] = int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) + first + k
         return out
     if c.role == "dynamo-frontend":
         return {"http": int(e.after("--http-port"))}

@@ -172,12 +172,12 @@ def test_planner_and_rules_ask_no_engine_by_name():
 
 
 @pytest.mark.parametrize("key, backend, other", [
-    ("kv_offload", "dynamo", "vllm"), ("router", "dynamo", "vllm' and 'sglang"), ("dp", "dynamo", "vllm' and 'sglang"),
+    ("kv_offload", "dynamo", "vllm"), ("router", "dynamo", "vllm' and 'sglang"), ("enable_eplb", "dynamo", "vllm"),
     ("dynamo", "vllm", "dynamo"), ("vllm_extra", "sglang", "vllm"), ("kv_offload", "sglang", "vllm"),
     ("enable_dp_attention", "vllm", "sglang"),
 ])
 def test_a_key_of_another_engine_is_an_unknown_key_that_names_its_engine(key, backend, other):
-    value = {"dp": 2, "enable_dp_attention": True}.get(key, {})
+    value = {"enable_eplb": True, "enable_dp_attention": True}.get(key, {})
     data = rl(inference={"backend": backend, key: value})
     msg = refusal(validate, data)
     assert msg.startswith(f"inference.{key}: not a key of backend {backend!r} (a key of backend '{other}')"), msg

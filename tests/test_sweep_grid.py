@@ -102,10 +102,10 @@ def test_a_grid_over_an_engine_section_keeps_the_section_of_its_backend():
 
 def test_a_grid_over_another_engines_key_names_the_engine_that_reads_it():
     with pytest.raises(UserError) as e:
-        sweep_grid.point_recipes(DYNAMO, ["inference.dp=1,2"])
-    assert e.value.field == "inference.dp"
-    assert e.value.message.startswith("not a key of backend 'dynamo' (a key of backend 'vllm' and 'sglang')")
-    assert e.value.message.endswith("(sweep point 0: inference.dp=1)")
+        sweep_grid.point_recipes(DYNAMO, ["inference.enable_eplb=true,false"])
+    assert e.value.field == "inference.enable_eplb"
+    assert e.value.message.startswith("not a key of backend 'dynamo' (a key of backend 'vllm')")
+    assert e.value.message.endswith("(sweep point 0: inference.enable_eplb=true)")
 
 
 def test_a_grid_over_the_backend_picks_each_points_section():

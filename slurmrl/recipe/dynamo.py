@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 
 from slurmrl.recipe.fields import EnvMap
 from slurmrl.recipe.serving import Role, Serving, VllmFlags
-from slurmrl.settings.limits import MAX_GPUS_PER_NODE
+from slurmrl.settings.limits import MAX_GPUS_PER_NODE, MAX_JOB_GPUS
 from slurmrl.settings.section import PathText, Section
 
 
@@ -47,6 +47,16 @@ class Dynamo(Section):
     nats_server: str | None = Field(
         None, description="Use this NATS server (`nats://HOST:PORT`) instead of starting one when a plane is `nats`."
     )
+    attention_dp: bool = Field(
+        False, description="Engine `trtllm`: attention data parallelism over each worker's tp ranks "
+        "(`--enable-attention-dp`; its attention DP size is tp). Engine `vllm`'s is `dp` > 1 with `expert_parallel`.",
+    )
+    dp_launch: Literal["per_rank", "per_node"] = Field(
+        "per_rank",
+        description="Engine `vllm` with dp > 1: `per_rank`: one `dynamo.vllm` per data-parallel rank "
+        "(`--data-parallel-rank`, as Dynamo's own DP scripts); `per_node`: one per node of a worker for its node's "
+        "ranks (`--data-parallel-size-local`, `--data-parallel-start-rank`, `--data-parallel-hybrid-lb`).",
+    )
     speedup_ratio: float | None = Field(
         None, ge=0, le=1_000_000,
         description="`mocker`: simulated time runs this many times faster (0 = no delays; 0-1000000).",
@@ -72,8 +82,18 @@ class Dynamo(Section):
         return v
 
 
+DP_DESCRIPTION = (
+    "Data-parallel ranks per worker (`--data-parallel-size`), each of tp GPUs. Engine `vllm`: one "
+    "`dynamo.vllm` per rank (`--data-parallel-rank`, Dynamo routes to each), a worker of tp x dp GPUs larger "
+    "than a node spans tp x dp / GPUs-per-node nodes; with `expert_parallel` this is vLLM's attention DP. "
+    f"Engine `mocker`: one process simulates the ranks, on one node. Not engine `trtllm` (1-{MAX_JOB_GPUS})."
+)
+
+
 class DynamoRole(Role):
-    """One side of Dynamo's prefill/decode disaggregation: workers of ``tp`` GPUs."""
+    """One side of Dynamo's prefill/decode disaggregation: workers of ``tp`` x ``dp`` GPUs."""
+
+    dp: int = Field(1, ge=1, le=MAX_JOB_GPUS, description=DP_DESCRIPTION)
 
 
 class DynamoInference(VllmFlags, Serving):
@@ -83,9 +103,7 @@ class DynamoInference(VllmFlags, Serving):
     KEY_HINTS: ClassVar[dict[str, str]] = {  # what the loader adds when a key of another engine is set here
         "router": "Dynamo's frontend routes requests: use inference.dynamo.router_mode and frontend_args",
         "extra_args": "Dynamo workers take inference.dynamo.extra_args (every worker) and prefill/decode extra_args",
-        "dp": "Dynamo workers are sized by tp; data parallelism is the engine's own (trtllm: enable_attention_dp in "
-              "the engine config; vllm: inference.dynamo.extra_args)",
-        "nodes_per_worker": "Dynamo workers are sized by tp (and nodes)",
+        "nodes_per_worker": "Dynamo workers are sized by tp x dp (and nodes)",
         "kv_offload": "KV offload is vLLM-server configuration; pass the engine's own flags in "
                       "inference.dynamo.extra_args",
         "admin_endpoints": "the admin endpoints are vLLM server routes",
@@ -107,6 +125,7 @@ class DynamoInference(VllmFlags, Serving):
         description="GPUs per worker (its tensor-parallel size); engine `trtllm`'s workers may span nodes "
         f"(1-{MAX_GPUS_PER_NODE}).",
     )
+    dp: int = Field(1, ge=1, le=MAX_JOB_GPUS, description=DP_DESCRIPTION)
     expert_parallel: bool = Field(
         False, description="Engine `vllm`: `--enable-expert-parallel` for the aggregated workers."
     )

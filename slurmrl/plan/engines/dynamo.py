@@ -7,7 +7,8 @@ which routes to every worker registered in etcd under the job's own namespace
 
 Workers, aggregated (mode ``replicas``) or disaggregated (mode ``pd``: prefill and decode in their
 own het groups, replicas of each): ``python -m dynamo.vllm`` and ``python -m dynamo.mocker`` run one
-task per worker, like vLLM servers (GPU slice and ``DYN_SYSTEM_PORT`` from ``SLURM_LOCALID``);
+task per worker, like vLLM servers (GPU slice and ``DYN_SYSTEM_PORT`` from ``SLURM_LOCALID``), and
+``dynamo.vllm`` with ``dp`` > 1 one per data-parallel rank or per node of a worker (``dynamo_dp``);
 ``python -m dynamo.trtllm`` runs one MPI rank per GPU (``srun --mpi=pmix`` and
 ``trtllm-llmapi-launch``), one srun step per worker (a step is one MPI world), and a worker of
 ``tp`` GPUs may span ``tp / GPUs-per-node`` nodes; every rank sees the worker's GPUs of its node,
@@ -20,16 +21,16 @@ Stops run in reverse start order: the frontend, then the workers, then NATS and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from slurmrl import ports
 from slurmrl.contract import env as job_env
 from slurmrl.errors import UserError
 from slurmrl.plan import parallel, shell, vllm
 from slurmrl.plan.context import Context
+from slurmrl.plan.engines import dynamo_dp
 from slurmrl.plan.engines.base import serves_backend
+from slurmrl.plan.engines.dynamo_dp import Role
 from slurmrl.plan.model import Arg, Health, Instance, Sh
-from slurmrl.plan.parallel import Parallelism, Slice
+from slurmrl.plan.parallel import Parallelism
 from slurmrl.plan.spec import Slot, Spec, Supervisor
 from slurmrl.recipe.dynamo import Dynamo, DynamoInference
 from slurmrl.recipe.recipe import Recipe
@@ -81,6 +82,7 @@ def check(r: Recipe) -> None:
         raise UserError("inference.gpus_per_node", "Dynamo workers take tp GPUs each (the mocker too: it stands in "
                         "for a GPU engine); leave it out or give at least tp")
     check_engine_flags(r, inf)
+    dynamo_dp.check(inf)
     check_configs(inf)
     check_services(r, inf)
 
@@ -148,35 +150,19 @@ def check_services(r: Recipe, inf: DynamoInference) -> None:
 
 
 # ---- where the workers go ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Role:
-    """One family of workers: aggregated (``inference``), or one side of prefill/decode."""
-
-    name: str
-    mode: str | None  # --disaggregation-mode: None (aggregated), "prefill", "decode"
-    field: str  # where its sizes live in the recipe
-    replicas: int
-    tp: int  # GPUs per worker
-    span: int  # nodes per worker (trtllm only when > 1)
-    per_node: int  # workers per node (1 when a worker spans nodes)
-    nodes: int
-    gpus_per_node: int  # GPUs the role uses on each of its nodes
-    extra_args: tuple[str, ...]
-    env: dict
-    engine_config: str | None
-    expert_parallel: bool
-
-    @property
-    def slice(self) -> Slice:
-        """GPUs per task: a worker's (one task per worker), or a node's share of a worker spanning nodes."""
-        return Slice(self.span, self.per_node, self.tp if self.span == 1 else self.gpus_per_node)
-
-
 def _worker_span(r: Recipe, p: Parallelism, gpn: int) -> tuple[int, int]:
-    """(nodes per worker, its GPUs per node): a worker spans nodes only with engine 'trtllm' (MPI)."""
+    """(nodes per worker, its GPUs per node): a tp group spans nodes only with engine 'trtllm' (MPI);
+    vllm's data-parallel ranks may (one process per rank); the mocker's stay in its one process."""
     engine = section(r).dynamo.engine
-    return parallel.worker_span(p, gpn, tp_spans=engine == "trtllm", one_node=f"; dynamo.{engine} workers run on "
-                                "one node (engine 'trtllm' spans nodes with MPI)")
+    span, per = parallel.worker_span(p, gpn, tp_spans=engine == "trtllm", one_node=f"; dynamo.{engine} workers' "
+                                     "tensor-parallel groups run on one node (engine 'trtllm' spans nodes with MPI)")
+    if span > 1 and p.dp > 1 and engine == "mocker":
+        raise UserError(f"{p.field}.dp", f"the mocker simulates a worker's dp ranks in one process on one node: "
+                        f"tp x dp = {p.size} GPUs is more than the {gpn} of a node")
+    if span > 1 and p.dp > 1 and gpn % p.tp:
+        raise UserError(f"{p.field}.tp", f"tp={p.tp} does not divide the {gpn} GPUs per node: a worker of "
+                        f"tp x dp = {p.size} GPUs spans nodes, and each data-parallel rank stays on one node")
+    return span, per
 
 
 def roles(r: Recipe) -> list[Role]:
@@ -186,26 +172,28 @@ def roles(r: Recipe) -> list[Role]:
     out = []
     if inf.mode != "pd":
         n = inf.gpus_per_node or gpn
-        p = Parallelism("inference", inf.tp, by_tp=True)
-        span, _ = _worker_span(r, p, n)
-        per_node = parallel.per_node(p, n) if span == 1 else 1
+        p = Parallelism("inference", inf.tp, inf.dp, by_tp=inf.dp == 1)
+        span, per = _worker_span(r, p, n)
+        workers = parallel.per_node(p, n) if span == 1 else 1
         parallel.whole_workers(p, inf.nodes, span)
-        out.append(Role("inference", None, "inference", inf.nodes // span * per_node, inf.tp, span, per_node,
-                        inf.nodes, n if span > 1 else per_node * inf.tp, (), {}, d.engine_config,
-                        bool(inf.expert_parallel)))
+        tasks, task_gpus, ranks = dynamo_dp.tasks(d, p, span, workers, per)
+        out.append(Role("inference", None, "inference", inf.nodes // span * workers, inf.tp, inf.dp, span, tasks,
+                        task_gpus, inf.nodes, workers * per, (), {}, d.engine_config, bool(inf.expert_parallel),
+                        ranks))
     else:
         for name in ("prefill", "decode"):
             spec, field = getattr(inf, name), f"inference.{name}"
-            p = Parallelism(field, spec.tp, by_tp=True)
+            p = Parallelism(field, spec.tp, spec.dp, by_tp=spec.dp == 1)
             span, per = _worker_span(r, p, gpn)
             nodes, used = parallel.spread(p, spec.replicas, span, per, gpn, spec.nodes)
-            per_node = spec.replicas // nodes if span == 1 else 1
+            tasks, task_gpus, ranks = dynamo_dp.tasks(d, p, span, spec.replicas // nodes if span == 1 else 1, per)
             config = getattr(d, f"{name}_engine_config") or d.engine_config
-            out.append(Role(name, name, field, spec.replicas, spec.tp, span, per_node, nodes, used,
-                            tuple(spec.extra_args), dict(spec.env), config, spec.expert_parallel))
+            out.append(Role(name, name, field, spec.replicas, spec.tp, spec.dp, span, tasks, task_gpus, nodes, used,
+                            tuple(spec.extra_args), dict(spec.env), config, spec.expert_parallel, ranks))
     for role in out:
         if role.per_node > ports.MAX_LOCAL:
-            raise UserError(f"{role.field}.tp", f"{role.per_node} workers per node; at most {ports.MAX_LOCAL}")
+            raise UserError(f"{role.field}.tp", f"{role.per_node} {'ranks' if role.rank_tasks else 'workers'} per node; "
+                            f"at most {ports.MAX_LOCAL}")
     return out
 
 
@@ -284,7 +272,7 @@ def services(ctx: Context, head: int) -> None:
         ))
 
 
-def engine_args(ctx: Context, role: Role) -> list[Arg]:
+def engine_args(ctx: Context, role: Role, first_index: int = 0) -> list[Arg]:
     """The worker's command-line arguments after ``python -m dynamo.<engine>``."""
     r, inf = ctx.r, section(ctx.r)
     d = inf.dynamo
@@ -295,6 +283,8 @@ def engine_args(ctx: Context, role: Role) -> list[Arg]:
             args += ["--speedup-ratio", f"{d.speedup_ratio:g}"]
         if m.max_model_len:
             args += ["--max-model-len", str(m.max_model_len)]
+        if role.dp > 1:  # one process simulates every rank
+            args += ["--data-parallel-size", str(role.dp)]
     elif d.engine == "trtllm":
         assert role.engine_config is not None, "engine 'trtllm' has its engine config (check)"
         args = ["--model-path", m.path, "--served-model-name", m.served_model_name,
@@ -302,11 +292,15 @@ def engine_args(ctx: Context, role: Role) -> list[Arg]:
                 "--gpus-per-node", str(role.gpus_per_node if role.span > 1 else role.tp)]
         if m.max_model_len:
             args += ["--max-seq-len", str(m.max_model_len)]
+        if d.attention_dp:
+            args.append("--enable-attention-dp")
     else:
         args = ["--model", ctx.model_path(), "--served-model-name", m.served_model_name, "--tensor-parallel-size", str(role.tp),
                 *vllm.engine_args(m, inf)]
         if role.expert_parallel:
             args.append("--enable-expert-parallel")
+        if role.dp_launch:
+            args += dynamo_dp.args(role, first_index)
         if role.mode:
             args += ["--kv-transfer-config", shell.json_word(NIXL_CONFIG)]
     if role.mode:
@@ -319,29 +313,34 @@ def worker_env(ctx: Context, role: Role, head: int) -> list:
 
 
 def workers(ctx: Context, role: Role, slot: Slot, head: int, first_index: int = 0) -> None:
-    """mocker and vllm: one task per worker, every worker of the role in one srun step."""
+    """mocker and vllm: one task per worker (per data-parallel rank: vllm with dp > 1), every worker of
+    the role in one srun step."""
     d = section(ctx.r).dynamo
     # per-task values straight in the environment (a preflight runs the probe with the same env, no prelude)
     env = worker_env(ctx, role, head) + [("DYN_SYSTEM_PORT", Sh(sh=shell.per_task("server", first_index)))]
     nixl = d.engine == "vllm" and role.mode is not None
-    if nixl:  # one side-channel port per worker, indexed by its first GPU: TP ranks add to it
+    if nixl:  # one side-channel port per worker, indexed by its first GPU: TP ranks add to it, and vLLM
+        # adds the data-parallel rank: a rank's base is less its rank, so it listens on its first GPU's port
+        less = dynamo_dp.rank(role) if role.dp_launch else ""
         env += [("VLLM_NIXL_SIDE_CHANNEL_HOST", Sh(sh="$(hostname)")),
-                ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh=shell.per_task("nixl", slot.gpus[0], role.tp)))]
+                ("VLLM_NIXL_SIDE_CHANNEL_PORT", Sh(sh=shell.per_task("nixl", slot.gpus[0], role.task_gpus, less=less)))]
     instances: list[Instance] = []
     for node, local, gpus in role.slice.tasks(slot.gpus, slot.nodes):
         iports = {"system": f"server_{first_index + local}"}
-        if nixl:
-            iports["kv"] = f"nixl_{gpus[0]}"
+        if nixl:  # each of the task's ranks listens on its own
+            iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(role.dp_local)})
+        iports.update(dynamo_dp.rank_ports(role, node, local, first_index))
         instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
     ctx.add(Spec(
         name=role.name, role=WORKER_ROLE, group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
         tasks_per_node=role.per_node, gpus_per_node=len(slot.gpus), stage=2, main=ctx.serving_is_main,
-        fail_fast=False, health=None, instances=tuple(instances), reads_model=d.engine == "vllm",
+        # a data-parallel rank that dies stalls its worker's other ranks: end the step
+        fail_fast=role.rank_tasks or (role.node_tasks and role.span > 1), health=None, instances=tuple(instances), reads_model=d.engine == "vllm",
         task=ctx.task(
-            Supervisor(role.name, gpus=shell.gpu_slice(slot.gpus[0], role.tp, True), ready="started",
+            Supervisor(role.name, gpus=shell.gpu_slice(slot.gpus[0], role.task_gpus, True), ready="started",
                        fail_on=fail_on(ctx)),
-            env=env,
-            command=(*ctx.py, "-m", MODULES[d.engine], *engine_args(ctx, role)),
+            prelude=dynamo_dp.prelude(role, slot), env=env,
+            command=(*ctx.py, "-m", MODULES[d.engine], *engine_args(ctx, role, first_index)),
         ),
     ))
 
@@ -418,4 +417,4 @@ def build(ctx: Context) -> None:
             mpi_workers(ctx, role, slot, head)
         else:
             workers(ctx, role, slot, head)
-    frontend(ctx, head, sum(r.replicas for r in all_roles))
+    frontend(ctx, head, sum(r.instances for r in all_roles))
