@@ -14,6 +14,7 @@ Readiness: ``/health`` on the first node (then one completion, when no router fr
 from __future__ import annotations
 
 from slurmrl import ports
+from slurmrl.contract import env as job_env
 from slurmrl.errors import UserError
 from slurmrl.plan import parallel, router_rules, services, shell, vllm_rules
 from slurmrl.plan.context import Context
@@ -113,7 +114,7 @@ def server_args(ctx: Context, inf: SglangInference, shape: Slice) -> tuple[list[
     if shape.span > 1:
         slot = ctx.slots["inference"]
         first = f"{slot.first_node} + " if slot.first_node else ""
-        prelude += [f'read -ra nodes <<<"${{SLURMRL_NODES_G{slot.group}}}"',
+        prelude += [f'read -ra nodes <<<"${{{job_env.nodes_of_group(slot.group)}}}"',
                     f"leader=${{nodes[{first}SLURM_NODEID / {shape.span} * {shape.span}]}}  # this server's first node",
                     f"rank=$((SLURM_NODEID % {shape.span}))",
                     f'ready={shell.url("http", Sh(sh="${port}")).sh}',
