@@ -199,7 +199,8 @@ def supervise(tmp_path: Path, name: str, command: list[str], *opts: str, stop_af
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
         if stop_after is not None:
             deadline = time.monotonic() + 60
-            while wait_for and wait_for not in log.read_text() and time.monotonic() < deadline:
+            # a line of its own: the supervisor's echo of the command line holds the same word
+            while wait_for and wait_for not in log.read_text().splitlines() and time.monotonic() < deadline:
                 time.sleep(0.1)
             proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=120)
