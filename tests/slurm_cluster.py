@@ -95,8 +95,16 @@ class SlurmCluster:
 WAS_UP = pytest.StashKey[bool]()  # the xdist controller's: was the cluster up when the session began
 
 
-def is_up(where: Path) -> bool:
-    return subprocess.run(script_args("status", where), capture_output=True).returncode == 0
+def is_up(where: Path, tries: int = 3) -> bool:
+    """``cluster.sh status`` says the cluster is up, asked up to ``tries`` times a second apart: a status
+    read once under load can miss a running cluster, and a session that thinks it started the cluster
+    takes it down at its end, from under every other session using it."""
+    for attempt in range(tries):
+        if subprocess.run(script_args("status", where), capture_output=True, timeout=120).returncode == 0:
+            return True
+        if attempt + 1 < tries:
+            time.sleep(1)
+    return False
 
 
 def take_down(where: Path) -> None:
