@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from slurmrl.contract.metrics import TrainerRow
 
 
 def finite(value, spec: str) -> str | None:
@@ -24,7 +28,9 @@ def pyplot():
     return plt
 
 
-DRIFT = (("kl", "KL to reference (mean)"), ("kl_inference", "KL to inference (mean)"), ("clip_frac", "clip fraction"))
+DRIFT: tuple[tuple[Callable[[TrainerRow], Any], str], ...] = (
+    (lambda r: r.kl, "KL to reference (mean)"), (lambda r: r.kl_inference, "KL to inference (mean)"),
+    (lambda r: r.clip_frac, "clip fraction"))
 
 
 LARGEST_PLOTTED = 1e300  # matplotlib places no ticks on an axis spanning ~1e308: past this, a power of ten
@@ -81,7 +87,7 @@ def terminal_chart(points: list[tuple[int, float]], width: int = 60, height: int
     return "\n".join(lines)
 
 
-def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int, dict] | None = None,
+def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int, TrainerRow] | None = None,
                   evals: dict[str, list[tuple[int, float]]] | None = None):
     """The matplotlib figure of the curve; steps are whole numbers, and so are the x ticks. With the
     trainer's records, a second panel below: KL (mean, to the reference and to the inference
@@ -107,14 +113,14 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
         drift = axes[1]
         steps = sorted(trainer)
         tall: list[tuple[float, float]] = []
-        for key, label in DRIFT:
-            xy = [(s, trainer[s][key]) for s in steps if finite(trainer[s].get(key), "g")]
+        for get, label in DRIFT:
+            xy = [(s, get(trainer[s])) for s in steps if finite(get(trainer[s]), "g")]
             if xy:
                 drift.plot([x for x, _ in xy], [y for _, y in xy], marker=".", label=label)
                 tall += xy
         clip_axis(drift, usual_top([y for _, y in tall]), tall)  # a KL spike does not flatten the rest
         drift.set_ylabel("KL, clip fraction")
-        ent = [(s, trainer[s]["entropy"]) for s in steps if finite(trainer[s].get("entropy"), "g")]
+        ent = [(s, trainer[s].entropy) for s in steps if finite(trainer[s].entropy, "g")]
         if ent:
             right = drift.twinx()
             right.plot([x for x, _ in ent], [y for _, y in ent], color="grey", linestyle="--", label="entropy")
@@ -132,7 +138,7 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
     return fig
 
 
-def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: dict[int, dict] | None = None,
+def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: dict[int, TrainerRow] | None = None,
               evals: dict[str, list[tuple[int, float]]] | None = None) -> bool:
     try:
         plt = pyplot()

@@ -24,6 +24,7 @@ import pytest
 
 from slurmrl.app import status
 from slurmrl.app.plot import training_line
+from slurmrl.contract.metrics import OrchestratorRow
 from slurmrl.rundir import ended
 from slurmrl.runtime import exposition
 from slurmrl.runtime.steps import guard, killed
@@ -224,7 +225,7 @@ def test_every_task_asked_to_stop_is_a_planned_stop():
 
 
 def test_status_shows_the_environments_turns_errors_and_timeouts():
-    line = training_line({"step": 3, "reward_mean": 0.5, "env/turns_mean": 2.25, "env/errors": 1, "env/timeouts": 0,
-                          "env/cut": 2}, None)
+    line = training_line(OrchestratorRow.from_json({"step": 3, "reward_mean": 0.5, "env/turns_mean": 2.25,
+                                                    "env/errors": 1, "env/timeouts": 0, "env/cut": 2}, 3), None)
     assert line is not None and line.endswith(", env turns 2.25, errors 1, timeouts 0, cut 2"), line
-    assert "env" not in (training_line({"step": 3, "reward_mean": 0.5}, None) or "")
+    assert "env" not in (training_line(OrchestratorRow.from_json({"step": 3, "reward_mean": 0.5}, 3), None) or "")

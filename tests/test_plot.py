@@ -10,6 +10,7 @@ import pytest
 from slurmrl import cli
 from slurmrl.app.job_outputs import read_rewards
 from slurmrl.charts import reward_figure
+from slurmrl.contract.metrics import TrainerRow
 
 
 def write_metrics(run_dir, records):
@@ -66,7 +67,8 @@ def test_second_panel_and_status_row_from_the_trainer_metrics(tmp_path, capsys):
     assert "latest: batch 3: reward 0.750 (std 0.250, min 0, max 1), lag 1" in out
     assert "trainer step 3: loss 0.5, kl 0.03, kl max 0.2, kl inf 0.001, entropy 1.7, clip 0.050, grad 0.75" in out
     assert "rss 1.2 GiB" in out and "321 tok/s" in out and "MFU" not in out  # no peak known: no MFU shown
-    fig = reward_figure([(1, 0.25), (2, 0.5), (3, 0.75)], "run", {r["step"]: r for r in trainer})
+    fig = reward_figure([(1, 0.25), (2, 0.5), (3, 0.75)], "run", {r["step"]: TrainerRow.from_json(r, r["step"])
+                                                                 for r in trainer})
     try:
         reward_ax, drift = fig.axes[0], fig.axes[1]
         assert reward_ax.get_ylabel() == "mean reward"
@@ -86,7 +88,8 @@ def test_a_kl_spike_does_not_flatten_the_kl_panel():
     the spike a triangle at the top with its number, and the legend says what the triangle is."""
     import matplotlib.pyplot as plt
 
-    trainer = {s: {"step": s, "kl": 17.0 if s == 2 else 0.01 + s / 1000, "clip_frac": 0.02} for s in range(1, 17)}
+    trainer = {s: TrainerRow.from_json({"kl": 17.0 if s == 2 else 0.01 + s / 1000, "clip_frac": 0.02}, s)
+               for s in range(1, 17)}
     fig = reward_figure([(s, 0.1) for s in range(1, 17)], "run", trainer)
     try:
         drift = fig.axes[1]
@@ -95,7 +98,8 @@ def test_a_kl_spike_does_not_flatten_the_kl_panel():
         assert "past the top: its value written" in [t.get_text() for t in drift.get_legend().get_texts()]
     finally:
         plt.close(fig)
-    calm = reward_figure([(s, 0.1) for s in range(1, 5)], "run", {s: {"step": s, "kl": 0.01 * s} for s in range(1, 5)})
+    calm = reward_figure([(s, 0.1) for s in range(1, 5)], "run",
+                         {s: TrainerRow.from_json({"kl": 0.01 * s}, s) for s in range(1, 5)})
     try:
         assert len(calm.axes[1].texts) == 0 and calm.axes[1].get_ylim()[1] >= 0.04  # nothing stands out: no cut
     finally:

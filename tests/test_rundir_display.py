@@ -10,9 +10,10 @@ import math
 import pytest
 
 from slurmrl import cli
-from slurmrl.app.job_outputs import latest_metrics
+from slurmrl.app.job_outputs import latest_metrics, typed
 from slurmrl.app.plot import training_line
 from slurmrl.app.status import benchmark_lines, latest_training, training_lines
+from slurmrl.contract.metrics import OrchestratorRow, TrainerRow
 
 NAN, INF = float("nan"), float("inf")
 
@@ -35,7 +36,7 @@ def write(run, role, rows, tail=""):
 @pytest.mark.parametrize("orch", [ORCH[0], ORCH[1], ORCH[2], None])
 @pytest.mark.parametrize("trainer", [TRAINER[0], TRAINER[1], {"step": 0}, None])
 def test_training_line_shows_null_nan_and_inf(orch, trainer):
-    line = training_line(orch, trainer)
+    line = training_line(typed(OrchestratorRow.from_json, orch), typed(TrainerRow.from_json, trainer))
     if orch is None and trainer is None:
         assert line is None
         return

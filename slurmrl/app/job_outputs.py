@@ -4,23 +4,42 @@ typed reader (slurmrl.rundir): a file that cannot be read is one line naming it,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+from slurmrl.contract.metrics import OrchestratorRow, TrainerRow, finite, number
 from slurmrl.errors import UserError
 from slurmrl.rundir import benchmark, evals, metrics
 from slurmrl.rundir.notes import read_note
 from slurmrl.rundir.paths import RunDir
 
-METRICS = (("orchestrator", "reward_mean", "reward"), ("trainer", "loss", "loss"))
+T = TypeVar("T")
+Reader = Callable[[dict, int], T]  # a typed row's from_json (slurmrl.contract.metrics)
+
+
+def typed(read: Reader[T], record: dict | None) -> T | None:
+    """A record as written (status's report carries them so) as its typed row; None without one or its step."""
+    step = record.get("step") if record else None
+    if record is None or isinstance(step, bool) or not isinstance(step, int):
+        return None
+    return read(record, step)
+
+
+def read_typed(read: Reader[T], path: Path) -> dict[int, T]:
+    """Step -> the typed last record of that step in a metrics JSONL file (a requeued step overwrites)."""
+    return {step: read(row.values, step) for step, row in metrics.by_step(path).items()}
 
 
 def latest_metrics(run_dir: Path) -> dict | None:
     """The newest step of the run: {"step", "reward"} (RL: the orchestrator's) or {"step", "loss"} (the trainer's)."""
-    for role, key, label in METRICS:
-        for row in reversed(metrics.read_rows(RunDir(run_dir).metrics(role))):
-            value = row.values.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return {"step": row.step, label: value}
+    paths = RunDir(run_dir)
+    for row in reversed(metrics.read_rows(paths.metrics("orchestrator"))):
+        if (reward := number(OrchestratorRow.from_json(row.values, row.step).reward_mean)) is not None:
+            return {"step": row.step, "reward": reward}
+    for row in reversed(metrics.read_rows(paths.metrics("trainer"))):
+        if (loss := number(TrainerRow.from_json(row.values, row.step).loss)) is not None:
+            return {"step": row.step, "loss": loss}
     return None
 
 
@@ -30,13 +49,8 @@ def read_rewards(run_dir: Path) -> list[tuple[int, float]]:
     if not path.exists():
         raise UserError(str(run_dir), "has no metrics/orchestrator.jsonl (nor benchmark/summary.json) yet: is it "
                                       "an RL run, or a run with a [benchmark], that has started?")
-    points = {step: row.number("reward_mean") for step, row in metrics.by_step(path).items()}
+    points = {step: finite(row.reward_mean) for step, row in read_typed(OrchestratorRow.from_json, path).items()}
     return sorted((step, reward) for step, reward in points.items() if reward is not None)
-
-
-def read_records(path: Path) -> dict[int, dict]:
-    """Step -> the last record of that step in a metrics JSONL file (a requeued step overwrites)."""
-    return {step: row.to_json() for step, row in metrics.by_step(path).items()}
 
 
 def last_record(path: Path) -> dict | None:

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from slurmrl.app import sweep_report
-from slurmrl.app.job_outputs import last_record, read_benchmark, read_evaluations, read_records, read_rewards
+from slurmrl.app.job_outputs import last_record, read_benchmark, read_evaluations, read_rewards, read_typed, typed
 from slurmrl.app.sweep_dir import is_sweep_dir
 from slurmrl.charts import (
     benchmark_png,
@@ -20,6 +20,7 @@ from slurmrl.charts import (
     terminal_chart,
     text_table,
 )
+from slurmrl.contract.metrics import EnvStats, OrchestratorRow, TrainerRow
 from slurmrl.errors import UserError
 from slurmrl.rundir.evals import Evaluation
 from slurmrl.rundir.metrics import Row
@@ -38,37 +39,46 @@ def _fmt(value, spec: str) -> str | None:
         return str(value)[:20]
 
 
-ENV_ITEMS = (("env/turns_mean", "turns", ".2f"), ("env/errors", "errors", "d"), ("env/timeouts", "timeouts", "d"),
-             ("env/cut", "cut", "d"))
+def env_words(env: EnvStats | None) -> list[str]:
+    """A chat environment's figures of a batch (multi-turn and tool environments): turns, errors, timeouts, cut."""
+    if env is None:
+        return []
+    items = ((env.turns_mean, "turns", ".2f"), (env.errors, "errors", "d"), (env.timeouts, "timeouts", "d"),
+             (env.cut, "cut", "d"))
+    return [f"{label} {_fmt(value, spec)}" for value, label, spec in items if _fmt(value, spec)]
 
 
-def training_line(orch: dict | None, trainer: dict | None) -> str | None:
-    """One line from the newest orchestrator and trainer records: reward, lag, and what debugs RL."""
+def trainer_words(t: TrainerRow) -> list[str]:
+    """The trainer's figures of a step: loss, KL, entropy, clip, gradient norm, memory, MFU or tokens/s."""
+    items = [(t.loss, "loss", ".4g"), (t.kl, "kl", ".3g"), (t.kl_max, "kl max", ".3g"),
+             (t.kl_inference, "kl inf", ".3g"), (t.entropy, "entropy", ".3g"), (t.clip_frac, "clip", ".3f"),
+             (t.grad_norm, "grad", ".3g")]
+    words = [f"{label} {_fmt(value, spec)}" for value, label, spec in items if _fmt(value, spec)]
+    if _fmt(t.cuda_mem_peak_gib, ".1f"):
+        words.append(f"cuda peak {_fmt(t.cuda_mem_peak_gib, '.1f')} GiB "
+                     f"(reserved {_fmt(t.cuda_mem_reserved_gib, '.1f') or '-'})")
+    elif _fmt(t.cpu_rss_gib, ".1f"):
+        words.append(f"rss {_fmt(t.cpu_rss_gib, '.1f')} GiB")
+    if _fmt(t.mfu, ".1%"):
+        words.append(f"MFU {_fmt(t.mfu, '.1%')}")
+    elif _fmt(t.tokens_per_s, ".0f"):
+        words.append(f"{_fmt(t.tokens_per_s, '.0f')} tok/s")
+    return words
+
+
+def training_line(orch: OrchestratorRow | None, trainer: TrainerRow | None) -> str | None:
+    """One line from the newest orchestrator and trainer rows: reward, lag, and what debugs RL."""
     if not orch and not trainer:
         return None
     parts = []
     if orch:
-        parts.append(f"batch {orch['step']}: reward {_fmt(orch.get('reward_mean'), '.3f') or '-'}"
-                     f" (std {_fmt(orch.get('reward_std'), '.3f') or '-'}, min {_fmt(orch.get('reward_min'), '.3g') or '-'}"
-                     f", max {_fmt(orch.get('reward_max'), '.3g') or '-'}), lag {_fmt(orch.get('off_policy_lag'), 'd') or '-'}")
-        env = [f"{label} {_fmt(orch.get(key), spec)}" for key, label, spec in ENV_ITEMS if _fmt(orch.get(key), spec)]
-        parts[-1] += f", env {', '.join(env)}" if env else ""  # multi-turn and tool environments
+        parts.append(f"batch {orch.step}: reward {_fmt(orch.reward_mean, '.3f') or '-'}"
+                     f" (std {_fmt(orch.reward_std, '.3f') or '-'}, min {_fmt(orch.reward_min, '.3g') or '-'}"
+                     f", max {_fmt(orch.reward_max, '.3g') or '-'}), lag {_fmt(orch.off_policy_lag, 'd') or '-'}")
+        env = env_words(orch.env)
+        parts[-1] += f", env {', '.join(env)}" if env else ""
     if trainer:
-        t = trainer
-        items = [("loss", "loss", ".4g"), ("kl", "kl", ".3g"), ("kl_max", "kl max", ".3g"),
-                 ("kl_inference", "kl inf", ".3g"), ("entropy", "entropy", ".3g"), ("clip_frac", "clip", ".3f"),
-                 ("grad_norm", "grad", ".3g")]
-        words = [f"{label} {_fmt(t.get(key), spec)}" for key, label, spec in items if _fmt(t.get(key), spec)]
-        if _fmt(t.get("cuda_mem_peak_gib"), ".1f"):
-            words.append(f"cuda peak {_fmt(t['cuda_mem_peak_gib'], '.1f')} GiB "
-                         f"(reserved {_fmt(t.get('cuda_mem_reserved_gib'), '.1f') or '-'})")
-        elif _fmt(t.get("cpu_rss_gib"), ".1f"):
-            words.append(f"rss {_fmt(t['cpu_rss_gib'], '.1f')} GiB")
-        if _fmt(t.get("mfu"), ".1%"):
-            words.append(f"MFU {_fmt(t['mfu'], '.1%')}")
-        elif _fmt(t.get("tokens_per_s"), ".0f"):
-            words.append(f"{_fmt(t['tokens_per_s'], '.0f')} tok/s")
-        parts.append(f"trainer step {t['step']}: " + ", ".join(words))
+        parts.append(f"trainer step {trainer.step}: " + ", ".join(trainer_words(trainer)))
     return "; ".join(parts)
 
 
@@ -117,7 +127,8 @@ def plot(run_dir: str) -> int:
     mean = lambda xs: sum(y / len(xs) for _, y in xs)  # noqa: E731  (each term first: no overflow near 1e308)
     print(f"first quarter mean {short_number(mean(first), 0)} -> last quarter mean {short_number(mean(last), 0)}")
     png = paths.reward_plot()
-    line = training_line(last_record(paths.metrics("orchestrator")), last_record(paths.metrics("trainer")))
+    line = training_line(typed(OrchestratorRow.from_json, last_record(paths.metrics("orchestrator"))),
+                         typed(TrainerRow.from_json, last_record(paths.metrics("trainer"))))
     if line:
         print(f"latest: {line}")
     found = read_evaluations(path)
@@ -126,7 +137,7 @@ def plot(run_dir: str) -> int:
         print("\n".join(eval_table(found)))
     curves = {"eval reward (mean)": [(e.step, e.reward_mean) for e in found if e.reward_mean is not None],
               "eval pass@1": [(e.step, e.pass_at[1]) for e in found if 1 in e.pass_at]}
-    if png_chart(points, png, f"{path.name}: reward", read_records(paths.metrics("trainer")),
+    if png_chart(points, png, f"{path.name}: reward", read_typed(TrainerRow.from_json, paths.metrics("trainer")),
                  {label: xy for label, xy in curves.items() if xy}):
         print(f"wrote {png}")
     else:

@@ -68,21 +68,23 @@ def serving_panels(d: rd.RunData) -> dict[str, list[charts.Panel]]:
 
 
 def training_panels(d: rd.RunData) -> dict[str, list[charts.Panel]]:
-    def split(records: dict[int, dict], fields) -> list[charts.Series]:
-        return [(label, *rd.step_field(records, key)) for key, label in fields]
+    def split(records: dict, fields) -> list[charts.Series]:
+        return [(label, *rd.step_field(records, get)) for get, label in fields]
 
     eval_rewards, passes = rd.eval_series(d.evals)
+    orch, trainer = d.orchestrator, d.trainer
     return {
-        "step-split": [("orchestrator, s per step", split(d.orchestrator, rd.ORCHESTRATOR_SPLIT), "stack"),
-                       ("trainer, s per step", split(d.trainer, rd.TRAINER_SPLIT), "stack")],
-        "curves": [("reward (mean)", [("training reward", *rd.step_field(d.orchestrator, "reward_mean")), *eval_rewards],
-                    "line"),
-                   ("KL", [(k, *rd.step_field(d.trainer, k)) for k in ("kl", "kl_inference")], "line"),
+        "step-split": [("orchestrator, s per step", split(orch, rd.ORCHESTRATOR_SPLIT), "stack"),
+                       ("trainer, s per step", split(trainer, rd.TRAINER_SPLIT), "stack")],
+        "curves": [("reward (mean)", [("training reward", *rd.step_field(orch, lambda r: r.reward_mean)),
+                                      *eval_rewards], "line"),
+                   ("KL", [("kl", *rd.step_field(trainer, lambda r: r.kl)),
+                           ("kl_inference", *rd.step_field(trainer, lambda r: r.kl_inference))], "line"),
                    ("eval pass@k", passes, "line"),
-                   ("tokens/s", [("orchestrator (generate)", *rd.step_field(d.orchestrator, "tokens_per_s")),
-                                 ("trainer", *rd.step_field(d.trainer, "tokens_per_s"))], "line")],
-        "weight-sync": [("seconds per step", [("trainer: publish", *rd.step_field(d.trainer, "publish_s")),
-                                              ("servers: load new weights", *rd.step_field(d.orchestrator, "reload_s"))],
+                   ("tokens/s", [("orchestrator (generate)", *rd.step_field(orch, lambda r: r.tokens_per_s)),
+                                 ("trainer", *rd.step_field(trainer, lambda r: r.tokens_per_s))], "line")],
+        "weight-sync": [("seconds per step", [("trainer: publish", *rd.step_field(trainer, lambda r: r.publish_s)),
+                                              ("servers: load new weights", *rd.step_field(orch, lambda r: r.reload_s))],
                          "line")],
     }
 

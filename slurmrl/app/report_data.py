@@ -11,14 +11,18 @@ window where none did is a gap (NaN), not a line drawn across the idle minutes b
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from slurmrl.app.job_outputs import read_evaluations, read_records
+from slurmrl.app.job_outputs import read_evaluations, read_typed
+from slurmrl.contract.metrics import OrchestratorRow, TrainerRow
 from slurmrl.rundir.evals import Evaluation
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.scrape import Scrapes, read_scrapes, split_key
 
 Points = list[tuple[float, float]]
+R = TypeVar("R")
 # vLLM's names, newest first where a release renamed one
 GENERATION = ("vllm:generation_tokens_total",)
 PROMPT = ("vllm:prompt_tokens_total",)
@@ -29,9 +33,12 @@ WAITING = ("vllm:num_requests_waiting",)
 KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 QUANTILES = (0.5, 0.9, 0.99)
 # the RL step's time split: (record field, what it is), per program
-ORCHESTRATOR_SPLIT = (("generate_s", "generate"), ("score_s", "score"), ("reload_s", "load new weights"),
-                      ("wait_s", "wait for the trainer"), ("sleep_s", "sleep (hybrid)"))
-TRAINER_SPLIT = (("step_time_s", "train"), ("publish_s", "publish weights"), ("wait_s", "wait for rollouts"))
+ORCHESTRATOR_SPLIT: tuple[tuple[Callable[[OrchestratorRow], Any], str], ...] = (
+    (lambda r: r.generate_s, "generate"), (lambda r: r.score_s, "score"), (lambda r: r.reload_s, "load new weights"),
+    (lambda r: r.wait_s, "wait for the trainer"), (lambda r: r.sleep_s, "sleep (hybrid)"))
+TRAINER_SPLIT: tuple[tuple[Callable[[TrainerRow], Any], str], ...] = (
+    (lambda r: r.step_time_s, "train"), (lambda r: r.publish_s, "publish weights"),
+    (lambda r: r.wait_s, "wait for rollouts"))
 
 
 def summed(s: Scrapes, names: tuple[str, ...], suffix: str = "") -> Points:
@@ -112,8 +119,8 @@ class RunData:
     servers: dict[str, Scrapes] = field(default_factory=dict)  # "attempt-N/inference.0" -> its scrapes
     gpus: dict[str, Scrapes] = field(default_factory=dict)
     others: dict[str, Scrapes] = field(default_factory=dict)  # router, frontend, trainer, orchestrator
-    orchestrator: dict[int, dict] = field(default_factory=dict)
-    trainer: dict[int, dict] = field(default_factory=dict)
+    orchestrator: dict[int, OrchestratorRow] = field(default_factory=dict)
+    trainer: dict[int, TrainerRow] = field(default_factory=dict)
     evals: list[Evaluation] = field(default_factory=list)  # metrics/eval.jsonl
 
     def x(self, t: float) -> float:
@@ -136,8 +143,8 @@ def read_run(run: RunDir) -> RunData:
                 d.servers[label] = s
             else:
                 d.others[label] = s
-    d.orchestrator = read_records(run.metrics("orchestrator"))
-    d.trainer = read_records(run.metrics("trainer"))
+    d.orchestrator = read_typed(OrchestratorRow.from_json, run.metrics("orchestrator"))
+    d.trainer = read_typed(TrainerRow.from_json, run.metrics("trainer"))
     d.evals = read_evaluations(run.path)
     starts = [p[0][0] for _, p in d.phases] + [s.times[0] for s in (*d.servers.values(), *d.gpus.values(),
                                                                       *d.others.values()) if s.times]
@@ -145,11 +152,11 @@ def read_run(run: RunDir) -> RunData:
     return d
 
 
-def step_field(records: dict[int, dict], key: str) -> tuple[list[float], list[float]]:
-    """(steps, values) of the records' finite numbers in ``key``."""
+def step_field(records: dict[int, R], get: Callable[[R], Any]) -> tuple[list[float], list[float]]:
+    """(steps, values) of the records' finite numbers in the field ``get`` reads."""
     xs, ys = [], []
     for step in sorted(records):
-        v = records[step].get(key)
+        v = get(records[step])
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
             xs.append(float(step))
             ys.append(float(v))

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from slurmrl.app import sweep_report
 from slurmrl.app.cluster import on_cluster
-from slurmrl.app.job_outputs import failed_reason, last_record, read_benchmark
+from slurmrl.app.job_outputs import failed_reason, last_record, read_benchmark, typed
 from slurmrl.app.plot import eval_line, training_line
 from slurmrl.app.sweep_dir import is_sweep_dir
 from slurmrl.charts import benchmark_rows, benchmark_status_line
+from slurmrl.contract.metrics import OrchestratorRow, TrainerRow
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.plan.stored import load_plan
@@ -308,7 +309,8 @@ def training_lines(rep: dict) -> list[str]:
     """The latest training row: reward and its spread, off-policy lag, loss, KL, entropy, clip, memory, MFU;
     and the latest evaluation ([eval]): its step, mean reward and pass@k."""
     found = rep.get("training") or {}
-    line = training_line(found.get("orchestrator"), found.get("trainer"))
+    line = training_line(typed(OrchestratorRow.from_json, found.get("orchestrator")),
+                         typed(TrainerRow.from_json, found.get("trainer")))
     evaluated = eval_line(found.get("eval"))
     lines = ([f"  latest {line}"] if line else []) + ([f"  latest eval {evaluated}"] if evaluated else [])
     return [""] + lines if lines else []
