@@ -31,6 +31,17 @@ def split_command(ap: argparse.ArgumentParser, argv: Sequence[str], what: str) -
     return argv[:cut], command
 
 
+def value_after(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in an argv (the last one wins, as in argparse; ``--flag=value`` too)."""
+    found = None
+    for k, a in enumerate(args):
+        if a == flag and k + 1 < len(args):
+            found = args[k + 1]
+        elif a.startswith(flag + "="):
+            found = a.split("=", 1)[1]
+    return found
+
+
 def flag(name: str, value: object) -> list:
     """``[name, value]``, nothing for None; a value that is not a word (an int) as its text."""
     if value is None:

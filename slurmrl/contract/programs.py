@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Generic
 
-from slurmrl.contract.argv import W, flag, split_command
+from slurmrl.contract.argv import W, flag, split_command, value_after
 
 
 @dataclass(frozen=True)
@@ -183,8 +183,7 @@ class Bench(Generic[W]):
         ap.add_argument("--then", choices=("stop", "serve"), default="stop")
         options, vllm_args = split_command(ap, argv, "vllm bench serve's arguments")
         a = ap.parse_args(options)
-        trace = any(w == "--dataset-name" and nxt == cls.TRACE for w, nxt in zip(vllm_args, vllm_args[1:])) or \
-            f"--dataset-name={cls.TRACE}" in vllm_args
+        trace = value_after(vllm_args, "--dataset-name") == cls.TRACE
         if trace and (a.input_lens or a.output_lens):
             ap.error(f"a trace replay (--dataset-name {cls.TRACE}) takes its lengths from the trace: "
                      "no --input-lens/--output-lens")
@@ -196,3 +195,9 @@ class Bench(Generic[W]):
 
         return Bench(a.out, opt(a.concurrencies), opt(a.input_lens), opt(a.output_lens), a.timeout, a.then,
                      vllm_args)
+
+    @property
+    def trace(self) -> str | None:
+        """The trace a replay reads (``--dataset-path`` with ``--dataset-name timed_trace``); None for the grid."""
+        words = [str(w) for w in self.vllm_args]
+        return value_after(words, "--dataset-path") if value_after(words, "--dataset-name") == self.TRACE else None

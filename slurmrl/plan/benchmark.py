@@ -60,7 +60,7 @@ def dataset_args(bench: Benchmark) -> list[Arg]:
     if bench.trace is None:
         return ["--dataset-name", "random"]
     block, to_seconds = TRACE_FORMATS[bench.trace_format]
-    return ["--dataset-name", "timed_trace", "--dataset-path", bench.trace,
+    return ["--dataset-name", BenchArgs.TRACE, "--dataset-path", bench.trace,
             "--timed-trace-chunk-hash-size", str(block),
             "--timed-trace-sec-multiplier", f"{to_seconds / bench.trace_speedup:g}"]
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from slurmrl import charts, secret
 from slurmrl.contract import env as job_env
+from slurmrl.contract.argv import value_after
 from slurmrl.contract.programs import Bench as BenchArgs
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.vllm import client
@@ -94,17 +95,6 @@ def trace_requests(path: str) -> int:
 def point_label(c: int | None, i: int | None, o: int | None) -> str:
     cap = "no cap" if c is None else f"concurrency {c}"
     return cap if i is None else f"{cap}, in {i}, out {o}"
-
-
-def value_after(args: list[str], flag: str) -> str | None:
-    """The value of ``flag`` in an argv (the last one wins, as in argparse)."""
-    found = None
-    for k, a in enumerate(args):
-        if a == flag and k + 1 < len(args):
-            found = args[k + 1]
-        elif a.startswith(flag + "="):
-            found = a.split("=", 1)[1]
-    return found
 
 
 def point_summary(c: int | None, i: int | None, o: int | None, result: dict) -> dict:
@@ -209,8 +199,7 @@ def run(args: BenchArgs[str], vllm_args: list[str], runner=None) -> int:
     base, model = value_after(vllm_args, "--base-url"), value_after(vllm_args, "--served-model-name")
     summary: dict[str, Any] = {
         "status": "running", "target": base, "model": model or value_after(vllm_args, "--model"),
-        "num_prompts": None, "trace": value_after(vllm_args, "--dataset-path")
-        if value_after(vllm_args, "--dataset-name") == "timed_trace" else None,
+        "num_prompts": None, "trace": args.trace,
         "planned_points": len(points), "started": int(time.time()), "finished": None,
         "points": [], "error": None,
     }
