@@ -30,6 +30,7 @@ ROOT = trainer_bench.ROOT
 
 
 def prepare(run: Path, args, p: dict) -> Path:
+    from slurmrl.contract.rollouts import RolloutBatch
     from slurmrl.rundir import tomlw
     from slurmrl.runtime.fixtures.tiny_model import build_tokenizer
     from slurmrl.runtime.step_files import rollout_path, write_json_atomic
@@ -45,8 +46,8 @@ def prepare(run: Path, args, p: dict) -> Path:
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(tomlw.dumps(settings.model_dump(mode="json", exclude_none=True)))
     for n in range(1, args.steps + 1):
-        write_json_atomic(rollout_path(run, n), {"step": n, "policy_step": n - 1,
-                                                 "samples": trainer_bench.rl_samples(p, n)})
+        batch = RolloutBatch(step=n, policy_step=n - 1, samples=tuple(trainer_bench.rl_samples(p, n)))
+        write_json_atomic(rollout_path(run, n), batch.to_json())
     return config
 
 

@@ -158,25 +158,25 @@ def reference_step(args, p, d, model, optim, data):
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if d.bf16 else torch.autocast("cpu", enabled=False)
     micro = p["micro"]
     if args.mode == "rl":
-        n_tgt = sum(len(s["completion_ids"]) for s in data)
+        n_tgt = sum(len(s.completion_ids) for s in data)
         for k in range(0, len(data), micro):
             chunk = data[k: k + micro]
-            width = max(len(s["prompt_ids"]) + len(s["completion_ids"]) for s in chunk)
+            width = max(len(s.prompt_ids) + len(s.completion_ids) for s in chunk)
             ids = torch.zeros((len(chunk), width), dtype=torch.long)
             tgt = torch.zeros((len(chunk), width), dtype=torch.bool)
             old = torch.zeros((len(chunk), width))
             for i, s in enumerate(chunk):
-                row = s["prompt_ids"] + s["completion_ids"]
+                row = list(s.prompt_ids) + list(s.completion_ids)
                 ids[i, : len(row)] = torch.tensor(row)
-                tgt[i, len(s["prompt_ids"]): len(row)] = True
-                old[i, len(s["prompt_ids"]): len(row)] = torch.tensor(s["logprobs"])
+                tgt[i, len(s.prompt_ids): len(row)] = True
+                old[i, len(s.prompt_ids): len(row)] = torch.tensor(s.old_logprobs())
             ids, tgt, old = ids.to(d.device), tgt.to(d.device), old.to(d.device)
             pos = torch.arange(width, device=d.device).expand(len(chunk), -1)
             with autocast:
                 logits = model(input_ids=ids, position_ids=pos, use_cache=False).logits[:, :-1]
             sel = tgt[:, 1:]
             logp = losses.token_logprobs(logits[sel], ids[:, 1:][sel])
-            adv = torch.tensor([[s["advantage"]] for s in chunk], device=d.device).expand(-1, sel.shape[1])[sel]
+            adv = torch.tensor([[s.advantage] for s in chunk], device=d.device).expand(-1, sel.shape[1])[sel]
             terms = losses.ppo_clip_terms(logp, old[:, 1:][sel], adv, torch.ones_like(logp, dtype=torch.bool), 0.2)
             (terms["loss"] / n_tgt).backward()
             losses.entropy_sum(logits, sel)
