@@ -24,3 +24,24 @@ def test_the_device_script_runs_on_cpu_up_to_cuda(tmp_path):
     assert "trainer modules import" in out and "grouped_mm: True" in out
     assert "no CUDA device: parts 2-6 need one; stopping here (exit 0)." in out
     assert "=== 2" not in out
+
+
+@pytest.mark.slow  # two torch runs of a few seconds each
+@pytest.mark.parametrize("argv", [
+    ["trainer_bench.py", "--preset", "tiny-moe", "--mode", "rl", "--steps", "1", "--reference"],
+    ["component_bench.py", "--preset", "tiny", "--steps", "2"],
+])
+def test_the_benches_the_device_script_runs_work_on_cpu(argv):
+    """The benches behind parts 3-5 at their tiny presets, on CPU: a device session must not spend its
+    minutes finding that a bench no longer reads what the trainer writes (it happened: the typed rollout
+    batch left both indexing samples as dicts)."""
+    pytest.importorskip("torch")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / argv[0]), *argv[1:]], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "tok/s" in proc.stdout
+    if argv[0] == "trainer_bench.py":
+        assert "fast / reference:" in proc.stdout
+    else:
+        assert "median of steps" in proc.stdout
