@@ -134,7 +134,8 @@ def fast_step(args, p, d, model, fast, optim, data):
         logp, ent = token_forward.logprobs(model, row, d.device, fast)
         if args.mode == "rl":
             old, adv = row.at_targets("old_logp", d.device), row.at_targets("advantage", d.device)
-            terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool), 0.2)
+            terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool),
+                                          losses.PolicyLoss())
             (terms["loss"] / n_tgt).backward()
             stats.add_tokens(terms, ent, logp, old, None)
         else:
@@ -177,7 +178,8 @@ def reference_step(args, p, d, model, optim, data):
             sel = tgt[:, 1:]
             logp = losses.token_logprobs(logits[sel], ids[:, 1:][sel])
             adv = torch.tensor([[s.advantage] for s in chunk], device=d.device).expand(-1, sel.shape[1])[sel]
-            terms = losses.ppo_clip_terms(logp, old[:, 1:][sel], adv, torch.ones_like(logp, dtype=torch.bool), 0.2)
+            terms = losses.ppo_clip_terms(logp, old[:, 1:][sel], adv, torch.ones_like(logp, dtype=torch.bool),
+                                          losses.PolicyLoss())
             (terms["loss"] / n_tgt).backward()
             losses.entropy_sum(logits, sel)
             del logits, logp

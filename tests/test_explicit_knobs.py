@@ -33,6 +33,7 @@ RUN_DIR = "/cluster/runs/explicit"
 EXPLICIT_DEFAULTS = [
     ("sft-1node", "trainer.kl_coef=0.0", "trainer.kl_coef", "only applies to kind 'rl'"),
     ("sft-1node", "trainer.clip_eps=0.2", "trainer.clip_eps", "only applies to kind 'rl'"),
+    ("sft-1node", "trainer.token_mask_high=8.0", "trainer.token_mask_high", "only applies to kind 'rl'"),
     ("sft-1node", "model.dtype='auto'", "model.dtype", "only applies to inference servers"),
     ("sft-1node", "placement.colocate=false", "placement.colocate", "only applies to kind 'rl'"),
     ("rl-multinode", "placement.share_gpus=false", "placement.share_gpus", "only applies with placement.colocate"),

@@ -78,7 +78,7 @@ REFUSED_AS = {"kind": set(rules.SECTIONS["rl"])}
 # Keys of components/<component>.toml the program does not read for a recipe kind
 # (slurmrl/runtime/trainer/loop.py: the SFT step has no clip or KL term, RL reads no dataset).
 UNREAD = {
-    ("trainer", "sft"): {"clip_eps", "kl_coef"},
+    ("trainer", "sft"): {"clip_eps", "clip_eps_high", "token_mask_low", "token_mask_high", "kl_coef"},
     ("trainer", "rl"): {"dataset"},
 }
 

@@ -42,6 +42,15 @@ def test_group_relative_advantages():
     assert advantages([0.3, 0.3, 0.3]) == [0.0, 0.0, 0.0]
 
 
+def test_group_mean_advantages_are_not_divided_by_the_std():
+    """orchestrator.advantage = "group_mean" (Dr. GRPO): a group whose rewards barely differ keeps small
+    advantages, where dividing by its std would blow them up to about +-1."""
+    near = [0.50, 0.51, 0.49, 0.50]
+    assert advantages(near, by_std=False) == pytest.approx([0.0, 0.01, -0.01, 0.0], abs=1e-12)
+    assert max(abs(a) for a in advantages(near)) > 1.0
+    assert advantages([0.3, 0.3, 0.3], by_std=False) == [0.0, 0.0, 0.0]
+
+
 def test_builtin_environments_score_answers():
     rev, ari = envs.load("reverse_text"), envs.load("arithmetic")
     task = rev.prompts(random.Random(0), 1)[0]

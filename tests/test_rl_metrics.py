@@ -18,7 +18,8 @@ def step_stats(logp, old, adv, ref=None, eps=0.2, vocab=4):
     logp = torch.tensor(logp).log()
     old = torch.tensor(old).log()
     n = logp.numel()
-    terms = losses.ppo_clip_terms(logp, old, torch.tensor(adv), torch.ones(n, dtype=torch.bool), eps,
+    terms = losses.ppo_clip_terms(logp, old, torch.tensor(adv), torch.ones(n, dtype=torch.bool),
+                                  losses.PolicyLoss(eps, eps),
                                   None if ref is None else torch.tensor(ref).log())
     logits = torch.zeros(1, n, vocab)  # uniform: entropy log(vocab) at every position
     stats = rl_metrics.RLStats(torch.device("cpu"))

@@ -425,12 +425,12 @@ def test_packing_masks_and_isolates_examples(tiny, tokenizer):
 
 
 def test_ppo_clip_terms():
-    from slurmrl.runtime.trainer.losses import ppo_clip_terms
+    from slurmrl.runtime.trainer.losses import PolicyLoss, ppo_clip_terms
 
     logp = torch.log(torch.tensor([0.5, 0.5, 0.5, 0.5])).requires_grad_()
     old = torch.log(torch.tensor([0.5, 0.25, 0.9, float("nan")]))  # NaN: no inference logprob -> ratio 1
     adv = torch.tensor([1.0, 1.0, -1.0, 2.0])
-    out = ppo_clip_terms(logp, old, adv, torch.ones(4, dtype=torch.bool), clip_eps=0.2)
+    out = ppo_clip_terms(logp, old, adv, torch.ones(4, dtype=torch.bool), PolicyLoss(0.2, 0.2))
     # ratios 1, 2 -> 1.2 (A > 0), 0.56 -> 0.8 (A < 0: the pessimistic term), 1
     assert out["loss"].item() == pytest.approx(-1.0 - 1.2 + 0.8 - 2.0, abs=1e-5)
     assert out["clip"].item() == 2.0

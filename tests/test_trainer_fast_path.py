@@ -239,7 +239,8 @@ def test_rl_metrics_through_the_chunked_path_equal_the_full_logits_ones():
         ref_logp, _ = token_forward.logprobs(ref, row, dev, fast_r)
     old, adv = row.at_targets("old_logp", dev), row.at_targets("advantage", dev)
     stats = rl_metrics.RLStats(dev)
-    terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool), 0.2, ref_logp, 0.1)
+    terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool),
+                                 losses.PolicyLoss(0.2, 0.2, kl_coef=0.1), ref_logp)
     stats.add_tokens(terms, ent, logp, old, ref_logp)
     fast = stats.finish(logp.numel())
     # the old way: each sample right-padded, full logits, entropy from them
@@ -255,7 +256,8 @@ def test_rl_metrics_through_the_chunked_path_equal_the_full_logits_ones():
             rlp = exact_logprobs(plain_ref(input_ids=ids).logits[:, :-1][sel], ids[:, 1:][sel]).float()
         o = torch.tensor(s.logprobs, dtype=torch.float32)
         a = torch.full_like(o, s.advantage)
-        t = losses.ppo_clip_terms(lp, o, a, torch.ones_like(lp, dtype=torch.bool), 0.2, rlp, 0.1)
+        t = losses.ppo_clip_terms(lp, o, a, torch.ones_like(lp, dtype=torch.bool),
+                                     losses.PolicyLoss(0.2, 0.2, kl_coef=0.1), rlp)
         stats.add(t, lg, sel, lp, o, rlp)
     slow = stats.finish(logp.numel())
     assert fast.keys() == slow.keys()

@@ -183,6 +183,7 @@ class TrainerRow:
     kl_inference_max: Number | None = _num()
     entropy: Number | None = _num()
     clip_frac: Number | None = _num()
+    masked_frac: Number | None = _num()
     ratio_mean: Number | None = _num()
     tokens: Number | None = _num()
     target_tokens: Number | None = _num()

@@ -193,9 +193,9 @@ def check_applies(r: Recipe) -> None:
                 raise UserError(f"model.{name}", f"only applies to inference servers, which kind {r.kind!r} does not "
                                 f"run{instead}")
     if t is not None and r.kind == "sft":
-        for name in ("clip_eps", "kl_coef"):
+        for name in ("clip_eps", "clip_eps_high", "token_mask_low", "token_mask_high", "kl_coef"):
             if changed(t, name):
-                raise UserError(f"trainer.{name}", "only applies to kind 'rl' (the SFT loss has no clip or KL term)")
+                raise UserError(f"trainer.{name}", "only applies to kind 'rl' (the SFT loss has no ratio, clip or KL term)")
     if t is not None and changed(t, "weight_sync_timeout") and not t.sync.by_broadcast:
         raise UserError("trainer.weight_sync_timeout", "only applies to weights sent by broadcast (trainer.weight_sync "
                         "= 'nccl', 'ipc' or 'gloo'); the servers reload filesystem weights with no timeout")

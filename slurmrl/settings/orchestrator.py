@@ -5,7 +5,7 @@ script passes those URLs on the command line (``--requests-url``, ``--admin-urls
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -54,6 +54,11 @@ class OrchestratorKnobs(Section):
         None, description=f"A chat environment's conversation: tokens after the prompt at most, the model's and "
         f"the environment's together (1-{MAX_TOKENS}; unset: no limit beyond `max_turns` x `max_tokens` of the "
         f"model's own; `trainer.seq_len` cuts what is longer).",
+    )
+    advantage: Literal["group_std", "group_mean"] = Field(
+        "group_std", description="RL advantage of a rollout: `group_std`, its reward minus its group's mean reward, "
+        "over the group's standard deviation (GRPO); `group_mean`, not divided (Dr. GRPO: groups whose rewards "
+        "barely differ do not get large advantages).",
     )
     env_timeout_s: float = Field(
         30.0, gt=0, le=86400, description="Seconds one environment step (a rollout's start, its answer to a turn, a "

@@ -97,6 +97,18 @@ class TrainerKnobs(Section):
     clip_eps: float = Field(
         0.2, gt=0, le=1, description="RL: importance-ratio clip range, ratios outside 1 +- clip_eps (above 0, at most 1)."
     )
+    clip_eps_high: float | None = Field(
+        None, gt=0, le=10, description="RL: the upper clip, ratios above 1 + clip_eps_high are clipped (DAPO's "
+        "clip-higher: above clip_eps lets rare tokens gain more per step; above 0, at most 10); default: clip_eps.",
+    )
+    token_mask_low: float | None = Field(
+        None, gt=0, lt=1, description="RL: a token whose importance ratio (trainer / inference probability) is below "
+        "this is left out of the loss (masked importance sampling; above 0, below 1); default: none masked.",
+    )
+    token_mask_high: float | None = Field(
+        None, gt=1, le=1e6, description="RL: ... and one whose ratio is above this (above 1, at most 1000000); "
+        "default: none masked. The share dropped is `masked_frac` in metrics/trainer.jsonl.",
+    )
     kl_coef: float = Field(0.0, ge=0, le=10, description="RL: KL penalty to the reference model (0 = off; 0-10).")
     seed: int = Field(0, ge=0, le=MAX_SEED, description=f"Random seed (0-{MAX_SEED}).")
     peak_tflops: float | None = Field(

@@ -10,9 +10,12 @@ from slurmrl.contract.rollouts import RolloutBatch, Sample
 from slurmrl.runtime import step_files
 
 
-def advantages(rewards: list[float]) -> list[float]:
-    """Group-relative: reward minus the group mean, over the group std (0 when all equal)."""
+def advantages(rewards: list[float], by_std: bool = True) -> list[float]:
+    """Group-relative: reward minus the group mean, over the group std when ``by_std`` (GRPO; 0 when all
+    equal), else not divided (Dr. GRPO: a group of nearly equal rewards does not get large advantages)."""
     mean = statistics.fmean(rewards)
+    if not by_std:
+        return [r - mean for r in rewards]
     std = statistics.pstdev(rewards)
     return [(r - mean) / (std + 1e-4) if std > 1e-8 else 0.0 for r in rewards]
 
@@ -25,13 +28,14 @@ def sample_of(rollout: dict, reward: float, advantage: float) -> Sample:
                   completion_mask=None if mask is None else tuple(mask), reward=float(reward), advantage=advantage)
 
 
-def scored(groups: list[list[dict]], rewards: list[float]) -> list[Sample]:
-    """Every group's rollouts with their rewards (``rewards`` flat, in the groups' order) and advantages."""
+def scored(groups: list[list[dict]], rewards: list[float], by_std: bool = True) -> list[Sample]:
+    """Every group's rollouts with their rewards (``rewards`` flat, in the groups' order) and advantages
+    (``advantages``)."""
     scores = iter(rewards)
     samples = []
     for group in groups:
         rs = [next(scores) for _ in group]
-        samples += [sample_of(g, r, a) for g, r, a in zip(group, rs, advantages(rs))]
+        samples += [sample_of(g, r, a) for g, r, a in zip(group, rs, advantages(rs, by_std))]
     return samples
 
 

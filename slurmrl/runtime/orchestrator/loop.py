@@ -164,7 +164,7 @@ class Orchestrator:
         t = time.perf_counter()
         rewards = self.style.score(tasks, groups)
         score_s, judged = time.perf_counter() - t, self.judge.take_stats() if self.judge else None
-        env_stats, samples = self.style.stats(), batch.scored(groups, rewards)
+        env_stats, samples = self.style.stats(), batch.scored(groups, rewards, self.s.advantage == "group_std")
         sleep_s = self.updates.hand_over()  # hybrid: the GPUs go to the trainer before it sees the batch
         batch.write(self.run_dir, RolloutBatch(step, self.loaded, tuple(samples)))
         self.metrics.log(self.row(step, rewards, samples, gen_s, waited, score_s, judged, env_stats, sleep_s).to_json())

@@ -193,6 +193,7 @@ class Trainer:
             self.gen_config = None
         self.ref = None
         self.kl_coef = s.kl_coef
+        self.policy_loss = losses.PolicyLoss.of(s)
         if self.kind == "rl" and self.kl_coef > 0:
             if self.lora:  # the reference is the base: the same model with its adapters off, no second copy
                 self.ref = AdaptersOff(self.model)
@@ -308,8 +309,8 @@ class Trainer:
         if self.ref is not None:
             with torch.no_grad():
                 ref_logp, _ = self.logprobs(self.ref, row)
-        terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool),
-                                      self.s.clip_eps, ref_logp, self.kl_coef)
+        terms = losses.ppo_clip_terms(logp, old, adv, torch.ones_like(logp, dtype=torch.bool), self.policy_loss,
+                                      ref_logp)
         (terms["loss"] * self.world / n_tgt).backward()
         stats.add_tokens(terms, entropy, logp, old, ref_logp)  # KL, entropy, clip: no second forward pass
 

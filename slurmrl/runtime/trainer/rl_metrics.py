@@ -47,7 +47,7 @@ def k3(d: torch.Tensor) -> torch.Tensor:
 class RLStats:
     """Sums and maxima over the target tokens of one RL step, on this rank; ``finish`` reduces them."""
 
-    SUMS = ("loss", "kl", "kl_inference", "entropy", "clip", "ratio")
+    SUMS = ("loss", "kl", "kl_inference", "entropy", "clip", "masked", "ratio")
     MAXES = ("kl", "kl_inference")
 
     def __init__(self, device: torch.device):
@@ -79,7 +79,7 @@ class RLStats:
             self.sums["kl"] += kl.sum().double()
             self._max("kl", kl)
         self.sums["entropy"] += entropy.detach().sum().double()
-        for k in ("loss", "clip", "ratio"):
+        for k in ("loss", "clip", "masked", "ratio"):
             self.sums[k] += terms[k].detach().double()
 
     def _max(self, key: str, values: torch.Tensor) -> None:
@@ -101,7 +101,8 @@ class RLStats:
             "kl": s["kl"] / n if self.has_ref else None,  # no reference model: no KL to it
             "kl_max": m["kl"] if self.has_ref else None,
             "kl_inference": s["kl_inference"] / n, "kl_inference_max": m["kl_inference"],
-            "entropy": s["entropy"] / n, "clip_frac": s["clip"] / n, "ratio_mean": s["ratio"] / n,
+            "entropy": s["entropy"] / n, "clip_frac": s["clip"] / n,
+            "masked_frac": s["masked"] / n, "ratio_mean": s["ratio"] / n,
         }
 
 
