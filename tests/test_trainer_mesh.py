@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from slurmrl.app.build import build
 from slurmrl.errors import UserError
-from slurmrl.plan import mesh
+from slurmrl.plan import hub_shapes, mesh
 from slurmrl.render.summary import summary
 from slurmrl.settings.trainer import Parallel
 
@@ -115,3 +115,19 @@ def test_a_dimension_the_trainer_does_not_run_is_refused_naming_it(name):
     with pytest.raises(UserError) as e:
         mesh.check_runs(Parallel(**{name: 2}))
     assert e.value.field == f"trainer.parallel.{name}" and "does not run" in e.value.message
+
+
+def test_a_well_known_hub_id_is_checked_against_its_published_shape():
+    """No config.json on the planning machine: the listed shape of the hub id answers (hub_shapes)."""
+    with pytest.raises(UserError, match="ep 3 does not divide the model's 128 routed experts") as e:
+        mesh.resolve(Parallel(ep=3), 3, 64, "Qwen/Qwen3-30B-A3B")
+    assert e.value.field == "trainer.parallel.ep" and "published config.json of Qwen/Qwen3-30B-A3B" in e.value.message
+    with pytest.raises(UserError, match="160 routed experts"):  # GLM-4.5, not GLM-4.5-Air's 128
+        mesh.resolve(Parallel(ep=3), 3, 64, "zai-org/GLM-4.5")
+    assert mesh.resolve(Parallel(ep=4), 4, 64, "zai-org/GLM-4.5-Air").dp_shard == 4
+    assert mesh.resolve(Parallel(ep=8), 8, 64, "/models/Mixtral-8x7B-Instruct-v0.1").dp_shard == 8
+    with pytest.raises(UserError, match="16 attention heads"):
+        mesh.resolve(Parallel(cp=3), 3, 66, "allenai/OLMoE-1B-7B-0924")
+    # a name that only starts like a listed one is not that model
+    assert hub_shapes.known("Qwen/Qwen3-30B-A3Bx") is None and hub_shapes.known("org/my-model") is None
+    assert hub_shapes.known("Qwen/Qwen3-30B-A3B-Instruct-2507") == hub_shapes.KNOWN["qwen3-30b-a3b"]

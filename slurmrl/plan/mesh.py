@@ -2,7 +2,8 @@
 ``dp_replicate x dp_shard x cp`` must be the trainer's processes, ``ep`` must divide ``dp_shard x cp``
 and the model's routed experts (a dense model takes none), ``cp`` must divide ``trainer.seq_len`` and
 the model's attention heads. The model's numbers come from its ``config.json`` where plan can read it
-(``model_kind``); a hub id is judged by its name (MoE or not), its counts are checked by the trainer."""
+(``model_kind``), else from the listed shape of a well-known hub id (``hub_shapes``); any other hub id is
+judged by its name (MoE or not), its counts are checked by the trainer."""
 
 from __future__ import annotations
 
@@ -22,6 +23,13 @@ def _count(config: dict, names: tuple[str, ...]) -> int | None:
     return None
 
 
+def _source(model_path: str) -> str:
+    """Where the model's numbers came from, for an error."""
+    if model_kind.config_of(model_path) is not None:
+        return f"{model_path}/config.json"
+    return f"the published config.json of {model_path}"
+
+
 def resolve(p: Parallel, world: int, seq_len: int, model_path: str) -> Parallel:
     """``p`` with ``dp_shard`` filled in; UserError naming the field of the first impossible choice."""
     if world % (p.dp_replicate * p.cp):
@@ -38,13 +46,13 @@ def resolve(p: Parallel, world: int, seq_len: int, model_path: str) -> Parallel:
     if seq_len % p.cp:
         raise UserError(f"{FIELD}.cp", f"cp {p.cp} does not divide trainer.seq_len {seq_len}: each rank takes "
                         "an equal slice of every row")
-    config = model_kind.config_of(model_path) if p.ep > 1 or p.cp > 1 else None
+    config = model_kind.config_or_known(model_path) if p.ep > 1 or p.cp > 1 else None
     if p.ep > 1:
         model_kind.check_moe(model_path, f"{FIELD}.ep", "there are no experts to split over ep ranks")
         experts = _count(config, model_kind.EXPERT_FIELDS) if config is not None else None
         if experts is not None and experts % p.ep:
             raise UserError(f"{FIELD}.ep", f"ep {p.ep} does not divide the model's {experts} routed experts "
-                            f"({model_path}/config.json)")
+                            f"({_source(model_path)})")
     if p.cp > 1 and config is not None:
         heads = _count(config, ("num_attention_heads",))
         if heads is not None and heads % p.cp:

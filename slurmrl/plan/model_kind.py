@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from slurmrl.errors import UserError
+from slurmrl.plan import hub_shapes
 from slurmrl.rundir.read import read_json
 
 # what a hub id (or a folder named after one) of a mixture-of-experts model says in its name
@@ -41,6 +42,12 @@ def config_of(path: str) -> dict | None:
     if not isinstance(config, dict):
         raise UserError("model.path", f"{str(file)!r} is not a JSON object")
     return config
+
+
+def config_or_known(path: str) -> dict | None:
+    """``config_of(path)``, else the listed shape of a well-known hub id (``hub_shapes``), else None."""
+    config = config_of(path)
+    return config if config is not None else hub_shapes.known(path)
 
 
 def experts_in(config: dict) -> bool:
