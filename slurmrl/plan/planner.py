@@ -14,7 +14,19 @@ from dataclasses import replace
 
 from slurmrl import ports
 from slurmrl.errors import UserError
-from slurmrl.plan import benchmark, collector, engines, lora, placement, rules, shell, staging, topology, training
+from slurmrl.plan import (
+    benchmark,
+    collector,
+    engines,
+    log_env,
+    lora,
+    placement,
+    rules,
+    shell,
+    staging,
+    topology,
+    training,
+)
 from slurmrl.plan.context import Context, Group
 from slurmrl.plan.directives import group_directives
 from slurmrl.plan.model import Arg, Cat, Component, HetGroup, Plan, Sh, Stage, StopStep
@@ -143,7 +155,7 @@ class _Builder:
             port_base=r.placement.port_base,
             container_flags=container_flags(r, self.run_dir),
             python=ctx.py, venv=r.python.venv, modules=tuple(r.python.modules), setup=tuple(r.python.setup),
-            env=dict(r.env), services=tuple(c.name for c in comps if c.stage in (0, 3)),
+            env={**log_env.job_env(r.log.level, log_env.env_maps(r)), **r.env}, services=tuple(c.name for c in comps if c.stage in (0, 3)),
             requeue=r.slurm.requeue, max_requeues=r.slurm.max_requeues,
             max_total_seconds=time_seconds(r.slurm.max_total_time) if r.slurm.max_total_time else None,
             signal=signal_name(r.slurm.signal), grace_seconds=r.slurm.grace_seconds,

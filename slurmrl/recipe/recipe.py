@@ -28,6 +28,7 @@ from slurmrl.recipe.eval import Eval
 from slurmrl.recipe.fields import NAME_RE, EnvMap, blank_fields
 from slurmrl.recipe.inference import Inference
 from slurmrl.recipe.judge import Judge
+from slurmrl.recipe.log import Log
 from slurmrl.recipe.model import Model
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.placement import Placement
@@ -54,6 +55,7 @@ class Recipe(Section):
     python: Python = Field(default_factory=Python, description="Python environment on the host.")
     model: Model = Field(description="The model.")
     env: EnvMap = Field(default_factory=dict, description="Environment for every step.")
+    log: Log = Field(default_factory=Log, description="Logging level of the job's engines and libraries.")
     placement: Placement = Field(default_factory=Placement, description="Placement choices.")
     trainer: Trainer | None = Field(None, description="Trainer (kinds `sft`, `rl`).")
     orchestrator: Orchestrator | None = Field(None, description="Orchestrator (kind `rl`).")
