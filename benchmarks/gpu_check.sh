@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# benchmarks/gpu_check.sh: the trainer's GPU figures in one call (< 8 min on one H100 or H200).
+# benchmarks/gpu_check.sh: the trainer's GPU figures, one call per PARTS choice (each < 10 min on one H100 or H200).
 #
 # Runs from a checkout on a machine with nothing but torch, transformers and triton (no vLLM), and
 # says what each part measures as it starts it. On a machine without CUDA it runs up to the first
@@ -24,6 +24,12 @@
 #                shape, 4 x 16k per step: per-step time, tokens/s, sync seconds.
 #   6. profile:  step_profile.py: torch.profiler over one fast-path step at that shape: top kernels
 #                by device time and the share per kind (attention, GEMM, copy/cast, ...).
+#   7. attention: attention_bench.py: per-document attention kernels on one packed row at that
+#                shape (4 x 16k, 16/8 heads x 128), forward + backward, each against the reference:
+#                varlen flash (what the trainer runs), SDPA per document under cuDNN / flash /
+#                efficient, FlexAttention with a document block mask. Chooses the trainer's kernel.
+# PARTS picks the CUDA parts (default "2 3 4 5 6 7", about 11 minutes at the default limits: more than
+# one device call's 10, so split them: PARTS="2 3 5 7" then PARTS="4 6").
 # Each part has its own time limit (LIMIT_<part> seconds) and its own log under $OUT
 # (default gpu-check-out/); a failing part is reported and the next one runs.
 set -uo pipefail
@@ -44,9 +50,12 @@ fi
 
 mkdir -p "$OUT"
 started=$SECONDS
-part() { echo; echo "=== $1 [$(date -u +%H:%M:%S), ${SECONDS}s in]: $2"; }
+PARTS=" ${PARTS:-2 3 4 5 6 7} "  # the CUDA parts to run: all of them take about 11 minutes, one call has 10
+CURRENT=0
+part() { CURRENT=$1; echo; echo "=== $1 [$(date -u +%H:%M:%S), ${SECONDS}s in]: $2"; }
 run() {  # run NAME LIMIT CMD...: output to the screen and $OUT/NAME.log; one line with its exit status
     local name=$1 limit=$2; shift 2
+    if [[ $CURRENT -ge 2 && $PARTS != *" $CURRENT "* ]]; then echo "[$name: skipped, not in PARTS=$PARTS]"; return; fi
     timeout --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
     local rc=${PIPESTATUS[0]}
     echo "[$name: exit $rc$([[ $rc == 124 ]] && echo ", stopped at its ${limit}s limit")]"
@@ -75,7 +84,7 @@ for m in ("loop", "context_parallel", "expert_parallel", "router_replay", "token
 print("trainer modules import")
 PY
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-    echo; echo "no CUDA device: parts 2-6 need one; stopping here (exit 0)."
+    echo; echo "no CUDA device: parts 2-7 need one; stopping here (exit 0)."
     exit 0
 fi
 gib=$("$PY" -c "import torch; print(torch.cuda.get_device_properties(0).total_memory // 2**30)")
@@ -92,7 +101,7 @@ part 3 "dense: trainer_bench, Qwen3-0.6B shape, RL 4 x 16k, fast path vs plain s
 run dense "${LIMIT_dense:-140}" "$PY" benchmarks/trainer_bench.py --preset qwen3-0.6b --mode rl --steps 2 --reference
 
 part 4 "MoE: trainer_bench, Qwen3-30B-A3B shape x $moe_layers layers ($gib GiB), RL 2 x 8k, fast path vs plain step"
-run moe "${LIMIT_moe:-140}" "$PY" benchmarks/trainer_bench.py --preset qwen3-30b-a3b --layers "$moe_layers" \
+run moe "${LIMIT_moe:-240}" "$PY" benchmarks/trainer_bench.py --preset qwen3-30b-a3b --layers "$moe_layers" \
     --mode rl --steps 2 --reference
 
 part 5 "the trainer component (torchrun, rollout files, publish per step), Qwen3-0.6B shape, 4 x 16k"
@@ -100,5 +109,8 @@ run trainer "${LIMIT_trainer:-110}" "$PY" benchmarks/component_bench.py --preset
 
 part 6 "profile of one fast-path step, Qwen3-0.6B shape, 4 x 16k"
 run profile "${LIMIT_profile:-70}" "$PY" benchmarks/step_profile.py --preset qwen3-0.6b --mode rl --top 15
+
+part 7 "per-document attention kernels, Qwen3-0.6B heads, 4 x 16k, forward + backward"
+run attention "${LIMIT_attention:-90}" "$PY" benchmarks/attention_bench.py
 
 echo; echo "=== done in $((SECONDS - started))s; logs in $OUT"
