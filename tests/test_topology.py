@@ -14,10 +14,12 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from slurmrl.contract.probe_report import ContainerObservation, ProbeReport
 from slurmrl.errors import UserError
 from slurmrl.plan import plan
 from slurmrl.recipe.load import load_recipe
@@ -179,18 +181,18 @@ def test_the_preflight_reads_each_nodes_fabric_from_the_probes_reports():
     r = load_recipe(ROOT / "recipes" / "inference-debug.toml")
     r = r.model_copy(update={"slurm": r.slurm.model_copy(update={"nvlink_domain": ["inference"]})})
     p = plan(r, "/runs/x", preflight=True)
-    reports = {(c.name, i.rank): {"host": f"n{c.first_node + i.node + 1}", "fabric": None}
-               for c in p.components for i in c.instances}
+    reports = {(c.name, i.rank): ProbeReport(
+        component=c.name, rank=i.rank, host=f"n{c.first_node + i.node + 1}", node=i.node, local=i.local, gpus_seen=(),
+        gpus=(), gpu_positions=i.gpus, ports={}, container=ContainerObservation(uid=0, gid=0), env={}, allocation={},
+        errors=(), fabric=None) for c in p.components for i in c.instances}
     notes, problems = topology.nvlink_report(p, reports)
     assert notes == ["topology: slurm.nvlink_domain inference: no nvidia-smi on its nodes; not checked"] and not problems
     racks = {"n1": RACK_A, "n2": RACK_B}
-    for rep in reports.values():
-        rep["fabric"] = node(GB200.format(uuid=racks[rep["host"]]))
+    reports = {k: replace(rep, fabric=node(GB200.format(uuid=racks[rep.host]))) for k, rep in reports.items()}
     notes, problems = topology.nvlink_report(p, reports)
     assert problems == [f"slurm.nvlink_domain: inference: its nodes are in 2 NVLink domains "
                         f"(n1: {RACK_A}/32766, n2: {RACK_B}/32766)"], problems
     racks["n2"] = RACK_A
-    for rep in reports.values():
-        rep["fabric"] = node(GB200.format(uuid=racks[rep["host"]]))
+    reports = {k: replace(rep, fabric=node(GB200.format(uuid=racks[rep.host]))) for k, rep in reports.items()}
     notes, problems = topology.nvlink_report(p, reports)
     assert notes == [f"topology: slurm.nvlink_domain inference: 2 node(s), domain(s) {RACK_A}/32766"] and not problems

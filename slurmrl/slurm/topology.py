@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from slurmrl.contract.probe_report import ProbeReport
 from slurmrl.errors import UserError
 from slurmrl.slurm import tools
 
@@ -92,8 +93,9 @@ def check_domains(groups: dict[str, dict[str, dict | None]]) -> list[str]:
     return problems
 
 
-def nvlink_report(plan, reports: dict) -> tuple[list[str], list[str]]:
-    """(notes, problems) for the het groups in ``plan.nvlink_domain``, from the probes' reports."""
+def nvlink_report(plan, reports: dict[tuple[str, int], ProbeReport]) -> tuple[list[str], list[str]]:
+    """(notes, problems) for the het groups in ``plan.nvlink_domain``, from the probes' reports
+    (by component and rank)."""
     groups: dict[str, dict] = {}
     for c in plan.components:
         if c.group not in plan.nvlink_domain:
@@ -102,7 +104,7 @@ def nvlink_report(plan, reports: dict) -> tuple[list[str], list[str]]:
         for inst in c.instances:
             rep = reports.get((c.name, inst.rank))
             if rep is not None:
-                hosts[rep.get("host", "?")] = rep.get("fabric") or hosts.get(rep.get("host", "?"))
+                hosts[rep.host] = rep.fabric or hosts.get(rep.host)
     notes = []
     for name, hosts in groups.items():
         if all(f is None for f in hosts.values()):
