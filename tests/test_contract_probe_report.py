@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurmrl.contract.probe_report import ContainerObservation, ProbeReport, ReportError, read
+from slurmrl.contract.probe_report import ContainerObservation, NodeFabric, ProbeReport, ReportError, read
 from slurmrl.runtime.steps import container
 
 text = st.text(max_size=8)
@@ -25,8 +25,9 @@ observations = st.builds(
     mounts=st.dictionaries(names, st.sampled_from(("ro", "rw")), max_size=4), readonly_root=st.none() | st.booleans(),
     cwd=st.none() | text, uid=whole, gid=whole, uid_map=st.none() | text, job_uid=st.none() | text,
     home=st.none() | text, test_double=st.none() | text)
-fabrics = st.none() | st.fixed_dictionaries({"gpus": st.lists(st.dictionaries(names, text, max_size=3), max_size=2),
-                                             "domains": st.lists(text, max_size=2)}) | st.builds(dict, error=text)
+fabrics = st.none() | st.builds(NodeFabric, error=text) | st.builds(
+    NodeFabric, gpus=st.lists(st.dictionaries(names, text, max_size=3), max_size=2).map(tuple),
+    domains=st.lists(text, max_size=2).map(tuple))
 reports = st.builds(
     ProbeReport, component=names, rank=whole, host=text, node=whole, local=whole,
     gpus_seen=st.lists(text, max_size=4).map(tuple), gpus=st.lists(text, max_size=4).map(tuple),
@@ -65,6 +66,17 @@ def test_the_file_is_byte_for_byte_what_the_probe_always_wrote():
     assert report.container.mounts["/work"] == "rw" and report.fabric is None
 
 
+def test_a_fabric_is_written_as_the_probe_always_wrote_it():
+    """Either the GPUs' blocks and the domains, or (nvidia-smi failed) only the error."""
+    gpus = ({"gpu": "00000008:01:00.0", "state": "Completed", "status": "Success", "clique": "32766",
+             "cluster_uuid": "u"},)
+    written = {**WRITTEN, "fabric": {"gpus": list(gpus), "domains": ["u/32766"]}}
+    report = ProbeReport.from_json(written, "f.json")
+    assert report.fabric == NodeFabric(gpus=gpus, domains=("u/32766",))
+    assert report.dumps(indent=1) == json.dumps(written, indent=1)
+    assert NodeFabric(error="nvidia-smi -q: timed out").to_json() == {"error": "nvidia-smi -q: timed out"}
+
+
 def test_what_observe_writes_is_what_the_reader_reads():
     """The writer (``container.observe`` in the step) into the reader, keys in the order they always were."""
     obs = container.observe()
@@ -83,6 +95,10 @@ def test_what_observe_writes_is_what_the_reader_reads():
     (lambda d: d.update(env=[]), "f.json: key 'env' must be an object, got list"),
     (lambda d: d.update(errors=None), "f.json: key 'errors' must be a list, got null"),
     (lambda d: d.update(fabric=[]), "f.json: key 'fabric' must be an object, got list"),
+    (lambda d: d.update(fabric={"gpus": []}), "f.json: key 'fabric.domains' is missing"),
+    (lambda d: d.update(fabric={"error": 9}), "f.json: key 'fabric.error' must be a string, got int"),
+    (lambda d: d.update(fabric={"gpus": [{"gpu": 1}], "domains": []}),
+     "f.json: key 'fabric.gpus[0].gpu' must be a string, got int"),
     (lambda d: d.update(container=None), "f.json: key 'container' must be an object, got null"),
     (lambda d: d["container"].pop("uid_map"), "f.json: key 'container.uid_map' is missing"),
     (lambda d: d["container"].update(enroot_lock="yes"),

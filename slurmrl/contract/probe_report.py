@@ -9,7 +9,7 @@ inside each task's step (``slurmrl.runtime.steps.probe``) and read by ``slurmrl 
 
 ``container`` is what the step sees of its Pyxis + enroot container (``ContainerObservation``:
 ``slurmrl.runtime.steps.container.observe`` makes it, where each key is explained); ``fabric`` is the
-node's NVLink fabric as ``slurmrl.runtime.steps.fabric.node_fabric`` records it (null where the plan asks
+node's NVLink fabric (``NodeFabric``: ``slurmrl.runtime.steps.fabric.node_fabric``; null where the plan asks
 for no NVLink domain or the node has no nvidia-smi), read by ``slurmrl.slurm.topology``.
 
 Each key is spelled once, as a field name below: ``to_json`` writes every field in order (a null as
@@ -86,12 +86,6 @@ def _mode(value: Any, key: str) -> str:
     return value
 
 
-def _any_object(value: Any, key: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _Bad(key, f"must be an object, got {_kind(value)}")
-    return dict(value)
-
-
 def _spec(read: Reader) -> dict:
     return {"read": read}
 
@@ -116,7 +110,7 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, ContainerObservation):
+    if isinstance(value, (ContainerObservation, NodeFabric)):
         return value.to_json()
     return value
 
@@ -154,6 +148,39 @@ class ContainerObservation:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NodeFabric:
+    """A node's NVLink fabric: each GPU's Fabric block as ``nvidia-smi -q`` shows it (gpu, state, status,
+    clique, cluster_uuid: ``slurmrl.runtime.steps.fabric.GpuFabric``) and the node's domains
+    (``ClusterUUID/CliqueId``; ``none`` for a GPU in none); or, where nvidia-smi failed, only ``error``
+    (then the file holds only that key)."""
+
+    gpus: tuple[dict[str, str], ...] = ()
+    domains: tuple[str, ...] = ()
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.error is not None and (self.gpus or self.domains):
+            raise ValueError("a node's fabric is either its GPUs and domains or the error of nvidia-smi, not both")
+
+    def to_json(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"error": self.error}
+        return {"gpus": [dict(g) for g in self.gpus], "domains": list(self.domains)}
+
+
+def _fabric(value: Any, key: str) -> NodeFabric:
+    if not isinstance(value, dict):
+        raise _Bad(key, f"must be an object, got {_kind(value)}")
+    if "error" in value:
+        return NodeFabric(error=_TEXT(value["error"], f"{key}.error"))
+    for name in ("gpus", "domains"):
+        if name not in value:
+            raise _Bad(f"{key}.{name}", "is missing")
+    return NodeFabric(gpus=_list(_table(_TEXT))(value["gpus"], f"{key}.gpus"),
+                      domains=_list(_TEXT)(value["domains"], f"{key}.domains"))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProbeReport:
     """One probe's report: where its task ran and what it saw (see the module's note for each key)."""
 
@@ -171,7 +198,7 @@ class ProbeReport:
     env: dict[str, str] = field(metadata=_spec(_table(_TEXT)))  # the job's variables the probe reports
     allocation: dict[str, str] = field(metadata=_spec(_table(_TEXT)))  # het group -> node list
     errors: tuple[str, ...] = field(metadata=_spec(_list(_TEXT)))
-    fabric: dict[str, Any] | None = field(metadata=_spec(_or_null(_any_object)))
+    fabric: NodeFabric | None = field(metadata=_spec(_or_null(_fabric)))
 
     @property
     def task(self) -> tuple[str, int]:
