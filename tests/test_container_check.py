@@ -10,18 +10,21 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from slurmrl.app.preflight import Mount, check_container, container_plan
+from slurmrl.contract.probe_report import ContainerObservation, ReportError
 from slurmrl.runtime.steps import container
 
 RUN = "/cluster/runs/rl"
 FLAGS = ("--container-image=nvcr.io#nvidia/pytorch:24.01-py3", f"--container-mounts={RUN}:{RUN},/data:/mnt/data:ro")
 
 
-def real(**kw) -> dict:
-    """A step in a real enroot container: /.lock, rootfs pyxis_<job>.<step>, / read-only."""
+def real(**kw) -> ContainerObservation:
+    """A step in a real enroot container: /.lock, rootfs pyxis_<job>.<step>, / read-only (read from JSON as
+    the probe writes it)."""
     obs = {
         "errors": [], "enroot_lock": True, "rootfs": "/home/u/.local/share/enroot/pyxis_77.0",
         "rootfs_type": "ext4", "readonly_root": True, "cwd": "/workspace", "uid": 1000, "gid": 1000,
@@ -30,10 +33,10 @@ def real(**kw) -> dict:
                    RUN: "rw", "/mnt/data": "ro"},
     }
     obs.update(kw)
-    return obs
+    return ContainerObservation.from_json(obs, "real()")
 
 
-def double(**kw) -> dict:
+def double(**kw) -> ContainerObservation:
     """A step under tests/pyxis_double: the host's root, no /.lock, the double's marker."""
     return real(enroot_lock=False, rootfs="/", test_double="tests/pyxis_double", readonly_root=False,
                 uid=0, job_uid="0", uid_map="0 0 4294967295", **kw)
@@ -68,17 +71,17 @@ def test_every_flag_a_real_container_shows():
                      "--container-mount-home", "--container-name=cache", "--container-env=HF_TOKEN",
                      "--no-container-entrypoint")
     obs = real(uid=0, uid_map="0 1000 1", home="/root", rootfs="/home/u/.local/share/enroot/pyxis_cache",
-               mounts={**real()["mounts"], "/root": "rw"})
+               mounts={**real().mounts, "/root": "rw"})
     assert check_container(flags, obs) == ("enroot /:ro mounts 2/2", [])
     # container_scope=job names it pyxis_<jobid>_<name>
-    assert check_container(flags, {**obs, "rootfs": "/var/enroot/pyxis_77_cache"})[1] == []
+    assert check_container(flags, replace(obs, rootfs="/var/enroot/pyxis_77_cache"))[1] == []
     writable = FLAGS + ("--container-writable", "--no-container-remap-root")
     assert check_container(writable, real(readonly_root=False)) == ("enroot /:rw mounts 2/2", [])
 
 
 def test_no_plan_no_container_is_quiet():
     assert check_container((), real(enroot_lock=False, rootfs="/")) == ("-", [])
-    assert check_container((), {}) == ("-", [])
+    assert check_container((), None) == ("-", [])
     # a named container without an image is a container too (Pyxis reuses pyxis_<name>)
     named = real(rootfs="/enroot/pyxis_cache")
     assert check_container(("--container-name=cache",), named) == ("enroot /:ro mounts 0/0", [])
@@ -87,10 +90,12 @@ def test_no_plan_no_container_is_quiet():
 # ---- each mismatch, named -------------------------------------------------------------------------
 
 def test_a_step_outside_any_container_says_the_flags_are_missing():
-    for obs in ({}, None, real(enroot_lock=False), {"PYXIS_VERSION": "0.20"}):  # the last: an old report
+    for obs in (None, real(enroot_lock=False), real(enroot_lock=None)):  # the last: /.lock could not be looked at
         cell, problems = check_container(FLAGS, obs)
         assert cell == "none" and len(problems) == 1
         assert problems[0].startswith("container flags missing"), problems
+    with pytest.raises(ReportError, match="^old.json: key 'errors' is missing$"):  # a report of another shape
+        ContainerObservation.from_json({"PYXIS_VERSION": "0.20"}, "old.json")
 
 
 def test_a_container_the_plan_does_not_have():
@@ -99,7 +104,7 @@ def test_a_container_the_plan_does_not_have():
 
 
 def test_missing_and_writable_mounts():
-    mounts = {k: v for k, v in real()["mounts"].items() if k != RUN}
+    mounts = {k: v for k, v in real().mounts.items() if k != RUN}
     _, problems = check_container(FLAGS, real(mounts={**mounts, "/mnt/data": "rw"}))
     assert problems == [f"nothing mounted at {RUN} (--container-mounts {RUN}:{RUN})",
                         "/mnt/data is mounted rw, the plan mounts it ro"]
@@ -173,19 +178,20 @@ def test_observe_reads_the_last_mount_at_each_point(monkeypatch, tmp_path):
     monkeypatch.setattr(container, "MOUNTINFO", str(tmp_path / "mountinfo"))
     monkeypatch.setenv(container.TEST_DOUBLE_ENV, "x")
     obs = container.observe()
-    assert obs["rootfs"] == "/enroot/pyxis_9.1" and obs["rootfs_type"] == "ext4"
-    assert obs["mounts"] == {"/": "ro", "/data": "ro", "/mnt/with space": "rw", "/proc": "rw"}
-    assert obs["test_double"] == "x" and obs["cwd"] == os.getcwd() and obs["uid"] == os.getuid()
-    json.dumps(obs)
+    assert obs.rootfs == "/enroot/pyxis_9.1" and obs.rootfs_type == "ext4"
+    assert obs.mounts == {"/": "ro", "/data": "ro", "/mnt/with space": "rw", "/proc": "rw"}
+    assert obs.test_double == "x" and obs.cwd == os.getcwd() and obs.uid == os.getuid()
+    assert ContainerObservation.from_json(json.loads(json.dumps(obs.to_json())), "obs") == obs
 
 
 def test_observe_never_raises(monkeypatch):
     monkeypatch.setattr(container, "MOUNTINFO", "/nonexistent/mountinfo")
     obs = container.observe()
-    assert obs["mounts"] == {} and obs["errors"] and obs["rootfs"] is None
+    assert obs.mounts == {} and obs.errors and obs.rootfs is None
+    assert obs.errors[0].startswith("/nonexistent/mountinfo: ")
 
 
-OBSERVE = "import json; from slurmrl.runtime.steps import container; print(json.dumps(container.observe()))"
+OBSERVE = "import json; from slurmrl.runtime.steps import container; print(json.dumps(container.observe().to_json()))"
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
@@ -200,11 +206,10 @@ def test_observe_sees_real_mounts_in_a_private_mount_namespace(tmp_path):
                        capture_output=True, text=True, timeout=60,
                        env={**os.environ, container.TEST_DOUBLE_ENV: "unit test"})
     assert r.returncode == 0, r.stderr
-    obs = json.loads(r.stdout)
-    assert obs["mounts"][str(dst)] == "ro" and obs["cwd"] == str(dst)
+    obs = ContainerObservation.from_json(json.loads(r.stdout), "stdout")
+    assert obs.mounts[str(dst)] == "ro" and obs.cwd == str(dst)
     flags = ("--container-image=i", f"--container-mounts={src}:{dst}:ro", f"--container-workdir={dst}")
     assert check_container(flags, obs) == ("test double /:rw mounts 1/1", [])
     # the same flags against this process, which has no such mount
-    here = container.observe()
-    here["test_double"] = "unit test"
+    here = replace(container.observe(), test_double="unit test")
     assert check_container(flags, here)[1][0] == f"nothing mounted at {dst} (--container-mounts {src}:{dst})"

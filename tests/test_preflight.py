@@ -18,7 +18,9 @@ import pytest
 
 from slurmrl.app import preflight
 from slurmrl.app.build import build
+from slurmrl.contract.probe_report import ContainerObservation, ProbeReport
 from slurmrl.plan import Plan
+from slurmrl.rundir.paths import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
 PY_OVERRIDE = f'python.executable="{sys.executable}"'
@@ -150,14 +152,13 @@ def _reports(run_dir: Path, plan: Plan, hosts: dict[int, list[str]], job_id: str
     (run_dir / "preflight").mkdir(parents=True)
     for c in plan.components:
         for inst in c.instances:
-            rep = {
-                "component": c.name, "rank": inst.rank, "host": hosts[c.group][c.first_node + inst.node],
-                "node": inst.node, "local": inst.local, "gpus": [str(g) for g in inst.gpus],
-                "gpu_positions": list(inst.gpus),
-                "ports": {p: base + plan.ports[n] for p, n in inst.ports.items()},
-                "container": {}, "env": {"SLURM_JOB_ID": job_id, "SLURMRL_PORT_BASE": str(base)}, "errors": [],
-            }
-            (run_dir / "preflight" / f"{c.name}.{inst.rank}.json").write_text(json.dumps(rep))
+            rep = ProbeReport(  # as the probe writes it (slurmrl.runtime.steps.probe), outside any container
+                component=c.name, rank=inst.rank, host=hosts[c.group][c.first_node + inst.node],
+                node=inst.node, local=inst.local, gpus_seen=(), gpus=tuple(str(g) for g in inst.gpus),
+                gpu_positions=inst.gpus, ports={p: base + plan.ports[n] for p, n in inst.ports.items()},
+                container=ContainerObservation(enroot_lock=False, readonly_root=False, uid=1000, gid=1000),
+                env={"SLURM_JOB_ID": job_id, "SLURMRL_PORT_BASE": str(base)}, allocation={}, errors=(), fabric=None)
+            RunDir(run_dir).preflight_report(c.name, inst.rank).write_text(rep.dumps(indent=1))
 
 
 @pytest.fixture
@@ -192,6 +193,20 @@ def test_checker_names_each_mismatch(rl_debug):
     found = problems(preflight.check(run_dir, plan, "7", hosts))
     assert set(found) == {"orchestrator.0", "inference.0", "trainer.0"}
     assert "no report" in found["orchestrator.0"][0]
+    # a report that breaks the contract: its row names the file and the key, in one line
+    tr["ports"] = {"rdzv": "1"}
+    (run_dir / "preflight" / "trainer.0.json").write_text(json.dumps(tr))
+    (run_dir / "preflight" / "orchestrator.0.json").write_text("{")
+    found = problems(preflight.check(run_dir, plan, "7", hosts))
+    assert found["trainer.0"] == [f"unreadable report: {run_dir}/preflight/trainer.0.json: key 'ports.rdzv' must be "
+                                  "a whole number, got str"]
+    assert found["orchestrator.0"][0].startswith(f"unreadable report: {run_dir}/preflight/orchestrator.0.json: "
+                                                 "not JSON: ")
+    assert all("\n" not in p for p in found["trainer.0"] + found["orchestrator.0"])
+    tr["ports"] = {"rdzv": 1}
+    (run_dir / "preflight" / "trainer.0.json").write_text(json.dumps(tr))
+    (run_dir / "preflight" / "orchestrator.0.json").unlink()
+    found = problems(preflight.check(run_dir, plan, "7", hosts))
     text = " | ".join(found["inference.0"])
     assert "runs on n2, planned n1" in text and "sees 2 GPU(s)" in text and "Address already in use" in text
     text = " | ".join(found["trainer.0"])
@@ -208,8 +223,8 @@ def test_checker_wants_container_flags_when_the_plan_has_them(tmp_path):
     # what a step under the Pyxis test double observes passes (more cases: tests/test_container_check.py)
     for f in (out.run_dir / "preflight").glob("*.json"):
         rep = json.loads(f.read_text())
-        rep["container"] = {"enroot_lock": False, "test_double": "tests/pyxis_double", "readonly_root": False,
-                            "mounts": {"/": "rw", str(out.run_dir): "rw"}, "cwd": "/", "uid": 0}
+        rep["container"].update(test_double="tests/pyxis_double", mounts={"/": "rw", str(out.run_dir): "rw"}, cwd="/",
+                                uid=0)
         f.write_text(json.dumps(rep))
     rows = preflight.check(out.run_dir, out.plan, "7", hosts)
     assert problems(rows) == {} and {r.container for r in rows} == {"test double /:rw mounts 1/1"}

@@ -10,14 +10,17 @@ tested against these texts and is unverified on real GB200 hardware.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from slurmrl.contract.probe_report import ContainerObservation, NodeFabric, ProbeReport
 from slurmrl.errors import UserError
 from slurmrl.plan import plan
 from slurmrl.recipe.load import load_recipe
@@ -92,9 +95,8 @@ HELP_2411 = HELP_2205 + """      --segment=segment_size  assign the job's nodes 
 """
 
 
-def node(text: str) -> dict:
-    gpus = fabric.fabric(text)
-    return {"gpus": [g.__dict__ for g in gpus], "domains": sorted({g.domain or "none" for g in gpus})}
+def node(text: str) -> NodeFabric:
+    return fabric.summary(fabric.fabric(text))
 
 
 def test_fabric_blocks_are_parsed_per_gpu():
@@ -117,7 +119,7 @@ def test_one_domain_per_group_is_checked():
     none = topology.check_domains({"decode": {"n1": a1, "h1": node(H100)}})
     assert none == ["slurm.nvlink_domain: decode: h1 is in no single NVLink domain (none)"]
     assert topology.check_domains({"inference": {"n1": None, "n2": None}}) == []  # no nvidia-smi: not judged
-    err = topology.check_domains({"inference": {"n1": {"error": "nvidia-smi -q exited with 9: x"}}})
+    err = topology.check_domains({"inference": {"n1": NodeFabric(error="nvidia-smi -q exited with 9: x")}})
     assert err == ["slurm.nvlink_domain: inference: n1: nvidia-smi -q exited with 9: x"]
 
 
@@ -179,18 +181,20 @@ def test_the_preflight_reads_each_nodes_fabric_from_the_probes_reports():
     r = load_recipe(ROOT / "recipes" / "inference-debug.toml")
     r = r.model_copy(update={"slurm": r.slurm.model_copy(update={"nvlink_domain": ["inference"]})})
     p = plan(r, "/runs/x", preflight=True)
-    reports = {(c.name, i.rank): {"host": f"n{c.first_node + i.node + 1}", "fabric": None}
-               for c in p.components for i in c.instances}
+    reports = {(c.name, i.rank): ProbeReport(
+        component=c.name, rank=i.rank, host=f"n{c.first_node + i.node + 1}", node=i.node, local=i.local, gpus_seen=(),
+        gpus=(), gpu_positions=i.gpus, ports={}, container=ContainerObservation(uid=0, gid=0), env={}, allocation={},
+        errors=(), fabric=None) for c in p.components for i in c.instances}
     notes, problems = topology.nvlink_report(p, reports)
     assert notes == ["topology: slurm.nvlink_domain inference: no nvidia-smi on its nodes; not checked"] and not problems
     racks = {"n1": RACK_A, "n2": RACK_B}
-    for rep in reports.values():
-        rep["fabric"] = node(GB200.format(uuid=racks[rep["host"]]))
+    reports = {k: replace(rep, fabric=node(GB200.format(uuid=racks[rep.host]))) for k, rep in reports.items()}
+    # what the probe wrote, read back through its file's contract
+    reports = {k: ProbeReport.from_json(json.loads(rep.dumps(indent=1)), "f.json") for k, rep in reports.items()}
     notes, problems = topology.nvlink_report(p, reports)
     assert problems == [f"slurm.nvlink_domain: inference: its nodes are in 2 NVLink domains "
                         f"(n1: {RACK_A}/32766, n2: {RACK_B}/32766)"], problems
     racks["n2"] = RACK_A
-    for rep in reports.values():
-        rep["fabric"] = node(GB200.format(uuid=racks[rep["host"]]))
+    reports = {k: replace(rep, fabric=node(GB200.format(uuid=racks[rep.host]))) for k, rep in reports.items()}
     notes, problems = topology.nvlink_report(p, reports)
     assert notes == [f"topology: slurm.nvlink_domain inference: 2 node(s), domain(s) {RACK_A}/32766"] and not problems

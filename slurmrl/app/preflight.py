@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmrl.app.job_outputs import failed_reason
-from slurmrl.contract import env as job_env
+from slurmrl.contract import probe_report
+from slurmrl.contract.probe_report import ContainerObservation, ProbeReport, ReportError
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
+from slurmrl.plan.model import Component, Instance
 from slurmrl.plan.stored import load_plan
 from slurmrl.render.summary import table
 from slurmrl.rundir.paths import RunDir
-from slurmrl.rundir.read import read_json
 from slurmrl.slurm import tools, topology
 from slurmrl.slurm.watch import Snapshot, Watch
 
@@ -60,13 +61,13 @@ class GroupHosts:
             if len(names) > len(self.hosts.get(p.group, [])):
                 self.nodes[p.group], self.hosts[p.group] = p.nodes, names
 
-    def add_reports(self, reports: dict[tuple[str, int], dict]) -> None:
+    def add_reports(self, reports: Reports) -> None:
         """The node lists Slurm gave the probes' steps (``SLURM_JOB_NODELIST_HET_GROUP_<g>``; also what
         a cluster without accounting leaves us), where they are longer than what the snapshots saw: a
         snapshot taken as a short job starts or ends may list only the nodes still busy."""
-        for rep in reports.values():
-            for group, nodes in (rep.get("allocation") or {}).items():
-                if str(group).isdigit() and isinstance(nodes, str):
+        for rep in reports.by_task.values():
+            for group, nodes in rep.allocation.items():
+                if group.isdigit():
                     names = tools.hostnames(nodes)
                     if len(names) > len(self.hosts.get(int(group), [])):
                         self.nodes[int(group)], self.hosts[int(group)] = nodes, names
@@ -129,7 +130,7 @@ def container_plan(flags: tuple[str, ...]) -> ContainerPlan:
     return ContainerPlan(mounts=tuple(mounts), **values)
 
 
-def check_container(flags: tuple[str, ...], obs: dict | None) -> tuple[str, list[str]]:
+def check_container(flags: tuple[str, ...], obs: ContainerObservation | None) -> tuple[str, list[str]]:
     """The probe's container observation (slurmrl.runtime.steps.container.observe) against the plan's
     Pyxis flags -> (the report's "container" cell, problems). Only what a real Pyxis + enroot step
     shows is required: enroot's /.lock, a mount at each planned destination, the workdir as cwd,
@@ -138,53 +139,78 @@ def check_container(flags: tuple[str, ...], obs: dict | None) -> tuple[str, list
     container directory pyxis_[<jobid>_]<name> with --container-name. The Pyxis test double
     (tests/pyxis_double) runs no image: there its marker replaces /.lock and the name is not checked."""
     want = container_plan(flags)
-    obs = obs or {}
-    double = bool(obs.get("test_double"))
-    inside = bool(obs.get("enroot_lock")) or double
+    double = obs is not None and bool(obs.test_double)
+    inside = obs is not None and (bool(obs.enroot_lock) or double)
     if want.image is None and want.name is None:  # Pyxis runs a container for either
         if inside:
             return "container", ["runs in a container the plan does not have (PYXIS_CONTAINER_* in the environment?)"]
         return "-", []
-    if not inside:
+    if obs is None or not inside:
         return "none", ["container flags missing: the step is not in an enroot container (no /.lock)"]
-    problems = []
-    mounts = obs.get("mounts") or {}
     planned = [m for m in want.mounts if m.source != "umount"]  # "umount" detaches DST instead
+    problems = _mount_problems(planned, obs.mounts) + _process_problems(want, obs)
+    if want.name and not double:
+        problems += _name_problems(want.name, obs.rootfs)
+    found = sum(m.target in obs.mounts for m in planned)
+    root = "?" if obs.readonly_root is None else "ro" if obs.readonly_root else "rw"
+    return f"{'test double' if double else 'enroot'} /:{root} mounts {found}/{len(planned)}", problems
+
+
+def _mount_problems(planned: list[Mount], mounts: dict[str, str]) -> list[str]:
+    """--container-mounts: something mounted at each destination, read-only where the flags say ro."""
+    problems = []
     for m in planned:
         if m.target not in mounts:
             problems.append(f"nothing mounted at {m.target} (--container-mounts {m.source}:{m.target})")
         elif "ro" in m.flags and mounts[m.target] != "ro":
             problems.append(f"{m.target} is mounted {mounts[m.target]}, the plan mounts it ro")
-    if want.workdir and want.workdir.startswith("/") and obs.get("cwd") != _inside(want.workdir):
-        problems.append(f"working directory is {obs.get('cwd')}, plan has --container-workdir={want.workdir}")
-    if want.writable is not None and obs.get("readonly_root") is want.writable:
+    return problems
+
+
+def _process_problems(want: ContainerPlan, obs: ContainerObservation) -> list[str]:
+    """The step's working directory, its / read-only or writable, its uid and its home directory."""
+    problems = []
+    if want.workdir and want.workdir.startswith("/") and obs.cwd != _inside(want.workdir):
+        problems.append(f"working directory is {obs.cwd}, plan has --container-workdir={want.workdir}")
+    if want.writable is not None and obs.readonly_root is want.writable:
         problems.append(f"/ is {'read-only' if want.writable else 'writable'}, plan has "
                         f"{'--container-writable' if want.writable else '--container-readonly'}")
-    if want.remap_root and obs.get("uid") != 0:
-        problems.append(f"uid is {obs.get('uid')}, --container-remap-root makes it 0")
-    elif want.remap_root is False and str(obs.get("job_uid", "")).isdigit() and obs.get("uid") != int(obs["job_uid"]):
-        problems.append(f"uid is {obs.get('uid')}, not the job's {obs['job_uid']} (--no-container-remap-root)")
-    if want.mount_home:
-        home = "/root" if want.remap_root else obs.get("home")
-        if home and _inside(home) not in mounts:
-            problems.append(f"home {home} is not mounted (--container-mount-home)")
-    rootfs = posixpath.basename(obs.get("rootfs") or "/")  # "": the rootfs is a filesystem's root
-    if want.name and not double and rootfs and not re.fullmatch(rf"pyxis_(\d+_)?{re.escape(want.name)}", rootfs):
-        problems.append(f"container directory is {rootfs}, not pyxis_{want.name} (--container-name)")
-    found = sum(m.target in mounts for m in planned)
-    modes: dict[object, str] = {True: "ro", False: "rw"}
-    root = modes.get(obs.get("readonly_root"), "?")
-    return f"{'test double' if double else 'enroot'} /:{root} mounts {found}/{len(planned)}", problems
+    if want.remap_root and obs.uid != 0:
+        problems.append(f"uid is {obs.uid}, --container-remap-root makes it 0")
+    elif want.remap_root is False and (obs.job_uid or "").isdigit() and obs.uid != int(obs.job_uid or ""):
+        problems.append(f"uid is {obs.uid}, not the job's {obs.job_uid} (--no-container-remap-root)")
+    home = "/root" if want.remap_root else obs.home
+    if want.mount_home and home and _inside(home) not in obs.mounts:
+        problems.append(f"home {home} is not mounted (--container-mount-home)")
+    return problems
 
 
-def read_reports(run_dir: Path) -> dict[tuple[str, int], dict]:
-    reports = {}
+def _name_problems(name: str, rootfs: str | None) -> list[str]:
+    """--container-name: enroot's container directory (the rootfs) is pyxis_[<jobid>_]<name>."""
+    found = posixpath.basename(rootfs or "/")  # "": the rootfs is a filesystem's root
+    if found and not re.fullmatch(rf"pyxis_(\d+_)?{re.escape(name)}", found):
+        return [f"container directory is {found}, not pyxis_{name} (--container-name)"]
+    return []
+
+
+@dataclass(frozen=True)
+class Reports:
+    """The probes' reports by (component, rank), and each report file that could not be read
+    (its name -> one line naming the file and the key)."""
+
+    by_task: dict[tuple[str, int], ProbeReport] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+
+
+def read_reports(run_dir: Path) -> Reports:
+    reports = Reports()
     for f in RunDir(run_dir).preflight_reports():
         try:
-            r = read_json(f)
-            reports[(r["component"], int(r["rank"]))] = r
-        except (UserError, ValueError, KeyError, TypeError, OverflowError):
-            reports[("?", -1)] = {"errors": [f"{f.name}: unreadable report"]}
+            rep = probe_report.read(f)
+        except (OSError, ReportError) as e:
+            reports.unreadable[f.name] = f"unreadable report: {e}"
+            continue
+        reports.by_task[rep.task] = rep
     return reports
 
 
@@ -193,43 +219,44 @@ def check(run_dir: Path, plan: Plan, job_id: str, hosts: dict[int, list[str]]) -
     rows = []
     for c in plan.components:
         for inst in c.instances:
-            row = Row(c.name, inst.rank)
-            rows.append(row)
-            rep = reports.get((c.name, inst.rank))
-            if rep is None:
-                row.problems.append(f"no report (see logs/attempt-*/{c.name}.{inst.rank}.log)")
+            rep = reports.by_task.get((c.name, inst.rank))
+            if rep is not None:
+                rows.append(task_row(rep, plan, c, inst, job_id, hosts.get(c.group, [])))
                 continue
-            env = rep.get("env", {})
-            if str(env.get("SLURM_JOB_ID")) != str(job_id):
-                row.problems.append(f"report is from job {env.get('SLURM_JOB_ID')}, not {job_id}")
-            row.problems += [str(e) for e in rep.get("errors", [])]
-            # host: the planned node of the component's het group
-            row.host = rep.get("host", "?")
-            group = hosts.get(c.group, [])
-            index = c.first_node + inst.node
-            if index >= len(group):
-                row.problems.append(f"group {c.group} has {len(group)} node(s); planned node index {index}")
-            elif row.host != group[index]:
-                row.problems.append(f"runs on {row.host}, planned {group[index]} (group {c.group} node {index})")
-            # GPUs: as many as the plan's positions, at those positions
-            got = rep.get("gpus", [])
-            row.gpus = ",".join(map(str, got)) or "-"
-            if len(got) != len(inst.gpus) or list(rep.get("gpu_positions", [])) != list(inst.gpus):
-                row.problems.append(f"sees {len(got)} GPU(s) {got}, plan has positions {list(inst.gpus)}")
-            # ports: PORT_BASE + the plan's offsets
-            base = env.get(job_env.PORT_BASE)
-            ports = {k: int(v) for k, v in rep.get("ports", {}).items()}
-            row.ports = " ".join(f"{k}={v}" for k, v in sorted(ports.items())) or "-"
-            if base is None or (plan.port_base is not None and int(base) != plan.port_base):
-                row.problems.append(f"PORT_BASE is {base}, plan {plan.port_base or 'derives it from the job id'}")
-            else:
-                want = {purpose: int(base) + plan.ports[name] for purpose, name in inst.ports.items()}
-                if want != ports:
-                    row.problems.append(f"ports {ports}, plan {want}")
-            # the container the flags ask for is the one the step sees
-            row.container, found = check_container(plan.container_flags, rep.get("container"))
-            row.problems += found
+            why = reports.unreadable.get(RunDir(run_dir).preflight_report(c.name, inst.rank).name)
+            rows.append(Row(c.name, inst.rank, problems=[
+                why or f"no report (see logs/attempt-*/{c.name}.{inst.rank}.log)"]))
     return rows
+
+
+def task_row(rep: ProbeReport, plan: Plan, c: Component, inst: Instance, job_id: str, group: list[str]) -> Row:
+    """One probe's report against its task in the plan: the job, the host (``group``: the hosts of the
+    component's het group), the GPUs, the ports and the container."""
+    row = Row(c.name, inst.rank, host=rep.host, gpus=",".join(rep.gpus) or "-",
+              ports=" ".join(f"{k}={v}" for k, v in sorted(rep.ports.items())) or "-")
+    if rep.job_id != str(job_id):
+        row.problems.append(f"report is from job {rep.job_id}, not {job_id}")
+    row.problems += list(rep.errors)
+    index = c.first_node + inst.node  # the planned node of the component's het group
+    if index >= len(group):
+        row.problems.append(f"group {c.group} has {len(group)} node(s); planned node index {index}")
+    elif rep.host != group[index]:
+        row.problems.append(f"runs on {rep.host}, planned {group[index]} (group {c.group} node {index})")
+    if len(rep.gpus) != len(inst.gpus) or list(rep.gpu_positions) != list(inst.gpus):  # at the plan's positions
+        row.problems.append(f"sees {len(rep.gpus)} GPU(s) {list(rep.gpus)}, plan has positions {list(inst.gpus)}")
+    row.problems += _port_problems(rep, plan, inst)
+    row.container, found = check_container(plan.container_flags, rep.container)
+    row.problems += found
+    return row
+
+
+def _port_problems(rep: ProbeReport, plan: Plan, inst: Instance) -> list[str]:
+    """The ports bound are PORT_BASE (the plan's, or the one the job derived) + the plan's offsets."""
+    base = rep.port_base
+    if base is None or not base.isdigit() or (plan.port_base is not None and int(base) != plan.port_base):
+        return [f"PORT_BASE is {base}, plan {plan.port_base or 'derives it from the job id'}"]
+    want = {purpose: int(base) + plan.ports[name] for purpose, name in inst.ports.items()}
+    return [f"ports {rep.ports}, plan {want}"] if want != rep.ports else []
 
 
 def report_table(rows: list[Row]) -> str:
@@ -264,11 +291,12 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
         tools.call(["scancel", "--", job_id], check=False)
         print(f"slurmrl: preflight job {job_id} still {snap.state} after {timeout_s:.0f}s; cancelled it")
     tools.transport().pull(run_dir)  # --cluster: the probes' reports, written there
-    hosts.add_reports(read_reports(run_dir))
+    reports = read_reports(run_dir)
+    hosts.add_reports(reports)
     rows = check(run_dir, plan, job_id, hosts.complete(watch, len(plan.groups)))
     print(report_table(rows))
     bad = [r for r in rows if r.problems]
-    notes, fabric_problems = topology.nvlink_report(plan, read_reports(run_dir))
+    notes, fabric_problems = topology.nvlink_report(plan, reports.by_task)
     for line in [topology.support().line(), *notes]:
         print(line)
     for problem in fabric_problems:

@@ -64,46 +64,61 @@ def check_argv(argv: list[str]) -> None:
     if not argv:
         return
     tool = argv[0].rsplit("/", 1)[-1]
-
-    def ids(value: str) -> None:
-        for one in split_ids(value):
-            check_job_id(one, tool, steps=True)
-
     if tool == "srun":  # attach: srun's own options, then the user's command (not ours to check)
-        for word in argv[1:]:
-            if not word.startswith("-"):
-                return
-            if word.startswith(("--jobid=", "--jobid")):
-                name, eq, value = word.partition("=")
-                if name == "--jobid" and eq:
-                    ids(value)
-                elif name == "--jobid":
-                    raise UserError(tool, "pass the job id as --jobid=ID")
+        _check_srun(argv[1:])
         return
-    i, n = 1, len(argv)
-    while i < n:
+    i = 1
+    while i < len(argv):
         word = argv[i]
         if "\n" in word or "\r" in word or "\0" in word:
             raise UserError(tool, f"argument {word[:40]!r} holds a line break or NUL")
-        if word == "--" and tool == "scancel":
-            rest = argv[i + 1:]
-            if not rest:
-                raise UserError(tool, "no job id after --")
-            for one in rest:
-                ids(one)
+        if word == "--" and tool in ("scancel", "sbatch"):
+            _check_after_dashes(tool, argv[i + 1:])
             return
-        if tool == "sbatch" and word == "--":
-            return  # the script's own arguments follow
+        i = _check_word(tool, argv, i) + 1
+
+
+def _ids(tool: str, value: str) -> None:
+    """Each job id (or step) of a comma-separated list given to ``tool``."""
+    for one in split_ids(value):
+        check_job_id(one, tool, steps=True)
+
+
+def _check_srun(options: list[str]) -> None:
+    """srun's options up to the command: a job id only as ``--jobid=ID``."""
+    for word in options:
+        if not word.startswith("-"):
+            return
         name, eq, value = word.partition("=")
-        if name in ID_OPTIONS and tool != "sbatch":
-            if not eq:
-                i += 1
-                value = argv[i] if i < n else ""
-            ids(value)
-        elif tool == "scancel":
-            if not (word.startswith("--signal=") or word in SCANCEL_OPTIONS):
-                raise UserError(tool, f"{word[:40]!r}: pass job ids after -- (or as --jobs=ID)")
-        elif tool == "scontrol" and word.lower() in SCONTROL_ID_AFTER and i + 1 < n:
+        if name == "--jobid" and not eq:
+            raise UserError("srun", "pass the job id as --jobid=ID")
+        if name == "--jobid":
+            _ids("srun", value)
+
+
+def _check_after_dashes(tool: str, rest: list[str]) -> None:
+    """scancel: only job ids after ``--``; sbatch: the script's own arguments follow (not ours)."""
+    if tool == "sbatch":
+        return
+    if not rest:
+        raise UserError(tool, "no job id after --")
+    for one in rest:
+        _ids(tool, one)
+
+
+def _check_word(tool: str, argv: list[str], i: int) -> int:
+    """The word ``argv[i]`` (with the value after it, where it takes one); returns the last index read."""
+    word = argv[i]
+    name, eq, value = word.partition("=")
+    if name in ID_OPTIONS and tool != "sbatch":
+        if not eq:
             i += 1
-            ids(argv[i])
+            value = argv[i] if i < len(argv) else ""
+        _ids(tool, value)
+    elif tool == "scancel":
+        if not (word.startswith("--signal=") or word in SCANCEL_OPTIONS):
+            raise UserError(tool, f"{word[:40]!r}: pass job ids after -- (or as --jobs=ID)")
+    elif tool == "scontrol" and word.lower() in SCONTROL_ID_AFTER and i + 1 < len(argv):
         i += 1
+        _ids(tool, argv[i])
+    return i

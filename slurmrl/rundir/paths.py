@@ -311,6 +311,10 @@ class RunDir:
     def preflight_dir(self) -> Path:
         return self.path / self.PREFLIGHT
 
+    def preflight_report(self, component: str, rank: int) -> Path:
+        """The preflight probe's report for task ``rank`` of ``component`` (slurmrl.contract.probe_report)."""
+        return self.preflight_dir() / f"{component}.{rank}.json"
+
     def preflight_reports(self) -> list[Path]:
         return sorted(self.preflight_dir().glob("*.json"))
 

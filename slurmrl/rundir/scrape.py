@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from slurmrl.errors import UserError
 from slurmrl.rundir.read import MAX_DEPTH, json_depth, loads_json, open_file
@@ -172,44 +174,57 @@ def read_scrapes(path: Path) -> Scrapes:
     if f is None:
         return out
     with f:
-        for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
-            if len(raw) > MAX_LINE:
-                raise UserError(str(path), f"line {n} is longer than {MAX_LINE >> 20} MiB; it is not a scrape "
-                                           "slurmrl wrote")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise UserError(str(path), f"is not UTF-8 text (line {n}); fix or remove it") from None
-            if json_depth(line) > MAX_DEPTH:
-                raise UserError(str(path), f"line {n} is nested more than {MAX_DEPTH} deep; it is not a scrape "
-                                           "slurmrl wrote")
-            try:
-                rec = loads_json(line, path)
-            except UserError:
-                continue  # a line cut short by a kill
-            if not isinstance(rec, dict) or not isinstance(rec.get("t", rec.get("start")), (int, float)):
-                continue
-            if "start" in rec:
-                keys, current = {}, {}
-                continue
-            t = float(rec["t"])
-            if rec.get("full") is True:
-                out.full = True
-                continue
-            if isinstance(rec.get("error"), str):
-                out.errors.append((t, rec["error"]))
-                continue
-            new, vals = rec.get("k", {}), rec.get("v")
-            if not isinstance(new, dict) or not isinstance(vals, dict):
-                continue
-            keys.update({str(i): str(k) for i, k in new.items()})
-            for i, v in vals.items():
-                if i in keys and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    current[keys[i]] = float(v)
-            for k in current:
-                if k not in out.values:
-                    out.values[k] = [None] * len(out.times)
-            out.times.append(t)
-            for k, column in out.values.items():
-                column.append(current.get(k))
+        for rec in _records(f, path):
+            _add(out, rec, keys, current)
     return out
+
+
+def _records(f: BinaryIO, path: Path) -> Iterator[dict]:
+    """Each record of the file, in order: a line cut short by a kill, or one that is no record, is left
+    out; a line that no scraper could have written (too long, not UTF-8, nested too deep) is a UserError."""
+    for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
+        if len(raw) > MAX_LINE:
+            raise UserError(str(path), f"line {n} is longer than {MAX_LINE >> 20} MiB; it is not a scrape "
+                                       "slurmrl wrote")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UserError(str(path), f"is not UTF-8 text (line {n}); fix or remove it") from None
+        if json_depth(line) > MAX_DEPTH:
+            raise UserError(str(path), f"line {n} is nested more than {MAX_DEPTH} deep; it is not a scrape "
+                                       "slurmrl wrote")
+        try:
+            rec = loads_json(line, path)
+        except UserError:
+            continue  # a line cut short by a kill
+        if isinstance(rec, dict) and isinstance(rec.get("t", rec.get("start")), (int, float)):
+            yield rec
+
+
+def _add(out: Scrapes, rec: dict, keys: dict[str, str], current: dict[str, float]) -> None:
+    """One record into ``out``: a start forgets the key table and the values (a restarted scraper), a
+    full or error record is noted, a scrape adds its keys and a row of every column at its time."""
+    if "start" in rec:
+        keys.clear()
+        current.clear()
+        return
+    t = float(rec["t"])
+    if rec.get("full") is True:
+        out.full = True
+        return
+    if isinstance(rec.get("error"), str):
+        out.errors.append((t, rec["error"]))
+        return
+    new, vals = rec.get("k", {}), rec.get("v")
+    if not isinstance(new, dict) or not isinstance(vals, dict):
+        return
+    keys.update({str(i): str(k) for i, k in new.items()})
+    for i, v in vals.items():
+        if i in keys and isinstance(v, (int, float)) and not isinstance(v, bool):
+            current[keys[i]] = float(v)
+    for k in current:
+        if k not in out.values:
+            out.values[k] = [None] * len(out.times)
+    out.times.append(t)
+    for k, column in out.values.items():
+        column.append(current.get(k))

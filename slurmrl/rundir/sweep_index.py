@@ -70,8 +70,14 @@ def read_index(sweep_dir: Path) -> SweepIndex:
     max_running = data.get("max_running")
     if max_running is not None:
         max_running = _count(max_running, f"{path} max_running", 1)
+    return SweepIndex(name, _points(data["points"], path), grid, max_running, _submissions(data.get("submissions"), path),
+                      data)
+
+
+def _points(entries: list, path: Path) -> tuple[SweepPoint, ...]:
+    """sweep.json's points: each a table with a name no other point has (a folder of the sweep dir)."""
     points, seen = [], set()
-    for i, p in enumerate(data["points"]):
+    for i, p in enumerate(entries):
         where = f"{path} points[{i}]"
         if not isinstance(p, dict):
             raise UserError(where, f"should be a table, not {kind(p)}")
@@ -83,7 +89,12 @@ def read_index(sweep_dir: Path) -> SweepIndex:
         if not isinstance(values, dict):
             raise UserError(f"{where} values", f"should be a table, not {kind(values)}")
         points.append(SweepPoint(_count(p.get("index", i), f"{where} index"), pname, values))
-    subs = data.get("submissions") or []
+    return tuple(points)
+
+
+def _submissions(subs, path: Path) -> tuple[dict, ...]:
+    """sweep.json's submissions (none: an empty list): tables whose job ids are Slurm job ids."""
+    subs = subs or []
     if not isinstance(subs, list) or not all(isinstance(s, dict) for s in subs):
         raise UserError(f"{path} submissions", "should be a list of tables")
     for s in subs:
@@ -93,7 +104,7 @@ def read_index(sweep_dir: Path) -> SweepIndex:
             check_job_id(j, f"{path} submissions")
         if s.get("array_job") is not None or s.get("mode") == "array":
             check_job_id(s.get("array_job"), f"{path} submissions array_job")
-    return SweepIndex(name, tuple(points), grid, max_running, tuple(subs), data)
+    return tuple(subs)
 
 
 def write_index(sweep_dir: Path, data: dict) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from slurmrl.contract.probe_report import NodeFabric, ProbeReport
 from slurmrl.errors import UserError
 from slurmrl.slurm import tools
 
@@ -66,7 +67,7 @@ def refuse_unsupported(script_text: str, have: Support | None = None) -> None:
 
 
 # ---- NVLink domains (each node's fabric: slurmrl.runtime.steps.fabric, recorded by the probe) ---
-def check_domains(groups: dict[str, dict[str, dict | None]]) -> list[str]:
+def check_domains(groups: dict[str, dict[str, NodeFabric | None]]) -> list[str]:
     """``groups``: het group name -> host -> that host's node_fabric() (None: no nvidia-smi there).
     Problems: a group whose hosts are not all in one NVLink domain. Hosts without nvidia-smi are
     not judged (said once per group)."""
@@ -75,12 +76,12 @@ def check_domains(groups: dict[str, dict[str, dict | None]]) -> list[str]:
         seen = {h: f for h, f in hosts.items() if f is not None}
         if not seen:
             continue
-        bad = {h: f["error"] for h, f in seen.items() if "error" in f}
+        bad = {h: f.error for h, f in seen.items() if f.error is not None}
         if bad:
             problems += [f"slurm.nvlink_domain: {name}: {h}: {e}" for h, e in sorted(bad.items())]
             continue
-        domains = {h: f["domains"] for h, f in seen.items()}
-        split = {h: d for h, d in domains.items() if len(d) != 1 or d == ["none"]}
+        domains = {h: f.domains for h, f in seen.items()}
+        split = {h: d for h, d in domains.items() if len(d) != 1 or d == ("none",)}
         if split:
             problems += [f"slurm.nvlink_domain: {name}: {h} is in no single NVLink domain ({', '.join(d) or 'no GPUs'})"
                          for h, d in sorted(split.items())]
@@ -92,9 +93,10 @@ def check_domains(groups: dict[str, dict[str, dict | None]]) -> list[str]:
     return problems
 
 
-def nvlink_report(plan, reports: dict) -> tuple[list[str], list[str]]:
-    """(notes, problems) for the het groups in ``plan.nvlink_domain``, from the probes' reports."""
-    groups: dict[str, dict] = {}
+def nvlink_report(plan, reports: dict[tuple[str, int], ProbeReport]) -> tuple[list[str], list[str]]:
+    """(notes, problems) for the het groups in ``plan.nvlink_domain``, from the probes' reports
+    (by component and rank)."""
+    groups: dict[str, dict[str, NodeFabric | None]] = {}
     for c in plan.components:
         if c.group not in plan.nvlink_domain:
             continue
@@ -102,12 +104,12 @@ def nvlink_report(plan, reports: dict) -> tuple[list[str], list[str]]:
         for inst in c.instances:
             rep = reports.get((c.name, inst.rank))
             if rep is not None:
-                hosts[rep.get("host", "?")] = rep.get("fabric") or hosts.get(rep.get("host", "?"))
+                hosts[rep.host] = rep.fabric or hosts.get(rep.host)
     notes = []
     for name, hosts in groups.items():
         if all(f is None for f in hosts.values()):
             notes.append(f"topology: slurm.nvlink_domain {name}: no nvidia-smi on its nodes; not checked")
         else:
-            domains = sorted({d for f in hosts.values() if f and "domains" in f for d in f["domains"]})
+            domains = sorted({d for f in hosts.values() if f is not None for d in f.domains})
             notes.append(f"topology: slurm.nvlink_domain {name}: {len(hosts)} node(s), domain(s) {', '.join(domains)}")
     return notes, check_domains(groups)

@@ -33,6 +33,7 @@ import os
 import re
 
 from slurmrl.contract import env as job_env
+from slurmrl.contract.probe_report import ContainerObservation
 
 MOUNTINFO = "/proc/self/mountinfo"
 ENROOT_LOCK = "/.lock"
@@ -63,39 +64,37 @@ def parse_mountinfo(text: str) -> list[dict]:
     return out
 
 
-def observe() -> dict:
-    """What this process sees of its container. Never raises: a failed look is an ``errors`` entry."""
-    obs: dict = {"errors": []}
+def observe() -> ContainerObservation:
+    """What this process sees of its container. Never raises: a failed look is None and an ``errors`` line."""
+    errors: list[str] = []
 
     def look(key, fn):
         try:
-            obs[key] = fn()
+            return fn()
         except (OSError, ValueError) as e:
-            obs[key] = None
-            obs["errors"].append(f"{key}: {e}")
+            errors.append(f"{key}: {e}")
+            return None
 
-    look("enroot_lock", lambda: os.path.exists(ENROOT_LOCK))
+    enroot_lock = look("enroot_lock", lambda: os.path.exists(ENROOT_LOCK))
     try:
         with open(MOUNTINFO) as f:
             entries = parse_mountinfo(f.read())
     except OSError as e:
         entries = []
-        obs["errors"].append(f"{MOUNTINFO}: {e}")
+        errors.append(f"{MOUNTINFO}: {e}")
     top = {e["point"]: e for e in entries}  # the last mount listed at a point is the visible one
     root = top.get("/")
-    obs["rootfs"] = root["root"] if root else None
-    obs["rootfs_type"] = root["fstype"] if root else None
-    obs["mounts"] = {p: "ro" if e["ro"] else "rw" for p, e in sorted(top.items())}
-    look("readonly_root", lambda: bool(os.statvfs("/").f_flag & os.ST_RDONLY))
-    look("cwd", os.getcwd)
-    obs["uid"], obs["gid"] = os.getuid(), os.getgid()
+    mounts = {p: "ro" if e["ro"] else "rw" for p, e in sorted(top.items())}
+    readonly_root = look("readonly_root", lambda: bool(os.statvfs("/").f_flag & os.ST_RDONLY))
+    cwd = look("cwd", os.getcwd)
 
     def uid_map():
         with open("/proc/self/uid_map") as f:
             return " ".join(f.readline().split())
 
-    look("uid_map", uid_map)
-    obs["job_uid"] = os.environ.get("SLURM_JOB_UID")
-    obs["home"] = os.environ.get("HOME")
-    obs["test_double"] = os.environ.get(TEST_DOUBLE_ENV)
-    return obs
+    mapped = look("uid_map", uid_map)
+    return ContainerObservation(
+        enroot_lock=enroot_lock, rootfs=root["root"] if root else None, rootfs_type=root["fstype"] if root else None,
+        mounts=mounts, readonly_root=readonly_root, cwd=cwd, uid=os.getuid(), gid=os.getgid(),
+        uid_map=mapped, job_uid=os.environ.get("SLURM_JOB_UID"), home=os.environ.get("HOME"),
+        test_double=os.environ.get(TEST_DOUBLE_ENV), errors=tuple(errors))

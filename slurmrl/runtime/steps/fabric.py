@@ -4,7 +4,8 @@
   State, Status, CliqueId, ClusterUUID). GPUs share an NVLink domain when their fabric registration
   completed with the same (ClusterUUID, CliqueId); a zero or N/A ClusterUUID means none (an H100
   node reports State Completed with a zero UUID: that is not a domain).
-- ``node_fabric()``: this node's GPUs' fabric and domains, or None without nvidia-smi.
+- ``node_fabric()``: this node's GPUs' fabric and domains (``slurmrl.contract.probe_report.NodeFabric``),
+  or None without nvidia-smi.
 
 ``slurmrl.slurm.topology.check_domains`` compares what the probes recorded on the nodes of each het
 group named in ``slurm.nvlink_domain``. The parsing is tested with recorded output; it is not
@@ -17,6 +18,8 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
+
+from slurmrl.contract.probe_report import NodeFabric
 
 ZERO_UUID = re.compile(r"^[0-]+$")
 
@@ -81,16 +84,20 @@ def fabric(text: str) -> list[GpuFabric]:
     return out
 
 
-def node_fabric(timeout: float = 30) -> dict | None:
-    """This node's GPUs' fabric ({"gpus": [...], "domains": [...]}) from nvidia-smi, or None without it."""
+def node_fabric(timeout: float = 30) -> NodeFabric | None:
+    """This node's GPUs' fabric and domains from nvidia-smi, or None without it."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     try:
         r = subprocess.run([exe, "-q"], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return {"error": f"nvidia-smi -q: {e}"}
+        return NodeFabric(error=f"nvidia-smi -q: {e}")
     if r.returncode != 0:
-        return {"error": f"nvidia-smi -q exited with {r.returncode}: {(r.stderr or r.stdout).strip()[:200]}"}
-    gpus = fabric(r.stdout)
-    return {"gpus": [g.__dict__ for g in gpus], "domains": sorted({g.domain or "none" for g in gpus})}
+        return NodeFabric(error=f"nvidia-smi -q exited with {r.returncode}: {(r.stderr or r.stdout).strip()[:200]}")
+    return summary(fabric(r.stdout))
+
+
+def summary(gpus: list[GpuFabric]) -> NodeFabric:
+    """The node's fabric as the probe reports it: each GPU's block, and the domains its GPUs are in."""
+    return NodeFabric(gpus=tuple(dict(g.__dict__) for g in gpus), domains=tuple(sorted({g.domain or "none" for g in gpus})))

@@ -76,65 +76,83 @@ def main(argv: list[str]) -> int:
         print(f"slurmrl: cannot start {command[0]}: {e.strerror}", file=sys.stderr, flush=True)
         write_end(args, ended.record(127, "failed", f"cannot start {command[0]}: {e.strerror}", ntasks()))
         return 127
-    stopping = threading.Event()  # a stop was passed on: torchrun's SignalException tracebacks are left out
-    name = os.path.basename(command[0])
-
-    probed = threading.Event()  # a fatal probe ended the command
-
-    def fatal(cause: str) -> None:  # a fatal probe matched (from a pump thread): end the command now
-        if stopping.is_set():  # a planned stop is under way: what it says as it stops (NCCL, the engine) is not a failure
-            return
-        probed.set()
-        print(f"slurmrl: failure probe: {cause}; ending {name}", file=sys.stderr, flush=True)
-        stopping.set()  # what it prints as it stops (torchrun's SignalException) is our TERM's noise
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-            timer = threading.Timer(PROBE_GRACE_S, kill_if_alive, args=(child,))
-            timer.daemon = True  # the guard exits when the command did, not 30 s later
-            timer.start()
-
-    probes = Probes(user, on_fatal=fatal)
-    filters = {fd: StopTracebacks(stopping, name) for stream, fd in ((child.stdout, 1), (child.stderr, 2))
+    run = Running(child, args, parent)
+    probes = Probes(user, on_fatal=run.fatal)
+    filters = {fd: StopTracebacks(run.stopping, run.name) for stream, fd in ((child.stdout, 1), (child.stderr, 2))
                if stream is not None}
     pumps = [threading.Thread(target=pump, args=(stream.fileno(), fd, filters[fd], probes.stream()), daemon=True)
              for stream, fd in ((child.stdout, 1), (child.stderr, 2)) if stream is not None]
     for t in pumps:
         t.start()
-
-    def on_signal(signum, _frame):
-        if os.getppid() != parent:  # PDEATHSIG: the supervisor is gone; nobody else will clean up
-            write_end(args, ended.record(128 + signum, "failed", "killed with its supervisor", ntasks()), replace=False)
-            tree.end(grace=5.0)
-            os._exit(128 + signum)
-        if signum in (signal.SIGTERM, signal.SIGINT):
-            stopping.set()
-        if child.poll() is None:
-            child.send_signal(signum)
-
     for sig in FORWARDED:
-        signal.signal(sig, on_signal)
+        signal.signal(sig, run.on_signal)
     code = child.wait()
     at = ended.record(0, "finished").time_ns  # when it ended, before its leftovers are ended
     for t in pumps:  # its last words (a traceback) before the record; a child that holds the pipe: not long
         t.join(timeout=0.5)
     code = code if code >= 0 else 128 - code
-    worker = probes.worker
-    sigkill = code == 128 + signal.SIGKILL or (worker is not None and worker.signal == signal.SIGKILL)
-    oom = sigkill and oom_killed(oom_before, worker.pid if worker is not None and worker.signal else child.pid)
-    record = end_record(code, probes.fatal if probed.is_set() else None, probes.cause, stopping.is_set(), args.serves, at,
-                        worker, oom)
+    record = run.end_record(code, probes, at, oom_before)
     write_end(args, record)
     left = tree.end()
     for t in pumps:  # what the command wrote last, then EOF (the tree that held the pipe is gone)
         t.join(timeout=10)
-    dropped = [f.dropped for f in filters.values() if f.dropped]
-    if code == 1 and dropped and not probed.is_set():  # torchrun's SignalException after a planned stop: the stop's code
-        code = 128 + dropped[-1]
-    if record.failed and code == 0:
-        code = 1  # ended by a failure probe, or a server that ended unasked: never a success (srun, the script see it)
+    code = exit_code(code, record, [f.dropped for f in filters.values() if f.dropped], run.probed.is_set())
     if left:
         print(f"slurmrl: ended {len(left)} process(es) {command[0]} left behind: {' '.join(map(str, left))}",
               flush=True)
+    return code
+
+
+class Running:
+    """The command the guard runs, and how it is being ended: a stop passed on (``stopping``: torchrun's
+    SignalException tracebacks are left out from then on), a fatal probe (``probed``)."""
+
+    def __init__(self, child: subprocess.Popen, args: Guard, parent: int):
+        self.child, self.args, self.parent = child, args, parent
+        self.name = os.path.basename(args.command[0])
+        self.stopping = threading.Event()
+        self.probed = threading.Event()
+
+    def fatal(self, cause: str) -> None:
+        """A fatal probe matched (from a pump thread): end the command now."""
+        if self.stopping.is_set():  # a planned stop is under way: what it says as it stops (NCCL, the engine) is not a failure
+            return
+        self.probed.set()
+        print(f"slurmrl: failure probe: {cause}; ending {self.name}", file=sys.stderr, flush=True)
+        self.stopping.set()  # what it prints as it stops (torchrun's SignalException) is our TERM's noise
+        if self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+            timer = threading.Timer(PROBE_GRACE_S, kill_if_alive, args=(self.child,))
+            timer.daemon = True  # the guard exits when the command did, not 30 s later
+            timer.start()
+
+    def on_signal(self, signum, _frame) -> None:
+        if os.getppid() != self.parent:  # PDEATHSIG: the supervisor is gone; nobody else will clean up
+            write_end(self.args, ended.record(128 + signum, "failed", "killed with its supervisor", ntasks()),
+                      replace=False)
+            tree.end(grace=5.0)
+            os._exit(128 + signum)
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            self.stopping.set()
+        if self.child.poll() is None:
+            self.child.send_signal(signum)
+
+    def end_record(self, code: int, probes: Probes, at_ns: int, oom_before: int | None) -> ended.Ended:
+        """The end record of the command that exited with ``code`` (128+N for signal N) at ``at_ns``."""
+        worker = probes.worker
+        sigkill = code == 128 + signal.SIGKILL or (worker is not None and worker.signal == signal.SIGKILL)
+        oom = sigkill and oom_killed(oom_before, worker.pid if worker is not None and worker.signal else self.child.pid)
+        return end_record(code, probes.fatal if self.probed.is_set() else None, probes.cause, self.stopping.is_set(),
+                          self.args.serves, at_ns, worker, oom)
+
+
+def exit_code(code: int, record: ended.Ended, dropped: list[int], probed: bool) -> int:
+    """The guard's exit code for a command that exited with ``code``: after a planned stop, torchrun's
+    SignalException (code 1, its traceback ``dropped``) is the stop's signal; a failed task never exits 0."""
+    if code == 1 and dropped and not probed:
+        return 128 + dropped[-1]
+    if record.failed and code == 0:
+        return 1  # ended by a failure probe, or a server that ended unasked: never a success (srun, the script see it)
     return code
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from slurmrl import envs
 from slurmrl.contract import env as job_env
+from slurmrl.contract.probe_report import REPORTED_ENV, ProbeReport
 from slurmrl.contract.views import OrchestratorView, PlanView, TrainerView
 from slurmrl.envs.protocol import refuse_chat_only
 from slurmrl.rundir.paths import RunDir
@@ -35,8 +36,6 @@ from slurmrl.runtime.steps.supervise import narrow_gpus, tcp_ok
 from slurmrl.runtime.trainer import dataset
 
 DEADLINE_S = job_env.probe_timeout()
-REPORTED_ENV = ("SLURM_JOB_ID", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_GPUS",
-                job_env.PORT_BASE, job_env.ATTEMPT)
 
 
 class _ProbeServer(ThreadingHTTPServer):
@@ -183,22 +182,22 @@ def main() -> int:
     mark_ready(comp, my_ports)
     plan = comp.plan
     errors += check_peers(peers(plan, (comp.name, comp.rank)), deadline)
-    report = {
-        "component": comp.name, "rank": comp.rank, "host": socket.gethostname(),
-        "node": comp.instance.node, "local": comp.instance.local,
-        "gpus_seen": [g for g in seen_before.split(",") if g], "gpus": gpus,
-        "gpu_positions": list(comp.instance.gpus),
-        "ports": my_ports,
-        "container": container.observe(),
-        "env": {k: os.environ[k] for k in REPORTED_ENV if k in os.environ},
-        "allocation": allocation(),
-        "errors": errors,
+    report = ProbeReport(
+        component=comp.name, rank=comp.rank, host=socket.gethostname(),
+        node=comp.instance.node, local=comp.instance.local,
+        gpus_seen=tuple(g for g in seen_before.split(",") if g), gpus=tuple(gpus),
+        gpu_positions=tuple(comp.instance.gpus),
+        ports=my_ports,
+        container=container.observe(),
+        env={k: os.environ[k] for k in REPORTED_ENV if k in os.environ},
+        allocation=allocation(),
+        errors=tuple(errors),
         # slurm.nvlink_domain: this node's NVLink fabric (nvidia-smi -q), where the plan asks for one domain
-        "fabric": fabric.node_fabric() if comp.config.group in plan.nvlink_domain else None,
-    }
+        fabric=fabric.node_fabric() if comp.config.group in plan.nvlink_domain else None,
+    )
     out_dir = RunDir(comp.run_dir).preflight_dir()
-    write_json_atomic(out_dir / f"{comp.name}.{comp.rank}.json", report, indent=1)
-    print(json.dumps(report), flush=True)
+    write_json_atomic(RunDir(comp.run_dir).preflight_report(comp.name, comp.rank), report.to_json(), indent=1)
+    print(report.dumps(), flush=True)
     total = plan.tasks
     while len(list(out_dir.glob("*.json"))) < total and time.monotonic() < deadline and not STOP.is_set():
         STOP.wait(0.5)  # stay reachable until every probe has checked us

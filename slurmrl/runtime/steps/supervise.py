@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import MutableMapping
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -140,17 +141,7 @@ def parse(argv: list[str]) -> Supervise[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    env = dict(os.environ)
-    if args.gpus:
-        log(args.name, f"GPUs {','.join(narrow_gpus(args.gpus, env))} (positions {args.gpus})")
-    if args.cuda_runtime:
-        add_cuda_runtime(env)
-    check, url = ready_check(args.ready, args.ready_model, args.ready_instances or 0) if args.ready else (None, None)
-    if check is not None and args.ready_completion and url and url.startswith("http://"):
-        check = ready_check_module.Serving(args.name, url, args.ready_completion, int(args.ready_workers or 0), check)
-    if args.heartbeat:
-        env[heartbeat.ENV] = str(heartbeat_file(args.name))
-        Path(env[heartbeat.ENV]).parent.mkdir(parents=True, exist_ok=True)  # watched from the first beat on
+    env, check, url = prepare(args)
     tree.become_subreaper()
     try:
         provenance.record(args.name)  # RUN_DIR/lock.toml: this interpreter's versions (the first task only)
@@ -161,17 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     guard = Guard(args.command, str(record) if record else None, bool(args.ready and args.ready != "started"),
                   args.fail_on)
     child = subprocess.Popen([sys.executable, "-m", Guard.MODULE, *guard.to_argv()], env=env)
-    asked = threading.Event()  # a stop was passed on
-
-    def forward(signum, _frame):
-        if signum in (signal.SIGTERM, signal.SIGINT):
-            asked.set()
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    for sig in FORWARDED:
-        signal.signal(sig, forward)
-
+    asked = forward_signals(child)  # set once a stop was passed on
     if check is not None:
         threading.Thread(target=mark_ready, args=(args.name, check, url, child), daemon=True).start()
     hung = threading.Event()
@@ -189,6 +170,38 @@ def main(argv: list[str] | None = None) -> int:
         log(args.name, f"ended {len(left)} process(es) the command left behind: {' '.join(map(str, left))}")
     log(args.name, f"{args.command[0]} exited with code {code}")
     return code
+
+
+def prepare(args: Supervise[str]) -> tuple[dict[str, str], Any, str | None]:
+    """The command's environment (its GPUs, the CUDA runtime, the heartbeat file), and its readiness
+    check with the URL it polls (None, None without ``--ready``)."""
+    env = dict(os.environ)
+    if args.gpus:
+        log(args.name, f"GPUs {','.join(narrow_gpus(args.gpus, env))} (positions {args.gpus})")
+    if args.cuda_runtime:
+        add_cuda_runtime(env)
+    check, url = ready_check(args.ready, args.ready_model, args.ready_instances or 0) if args.ready else (None, None)
+    if check is not None and args.ready_completion and url and url.startswith("http://"):
+        check = ready_check_module.Serving(args.name, url, args.ready_completion, int(args.ready_workers or 0), check)
+    if args.heartbeat:
+        env[heartbeat.ENV] = str(heartbeat_file(args.name))
+        Path(env[heartbeat.ENV]).parent.mkdir(parents=True, exist_ok=True)  # watched from the first beat on
+    return env, check, url
+
+
+def forward_signals(child: subprocess.Popen) -> threading.Event:
+    """Pass the signals in FORWARDED on to ``child``; the event is set once a stop (TERM, INT) was passed on."""
+    asked = threading.Event()
+
+    def forward(signum, _frame):
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            asked.set()
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    return asked
 
 
 HUNG = 124  # exit code when the command stopped beating
