@@ -140,7 +140,8 @@ def test_dp_without_attention_multiplies_the_gpus(tmp_path):
 
 @pytest.mark.parametrize("change, field", [
     ({"auth": "job_secret"}, "inference.auth"),
-    ({"mode": "pd"}, "inference.mode"),
+    ({"mode": "pd"}, "inference.prefill"),  # no roles
+    ({"mode": "pd", "prefill": {}, "decode": {}}, "inference.transfer_backend"),
     ({"tp": 4, "dp": 3, "enable_dp_attention": True}, "inference.dp"),
     ({"tp": 2, "dp": 2, "enable_dp_attention": True}, "inference.enable_dp_attention"),  # two servers per node
     ({"tp": 8, "dp": 2, "nodes": 4}, "inference.dp"),  # DP without attention across nodes
