@@ -34,6 +34,7 @@ ROUTER_HEALTH_INTERVAL_S = 5
 # sglang-router 0.3.2's --prefill-policy / --decode-policy choices the plan renders (`manual` routes by a
 # request header, `bucket` is prefill-only): each as vllm-router's policy of the same name
 ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
+DEFAULT_POLICY = "cache_aware"  # sglang-router's; [inference.router]'s default is vllm-router's consistent_hash
 NOT_PD = ("tp", "dp", "enable_dp_attention", "nodes")  # [inference] fields mode 'pd' sizes per role
 
 
@@ -77,18 +78,39 @@ def check(r: Recipe, inf: SglangInference) -> None:
     if inf.router.enabled is False:
         raise UserError("inference.router.enabled", "SGLang's P/D needs sglang-router: it pairs each request's "
                         "prefill and decode servers")
-    for pool, policy in router_rules.policies(inf).items():
-        if policy not in ROUTER_POLICIES:
-            field = f"{pool}_policy" if getattr(inf.router, f"{pool}_policy") else "policy"
-            raise UserError(f"inference.router.{field}", f"sglang-router routes P/D by {', '.join(ROUTER_POLICIES)}; "
-                            f"{policy!r} is vllm-router's")
-    if user_set(inf.router, "session_header"):
-        raise UserError("inference.router.session_header", "only consistent_hash reads it, which sglang-router does "
-                        "not have")
-    router_rules.check(inf)
+    check_router(inf)
     pd = roles(r, inf)
     if r.model.stage != "shared" and any(role.shape.span > 1 for role in pd):
         raise UserError("model.stage", "a node-local copy for a server spanning nodes is not built; use \"shared\"")
+
+
+def policies(inf: SglangInference) -> dict[str, str]:
+    """Each pool's policy: the role's, else ``policy`` when set, else sglang-router's default."""
+    r = inf.router
+    base = r.policy if user_set(r, "policy") else DEFAULT_POLICY
+    return {"prefill": r.prefill_policy or base, "decode": r.decode_policy or base}
+
+
+def check_router(inf: SglangInference) -> None:
+    """sglang-router's policies, and the options of [inference.router] it reads (named as vllm-router's)."""
+    r = inf.router
+    for pool, policy in policies(inf).items():
+        if policy not in ROUTER_POLICIES:
+            field = f"{pool}_policy" if getattr(r, f"{pool}_policy") else "policy"
+            raise UserError(f"inference.router.{field}", f"sglang-router routes P/D by {', '.join(ROUTER_POLICIES)}; "
+                            f"{policy!r} is vllm-router's")
+    if r.prefill_policy and r.decode_policy and user_set(r, "policy"):
+        raise UserError("inference.router.policy", "both prefill_policy and decode_policy are set: it is not used")
+    for name in type(r).model_fields:
+        if name in ("enabled", "policy", "prefill_policy", "decode_policy", "extra_args") or not user_set(r, name):
+            continue
+        if name in router_rules.CACHE_AWARE and "cache_aware" in policies(inf).values():
+            continue
+        if name in router_rules.ANY_POLICY:
+            continue
+        why = ("only the cache_aware policy reads it" if name in router_rules.CACHE_AWARE
+               else "sglang-router has no such option")
+        raise UserError(f"inference.router.{name}", f"{why}; leave it out")
 
 
 def section(r: Recipe) -> SglangInference:
@@ -127,7 +149,7 @@ def router(ctx: Context, inf: SglangInference) -> None:
     head = ctx.groups[ctx.slots["prefill"].group]
     ctx.reserve(head, 0, ROUTER_CPUS, "the router")
     port = shell.var("router")
-    policy = router_rules.policies(inf)
+    policy = policies(inf)
     boot = f"{ports.shell_var(launch.BOOTSTRAP_BLOCK + '_0')} - {ports.shell_var('server_0')}"
     prelude = [
         *shell.declare("host", "url", arrays=("prefill", "decode", "pools")),
