@@ -123,13 +123,15 @@ def dist_ports(shape: Slice, attention: bool) -> dict[str, str]:
     return {"dist": DIST_PORT} if shape.span > 1 or attention else {}
 
 
-def disaggregation(mode: str | None, backend: str | None, first_index: int = 0) -> list[Arg]:
-    """``--disaggregation-mode``, the transfer backend, and a prefill worker's bootstrap port
-    (``kv_<k>`` for its per-node index k: SGLang's default 8998 would collide between workers)."""
+def disaggregation(mode: str | None, backend: str | None, first_index: int = 0, mode_flag: bool = True) -> list[Arg]:
+    """``--disaggregation-mode`` (unless the caller gives it), the transfer backend, and a prefill
+    worker's bootstrap port (``kv_<k>`` for its per-node index k: SGLang's default 8998 would
+    collide between workers)."""
     if mode is None:
         return []
     assert backend in TRANSFER_BACKENDS, "P/D has its transfer backend (checked)"
-    args: list[Arg] = ["--disaggregation-mode", mode, "--disaggregation-transfer-backend", backend]
+    args: list[Arg] = ["--disaggregation-mode", mode] if mode_flag else []
+    args += ["--disaggregation-transfer-backend", backend]
     if mode == "prefill":
         args += ["--disaggregation-bootstrap-port", Sh(sh=shell.per_task(BOOTSTRAP_BLOCK, first_index))]
     return args
