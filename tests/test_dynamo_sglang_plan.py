@@ -71,7 +71,7 @@ def test_the_gallery_runs_one_dynamo_sglang_per_node_of_each_two_node_worker(tmp
         assert env["DYN_SYSTEM_PORT"] == str(port(out, "server_0")) and env["DYN_NAMESPACE"] == f"job{JOB_ID}"
         assert i.ports == ({"system": "server_0", "dist": "dprpc_0"} if i.node % 2 == 0 else {"system": "server_0"})
         assert "--disaggregation-mode" not in argv
-    assert frontend_instances(out) == 2  # a worker's second node registers nothing
+    assert frontend_instances(out) == 2 and out.plan.warnings == ()  # a worker's second node registers nothing
     # SGLang takes --dist-init-addr's port + 1..6 as well: inside the job's block
     assert out.plan.ports["dprpc_0"] + 6 < ports.STRIDE
 
@@ -105,6 +105,7 @@ def test_prefill_workers_serve_bootstrap_on_their_kv_port_and_decode_uses_attent
         else:
             assert "--disaggregation-bootstrap-port" not in argv and "--enable-dp-attention" in argv
     assert frontend_instances(out) == 3
+    assert any("P/D over nixl has not run" in w for w in out.plan.warnings), out.plan.warnings
 
 
 @pytest.mark.parametrize("recipe, field", [

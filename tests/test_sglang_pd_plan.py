@@ -83,6 +83,7 @@ def test_the_gallery_recipe_pairs_prefill_servers_with_a_decode_server_over_two_
     tail = argv[argv.index("--decode-policy") + 2:]
     assert tail == ["--prefill", f"http://g0n0:{server}", str(boot), "--prefill", f"http://g0n1:{server}", str(boot),
                     "--decode", f"http://g1n0:{server}"]
+    assert any("P/D over nixl has not run" in w for w in out.plan.warnings), out.plan.warnings
     r = out.plan.component("router")
     assert r.group == 0 and r.instances[0].ports == {"http": "router", "metrics": "router_metrics"}
 

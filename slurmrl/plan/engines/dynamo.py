@@ -441,6 +441,8 @@ def build(ctx: Context) -> None:
     all_roles = roles(ctx.r)
     head = ctx.slots[all_roles[0].name].group
     services(ctx, head)
+    if d.engine == "sglang" and ctx.r.inference is not None and ctx.r.inference.mode == "pd":
+        dynamo_sglang.untried(ctx)
     for role in all_roles:
         slot = ctx.slots[role.name]
         if d.engine == "trtllm":

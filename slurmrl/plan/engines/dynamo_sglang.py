@@ -91,6 +91,12 @@ def args(ctx: Context, role: Role, slot: Slot, first_index: int) -> list[Arg]:
             *_multi(ctx, role, slot)[2], *launch.disaggregation(role.mode, d.transfer_backend, first_index, mode_flag=False)]
 
 
+def untried(ctx: Context) -> None:
+    inf = ctx.r.inference
+    assert isinstance(inf, DynamoInference), "planned for Dynamo's workers only"
+    launch.untried(ctx, inf.dynamo.transfer_backend)
+
+
 def ports(inf: DynamoInference, role: Role, node: int, local: int, first_index: int) -> dict[str, str]:
     """The ports a worker's first node listens on besides Dynamo's system port."""
     if not role.slice.leads(node):

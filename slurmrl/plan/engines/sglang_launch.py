@@ -137,6 +137,12 @@ def disaggregation(mode: str | None, backend: str | None, first_index: int = 0, 
     return args
 
 
+def untried(ctx: Context, backend: str | None) -> None:
+    """Say, once, that SGLang's P/D over this transfer backend is rendered and parser-checked only."""
+    ctx.warnings.append(f"SGLang's P/D over {backend} has not run with slurmrl: its command lines are checked with "
+                        "SGLang's own parser, and the KV transfer needs the nodes' GPUs and RDMA/NVLink NICs")
+
+
 def bootstrap_ports(mode: str | None, shape: Slice, node: int, index: int) -> dict[str, str]:
     return {"bootstrap": f"{BOOTSTRAP_BLOCK}_{index}"} if mode == "prefill" and shape.leads(node) else {}
 

@@ -128,6 +128,7 @@ def place(ctx: Context) -> None:
 def build(ctx: Context) -> None:
     """Prefill and decode servers, then sglang-router in front of them."""
     inf = section(ctx.r)
+    launch.untried(ctx, inf.transfer_backend)
     for role in roles(ctx.r, inf):
         slot, shape, spec = ctx.slots[role.name], role.shape, role.spec
         prelude, names, args = launch.server_args(ctx, inf, slot, shape, spec.tp, spec.dp, spec.enable_dp_attention)
