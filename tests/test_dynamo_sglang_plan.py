@@ -90,7 +90,8 @@ def test_attention_dp_on_one_node_keeps_sglangs_ports_in_the_job_block(tmp_path)
     out = render(tmp_path, base({"attention_dp": True}, tp=8, dp=4))
     (_, i, argv, _), = workers(out)
     assert i.gpus == tuple(range(8)) and "--enable-dp-attention" in argv
-    assert argv[argv.index("--dist-init-addr") + 1] == f"127.0.0.1:{port(out, 'dprpc_0')}"
+    # the node's name: Dynamo gives a prefill worker's bootstrap host as this address's host
+    assert argv[argv.index("--dist-init-addr") + 1] == f"g0n0:{port(out, 'dprpc_0')}"
 
 
 def test_prefill_workers_serve_bootstrap_on_their_kv_port_and_decode_uses_attention_dp(tmp_path):

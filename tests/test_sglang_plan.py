@@ -126,7 +126,7 @@ def test_dp_attention_on_one_node_keeps_sglangs_ports_in_the_job_block(tmp_path)
     argv = server_argv(e)
     assert i.gpus == (0, 1, 2, 3)
     assert argv[argv.index("--dp-size") + 1] == "4" and "--enable-dp-attention" in argv
-    assert argv[argv.index("--dist-init-addr") + 1] == f"127.0.0.1:{port(out, 'dprpc_0')}"
+    assert argv[argv.index("--dist-init-addr") + 1] == f"g0n0:{port(out, 'dprpc_0')}"
 
 
 def test_dp_without_attention_multiplies_the_gpus(tmp_path):

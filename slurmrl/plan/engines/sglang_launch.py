@@ -9,7 +9,8 @@ larger than a node spans ``tp / GPUs-per-node`` whole nodes: the same command on
 SGLang takes its ZeroMQ ports from ``--dist-init-addr``'s port + 1..6 (0.5.23's ``PortArgs``), and
 with data-parallel attention on one node from ``--port`` + 233 (outside the job's port block), so
 the plan gives ``--dist-init-addr`` whenever either is used: the data-parallel RPC block's first
-port (``dprpc_0``, the six after it free: such a worker is alone on its nodes).
+port (``dprpc_0``, the six after it free: such a worker is alone on its nodes), on the worker's
+first node by name (Dynamo 1.4.2 tells decode workers a prefill worker's bootstrap host from it).
 
 P/D: a prefill worker's bootstrap server (``--disaggregation-bootstrap-port``) listens on its
 first node at the ``kv_<k>`` port of the port table, the block vLLM's Mooncake bootstrap uses.
@@ -104,8 +105,9 @@ def multi_node(slot: Slot, shape: Slice, attention: bool, ready: Sh | None) -> t
     """(prelude, its variables, arguments) of the multi-node launch: a worker spanning nodes learns
     its first node and rank; ``ready``: the URL its first node serves (the others serve no API)."""
     dist = shell.var(DIST_PORT).sh
-    if shape.span == 1:  # else SGLang takes its ports at --port + 233, outside the job's block
-        return [], [], ["--dist-init-addr", Sh(sh=f"127.0.0.1:{dist}")] if attention else []
+    if shape.span == 1:  # else SGLang takes its ports at --port + 233, outside the job's block; the node's
+        # name, not 127.0.0.1: Dynamo gives a prefill worker's bootstrap host as --dist-init-addr's host
+        return [], [], ["--dist-init-addr", Sh(sh=f"$(hostname):{dist}")] if attention else []
     first = f"{slot.first_node} + " if slot.first_node else ""
     prelude = [f'read -ra nodes <<<"${{{job_env.nodes_of_group(slot.group)}}}"',
                f"leader=${{nodes[{first}SLURM_NODEID / {shape.span} * {shape.span}]}}  # this worker's first node",
