@@ -70,3 +70,9 @@ if ! .venv-sglang/bin/python -c "import sglang.srt.server_args" 2>/dev/null; the
     site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     echo "$site" >"$(.venv-sglang/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/zz_slurmrl_venv.pth"
 fi
+# sglang-router's own parser (tests/test_sglang_pd_plan.py's check of the rendered
+# `sglang_router.launch_router` line): its wheel installs on CPU; what .venv has is not installed again.
+SGLANG_ROUTER=sglang-router==0.3.2
+if ! .venv-sglang/bin/python -c "import sglang_router.launch_router" 2>/dev/null; then
+    .venv-sglang/bin/python -m pip install --quiet --disable-pip-version-check "${SGLANG_ROUTER}"
+fi

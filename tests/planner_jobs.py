@@ -198,16 +198,23 @@ def prefixed(args: list[str], prefix: str) -> str:
     return found[0]
 
 
+def sglang_ports(e: Expanded) -> dict[str, int]:
+    """An SGLang worker's first node: --dist-init-addr's port, a prefill worker's bootstrap server."""
+    out = {}
+    if "--dist-init-addr" in e.command:
+        out["dist"] = int(e.after("--dist-init-addr").rpartition(":")[2])
+    if "--disaggregation-bootstrap-port" in e.command:
+        out["bootstrap"] = int(e.after("--disaggregation-bootstrap-port"))
+    return out
+
+
 def listens(job: Job, c: Component, inst: Instance, e: Expanded) -> dict[str, int]:
     """The ports a task listens on, by purpose, read off what it execs."""
     cmd = e.command
     if c.role == "inference" and "sglang.launch_server" in cmd:  # SGLang: a server's first node serves HTTP
         if "--node-rank" in cmd and e.after("--node-rank") != "0":  # and hosts --dist-init-addr
             return {}
-        out = {"http": int(e.after("--port"))}
-        if "--dist-init-addr" in cmd:
-            out["dist"] = int(e.after("--dist-init-addr").rpartition(":")[2])
-        return out
+        return {"http": int(e.after("--port")), **sglang_ports(e)}
     if c.role in ("inference", "judge"):  # vLLM servers (the judge's too)
         headless = "--headless" in cmd  # a multi-node worker's follower: no API, no DP coordinator
         out = {} if headless else {"http": int(e.after("--port"))}
@@ -245,6 +252,8 @@ def listens(job: Job, c: Component, inst: Instance, e: Expanded) -> dict[str, in
             local = int(e.after("--data-parallel-size-local")) if "--data-parallel-size-local" in cmd else 1
             for k in range(local):
                 out[f"kv{k or ''}"] = int(e.env["VLLM_NIXL_SIDE_CHANNEL_PORT"]) + first + k
+        if "dynamo.sglang" in cmd and not ("--node-rank" in cmd and e.after("--node-rank") != "0"):
+            out.update(sglang_ports(e))  # a worker's first node
         return out
     if c.role == "dynamo-frontend":
         return {"http": int(e.after("--http-port"))}

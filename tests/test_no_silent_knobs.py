@@ -137,13 +137,19 @@ def leaves(model: type[BaseModel] = Recipe, prefix: str = "") -> list[tuple[str,
     return out
 
 
-def field_at(path: str):
-    model, f = Recipe, None
-    parts = path.split(".")
-    for i, part in enumerate(parts):
-        f = model.model_fields[part]
-        model = section_model(f.annotation, parts[i + 1] if i + 1 < len(parts) else None)
-    return f
+def field_at(path: str, model: type[BaseModel] = Recipe):
+    """The field at a dotted path; through a union of sections (``inference``), the first member
+    that has the whole rest of the path (``inference.prefill.enable_dp_attention``: SGLang's role)."""
+    part, _, rest = path.partition(".")
+    f = model.model_fields[part]
+    if not rest:
+        return f
+    for sub in models(f.annotation):
+        try:
+            return field_at(rest, sub)
+        except KeyError:
+            continue
+    raise KeyError(path)
 
 
 def _strip(ann) -> tuple[list, list]:

@@ -12,13 +12,13 @@ imports it; where none does, the parser test is skipped, saying so.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import sglang_parsers
 from task_expand import JOB_ID, expand
 
 from slurmrl import ports
@@ -28,7 +28,6 @@ from slurmrl.rundir import tomlw
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
-SGLANG_PY = os.environ.get("SLURMRL_SGLANG_PYTHON", str(ROOT / ".venv-sglang" / "bin" / "python"))
 
 
 def base(gpus: int = 4, **inference) -> dict:
@@ -127,7 +126,7 @@ def test_dp_attention_on_one_node_keeps_sglangs_ports_in_the_job_block(tmp_path)
     argv = server_argv(e)
     assert i.gpus == (0, 1, 2, 3)
     assert argv[argv.index("--dp-size") + 1] == "4" and "--enable-dp-attention" in argv
-    assert argv[argv.index("--dist-init-addr") + 1] == f"127.0.0.1:{port(out, 'dprpc_0')}"
+    assert argv[argv.index("--dist-init-addr") + 1] == f"g0n0:{port(out, 'dprpc_0')}"
 
 
 def test_dp_without_attention_multiplies_the_gpus(tmp_path):
@@ -140,7 +139,8 @@ def test_dp_without_attention_multiplies_the_gpus(tmp_path):
 
 @pytest.mark.parametrize("change, field", [
     ({"auth": "job_secret"}, "inference.auth"),
-    ({"mode": "pd"}, "inference.mode"),
+    ({"mode": "pd"}, "inference.prefill"),  # no roles
+    ({"mode": "pd", "prefill": {}, "decode": {}}, "inference.transfer_backend"),
     ({"tp": 4, "dp": 3, "enable_dp_attention": True}, "inference.dp"),
     ({"tp": 2, "dp": 2, "enable_dp_attention": True}, "inference.enable_dp_attention"),  # two servers per node
     ({"tp": 8, "dp": 2, "nodes": 4}, "inference.dp"),  # DP without attention across nodes
@@ -180,32 +180,7 @@ def test_a_vllm_key_is_the_loaders_unknown_key_and_the_cli_exits_2(tmp_path, key
 
 # ---- SGLang's own parser ------------------------------------------------------------------------------
 
-PARSE = r"""
-import argparse, json, sys
-import sglang
-from sglang.srt.server_args import ServerArgs
-out = []
-for argv in json.loads(sys.stdin.read()):
-    p = argparse.ArgumentParser(prog="sglang.launch_server")
-    ServerArgs.add_cli_args(p)
-    ns = p.parse_args(argv)
-    ServerArgs.from_cli_args(ns)
-    out.append({k: v for k, v in vars(ns).items() if isinstance(v, (int, float, str, bool, type(None)))})
-print(json.dumps({"version": sglang.__version__, "parsed": out}))
-"""
-
-
-def sglang_python() -> str:
-    ok = Path(SGLANG_PY).exists() and subprocess.run(
-        [SGLANG_PY, "-c", "import sglang.srt.server_args"], capture_output=True, timeout=300, cwd="/").returncode == 0
-    if not ok:
-        pytest.skip(f"no SGLang parser: {SGLANG_PY} cannot import sglang.srt.server_args (set SLURMRL_SGLANG_PYTHON; "
-                    "sglang 0.5.23 imports on CPU: pip install --no-deps sglang==0.5.23 ipython beside .venv's packages)")
-    return SGLANG_PY
-
-
 def test_every_rendered_server_argv_parses_with_sglangs_own_parser(tmp_path):
-    py = sglang_python()
     cases = [RECIPES / "inference-sglang.toml", base(nodes=2, tp=2, mem_fraction_static=0.85),
              base(tp=4, dp=4, enable_dp_attention=True),
              {**base(tp=2, dp=2), "model": {"path": "/models/m", "served_name": "m", "dtype": "bfloat16",
@@ -218,11 +193,8 @@ def test_every_rendered_server_argv_parses_with_sglangs_own_parser(tmp_path):
         for _, e in tasks(out):
             argv = server_argv(e)
             argvs.append(argv)
-            want.append({flag.removeprefix("--").replace("-", "_"): argv[j + 1]
-                         for j, flag in enumerate(argv[:-1]) if flag.startswith("--") and not argv[j + 1].startswith("--")})
-    r = subprocess.run([py, "-c", PARSE], input=json.dumps(argvs), capture_output=True, text=True, timeout=300, cwd="/")
-    assert r.returncode == 0, r.stderr[-3000:]
-    result = json.loads(r.stdout.strip().splitlines()[-1])
+            want.append(sglang_parsers.given(argv))
+    result = sglang_parsers.parse_servers(argvs)
     assert result["version"] == "0.5.23", result["version"]  # the version these flags were checked against
     for argv, given, parsed in zip(argvs, want, result["parsed"], strict=True):
         for dest, value in given.items():

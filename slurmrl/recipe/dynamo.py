@@ -17,11 +17,13 @@ class Dynamo(Section):
     """NVIDIA Dynamo in place of vLLM servers + vllm-router (`inference.backend = "dynamo"`): etcd (and NATS
     when a plane needs it) and Dynamo's OpenAI frontend on the first inference node, workers of one engine."""
 
-    engine: Literal["vllm", "trtllm", "mocker"] = Field(
+    engine: Literal["vllm", "trtllm", "sglang", "mocker"] = Field(
         "vllm",
         description="Worker: `python -m dynamo.vllm`, `dynamo.trtllm` (one MPI rank per GPU through "
         "`srun --mpi=pmix` and `trtllm-llmapi-launch`; a worker of `tp` GPUs may then span tp / GPUs-per-node "
-        "nodes), or `dynamo.mocker` (Dynamo's simulated engine: no GPU work, for tests and dry runs).",
+        "nodes), `dynamo.sglang` (SGLang's flags; one process per node of a worker, which spans tp / "
+        "GPUs-per-node nodes through `--nnodes`, `--node-rank`, `--dist-init-addr`), or `dynamo.mocker` "
+        "(Dynamo's simulated engine: no GPU work, for tests and dry runs).",
     )
     engine_config: PathText | None = Field(
         None,
@@ -49,7 +51,8 @@ class Dynamo(Section):
     )
     attention_dp: bool = Field(
         False, description="Engine `trtllm`: attention data parallelism over each worker's tp ranks "
-        "(`--enable-attention-dp`; its attention DP size is tp). Engine `vllm`'s is `dp` > 1 with `expert_parallel`.",
+        "(`--enable-attention-dp`; its attention DP size is tp). Engine `sglang`: `--enable-dp-attention`, `dp` "
+        "ranks over each worker's tp GPUs (dp divides tp). Engine `vllm`'s is `dp` > 1 with `expert_parallel`.",
     )
     dp_launch: Literal["per_rank", "per_node"] = Field(
         "per_rank",
@@ -61,6 +64,16 @@ class Dynamo(Section):
         None, ge=0, le=1_000_000,
         description="`mocker`: simulated time runs this many times faster (0 = no delays; 0-1000000).",
     )
+    # ---- engine "sglang" only ----
+    transfer_backend: Literal["nixl", "mooncake"] | None = Field(
+        None, description="Engine `sglang`, mode `pd`: `--disaggregation-transfer-backend`, how prefill workers "
+        "hand KV to decode workers (required: both need the nodes' GPUs and RDMA NICs).",
+    )
+    mem_fraction_static: float | None = Field(
+        None, gt=0, le=1, description="Engine `sglang`: `--mem-fraction-static`, the GPU memory share for weights "
+        "and KV cache (above 0, at most 1); default SGLang's.",
+    )
+    # ---- end of engine "sglang" ----
     frontend_args: list[str] = Field(default_factory=list, description="Extra `python -m dynamo.frontend` arguments.")
     extra_args: list[str] = Field(default_factory=list, description="Extra arguments for every worker.")
     env: EnvMap = Field(
@@ -86,6 +99,8 @@ DP_DESCRIPTION = (
     "Data-parallel ranks per worker (`--data-parallel-size`), each of tp GPUs. Engine `vllm`: one "
     "`dynamo.vllm` per rank (`--data-parallel-rank`, Dynamo routes to each), a worker of tp x dp GPUs larger "
     "than a node spans tp x dp / GPUs-per-node nodes; with `expert_parallel` this is vLLM's attention DP. "
+    "Engine `sglang`: `--dp-size` of one `dynamo.sglang` worker (tp x dp GPUs on one node, or tp with "
+    "`attention_dp`). "
     f"Engine `mocker`: one process simulates the ranks, on one node. Not engine `trtllm` (1-{MAX_JOB_GPUS})."
 )
 

@@ -8,8 +8,24 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from slurmrl.recipe.router import Router
-from slurmrl.recipe.serving import Serving
+from slurmrl.recipe.serving import Role, Serving
 from slurmrl.settings.limits import MAX_GPUS_PER_NODE, MAX_JOB_GPUS
+
+TransferBackend = Literal["nixl", "mooncake"]
+TRANSFER_HELP = ("`--disaggregation-transfer-backend`: how prefill hands KV to decode; `nixl` (NVIDIA's NIXL) or "
+                 "`mooncake` (RDMA); required with mode `pd` (no default: both need the nodes' GPUs and NICs).")
+
+
+class SglangRole(Role):
+    """One side of SGLang's prefill/decode disaggregation: servers of ``tp`` x ``dp`` GPUs (``tp`` with
+    data-parallel attention), each spanning tp / GPUs-per-node nodes when larger than a node."""
+
+    tp: int = Field(
+        1, ge=1, le=MAX_GPUS_PER_NODE,
+        description=f"`--tp-size` of one server; above a node's GPUs it spans whole nodes (1-{MAX_GPUS_PER_NODE}).",
+    )
+    dp: int = Field(1, ge=1, le=MAX_JOB_GPUS, description=f"`--dp-size` of one server (1-{MAX_JOB_GPUS}).")
+    enable_dp_attention: bool = Field(False, description="`--enable-dp-attention` (then dp divides tp).")
 
 
 class SglangInference(Serving):
@@ -41,8 +57,13 @@ class SglangInference(Serving):
         "(above 0, at most 1); default SGLang's.",
     )
     mode: Literal["replicas", "pd"] = Field(
-        "replicas", description="`replicas`: independent servers; `pd` is refused (SGLang's prefill/decode is not "
-        "built yet).",
+        "replicas", description="`replicas`: independent servers behind vllm-router; `pd`: prefill and decode "
+        "servers (`inference.prefill`, `inference.decode`, each role its own het group) behind `sglang-router` "
+        "(`python -m sglang_router.launch_router --pd-disaggregation`).",
     )
-    router: Router = Field(default_factory=Router, description="vllm-router in front of the servers.")
+    router: Router = Field(default_factory=Router, description="The router in front of the servers: vllm-router "
+                           "(mode `replicas`), sglang-router (mode `pd`).")
+    prefill: SglangRole | None = Field(None, description="`pd`: the prefill servers.")
+    decode: SglangRole | None = Field(None, description="`pd`: the decode servers.")
+    transfer_backend: TransferBackend | None = Field(None, description=TRANSFER_HELP)
     extra_args: list[str] = Field(default_factory=list, description="Extra `sglang.launch_server` arguments.")

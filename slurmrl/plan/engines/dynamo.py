@@ -26,7 +26,7 @@ from slurmrl.contract import env as job_env
 from slurmrl.errors import UserError
 from slurmrl.plan import parallel, shell, vllm
 from slurmrl.plan.context import Context
-from slurmrl.plan.engines import dynamo_dp
+from slurmrl.plan.engines import dynamo_dp, dynamo_sglang
 from slurmrl.plan.engines.base import serves_backend
 from slurmrl.plan.engines.dynamo_dp import Role
 from slurmrl.plan.model import Arg, Health, Instance, Sh
@@ -40,7 +40,7 @@ from slurmrl.rundir.paths import RunDir
 name = "dynamo"
 
 SERVICE_CPUS = {"etcd": 1, "nats": 1, "frontend": 2}
-MODULES = {"vllm": "dynamo.vllm", "trtllm": "dynamo.trtllm", "mocker": "dynamo.mocker"}
+MODULES = {"vllm": "dynamo.vllm", "trtllm": "dynamo.trtllm", "sglang": dynamo_sglang.MODULE, "mocker": "dynamo.mocker"}
 NAMESPACE = Sh(sh="job${SLURM_JOB_ID}")  # one Dynamo namespace per job, the same in every het group
 OWN_ENV = ("DYN_NAMESPACE", "ETCD_ENDPOINTS", "NATS_SERVER", "DYN_SYSTEM_PORT", "DYN_REQUEST_PLANE",
            "DYN_EVENT_PLANE")  # set by the plan; a recipe's env may not
@@ -83,6 +83,7 @@ def check(r: Recipe) -> None:
                         "for a GPU engine); leave it out or give at least tp")
     check_engine_flags(r, inf)
     dynamo_dp.check(inf)
+    dynamo_sglang.check(r, inf)
     check_configs(inf)
     check_services(r, inf)
 
@@ -92,7 +93,8 @@ def check_engine_flags(r: Recipe, inf: DynamoInference) -> None:
     engine = inf.dynamo.engine
     if engine == "vllm":
         return
-    own = "the engine config" if engine == "trtllm" else "inference.dynamo.extra_args"
+    own = {"trtllm": "the engine config", "sglang": "inference.dynamo.mem_fraction_static and extra_args"}.get(
+        engine, "inference.dynamo.extra_args")
     for role, spec in (("prefill", inf.prefill), ("decode", inf.decode)):
         if spec is not None and user_set(spec, "expert_parallel"):
             raise UserError(f"inference.{role}.expert_parallel", f"engine {engine!r}: set expert parallelism in "
@@ -102,6 +104,8 @@ def check_engine_flags(r: Recipe, inf: DynamoInference) -> None:
             raise UserError(f"inference.{field}", f"a vLLM flag; engine {engine!r} takes its own in {own}")
     if user_set(inf, "enforce_eager"):
         raise UserError("inference.enforce_eager", f"a vLLM flag; engine {engine!r} does not take it")
+    if engine == "sglang":  # SGLang takes the model's dtype and remote code (--dtype, --trust-remote-code)
+        return
     if user_set(r.model, "dtype"):
         raise UserError("model.dtype", f"engine {engine!r} takes the dtype from the model (or engine config)")
     if user_set(r.model, "trust_remote_code"):
@@ -154,6 +158,8 @@ def _worker_span(r: Recipe, p: Parallelism, gpn: int) -> tuple[int, int]:
     """(nodes per worker, its GPUs per node): a tp group spans nodes only with engine 'trtllm' (MPI);
     vllm's data-parallel ranks may (one process per rank); the mocker's stay in its one process."""
     engine = section(r).dynamo.engine
+    if engine == "sglang":
+        return dynamo_sglang.span(p, gpn)
     span, per = parallel.worker_span(p, gpn, tp_spans=engine == "trtllm", one_node=f"; dynamo.{engine} workers' "
                                      "tensor-parallel groups run on one node (engine 'trtllm' spans nodes with MPI)")
     if span > 1 and p.dp > 1 and engine == "mocker":
@@ -165,6 +171,12 @@ def _worker_span(r: Recipe, p: Parallelism, gpn: int) -> tuple[int, int]:
     return span, per
 
 
+def _parallelism(inf: DynamoInference, field: str, tp: int, dp: int) -> Parallelism:
+    if inf.dynamo.engine == "sglang":
+        return dynamo_sglang.parallelism(inf, field, tp, dp)
+    return Parallelism(field, tp, dp, by_tp=dp == 1)
+
+
 def roles(r: Recipe) -> list[Role]:
     inf = section(r)
     d = inf.dynamo
@@ -172,9 +184,11 @@ def roles(r: Recipe) -> list[Role]:
     out = []
     if inf.mode != "pd":
         n = inf.gpus_per_node or gpn
-        p = Parallelism("inference", inf.tp, inf.dp, by_tp=inf.dp == 1)
+        p = _parallelism(inf, "inference", inf.tp, inf.dp)
         span, per = _worker_span(r, p, n)
         workers = parallel.per_node(p, n) if span == 1 else 1
+        if d.engine == "sglang":
+            dynamo_sglang.check_shape(r, inf, p, inf.dp, span, workers)
         parallel.whole_workers(p, inf.nodes, span)
         tasks, task_gpus, ranks = dynamo_dp.tasks(d, p, span, workers, per)
         out.append(Role("inference", None, "inference", inf.nodes // span * workers, inf.tp, inf.dp, span, tasks,
@@ -183,9 +197,11 @@ def roles(r: Recipe) -> list[Role]:
     else:
         for name in ("prefill", "decode"):
             spec, field = getattr(inf, name), f"inference.{name}"
-            p = Parallelism(field, spec.tp, spec.dp, by_tp=spec.dp == 1)
+            p = _parallelism(inf, field, spec.tp, spec.dp)
             span, per = _worker_span(r, p, gpn)
             nodes, used = parallel.spread(p, spec.replicas, span, per, gpn, spec.nodes)
+            if d.engine == "sglang":
+                dynamo_sglang.check_shape(r, inf, p, spec.dp, span, spec.replicas // nodes if span == 1 else 1)
             tasks, task_gpus, ranks = dynamo_dp.tasks(d, p, span, spec.replicas // nodes if span == 1 else 1, per)
             config = getattr(d, f"{name}_engine_config") or d.engine_config
             out.append(Role(name, name, field, spec.replicas, spec.tp, spec.dp, span, tasks, task_gpus, nodes, used,
@@ -272,19 +288,18 @@ def services(ctx: Context, head: int) -> None:
         ))
 
 
-def engine_args(ctx: Context, role: Role, first_index: int = 0) -> list[Arg]:
-    """The worker's command-line arguments after ``python -m dynamo.<engine>``."""
+def engine_args(ctx: Context, role: Role, first_index: int = 0, slot: Slot | None = None) -> list[Arg]:
+    """The worker's command-line arguments after ``python -m dynamo.<engine>`` (``slot``: its
+    workers', for engine ``sglang``'s multi-node launch)."""
     r, inf = ctx.r, section(ctx.r)
     d = inf.dynamo
     m = r.model
+    args: list[Arg]
     if d.engine == "mocker":
-        args: list[Arg] = ["--model-path", m.path, "--model-name", m.served_model_name]
-        if d.speedup_ratio is not None:
-            args += ["--speedup-ratio", f"{d.speedup_ratio:g}"]
-        if m.max_model_len:
-            args += ["--max-model-len", str(m.max_model_len)]
-        if role.dp > 1:  # one process simulates every rank
-            args += ["--data-parallel-size", str(role.dp)]
+        args = mocker_args(ctx, role)
+    elif d.engine == "sglang":
+        assert slot is not None, "engine 'sglang' is given its workers' slot"
+        args = dynamo_sglang.args(ctx, role, slot, first_index)
     elif d.engine == "trtllm":
         assert role.engine_config is not None, "engine 'trtllm' has its engine config (check)"
         args = ["--model-path", m.path, "--served-model-name", m.served_model_name,
@@ -306,6 +321,18 @@ def engine_args(ctx: Context, role: Role, first_index: int = 0) -> list[Arg]:
     if role.mode:
         args += ["--disaggregation-mode", role.mode]
     return args + planes(d) + list(d.extra_args) + list(role.extra_args)
+
+
+def mocker_args(ctx: Context, role: Role) -> list[Arg]:
+    d, m = section(ctx.r).dynamo, ctx.r.model
+    args: list[Arg] = ["--model-path", m.path, "--model-name", m.served_model_name]
+    if d.speedup_ratio is not None:
+        args += ["--speedup-ratio", f"{d.speedup_ratio:g}"]
+    if m.max_model_len:
+        args += ["--max-model-len", str(m.max_model_len)]
+    if role.dp > 1:  # one process simulates every rank
+        args += ["--data-parallel-size", str(role.dp)]
+    return args
 
 
 def worker_env(ctx: Context, role: Role, head: int) -> list:
@@ -330,17 +357,20 @@ def workers(ctx: Context, role: Role, slot: Slot, head: int, first_index: int = 
         if nixl:  # each of the task's ranks listens on its own
             iports.update({f"kv{k or ''}": f"nixl_{gpus[0] + k}" for k in range(role.dp_local)})
         iports.update(dynamo_dp.rank_ports(role, node, local, first_index))
+        if d.engine == "sglang":
+            iports.update(dynamo_sglang.ports(section(ctx.r), role, node, local, first_index))
         instances.append(Instance(rank=len(instances), node=node, local=local, gpus=gpus, ports=iports))
     ctx.add(Spec(
         name=role.name, role=WORKER_ROLE, group=slot.group, slot=slot, first_node=slot.first_node, nodes=slot.nodes,
         tasks_per_node=role.per_node, gpus_per_node=len(slot.gpus), stage=2, main=ctx.serving_is_main,
         # a data-parallel rank that dies stalls its worker's other ranks: end the step
-        fail_fast=role.rank_tasks or (role.node_tasks and role.span > 1), health=None, instances=tuple(instances), reads_model=d.engine == "vllm",
+        fail_fast=role.rank_tasks or ((role.node_tasks or d.engine == "sglang") and role.span > 1), health=None,
+        instances=tuple(instances), reads_model=d.engine in ("vllm", "sglang"),
         task=ctx.task(
             Supervisor(role.name, gpus=shell.gpu_slice(slot.gpus[0], role.task_gpus, True), ready="started",
                        fail_on=fail_on(ctx)),
-            prelude=dynamo_dp.prelude(role, slot), env=env,
-            command=(*ctx.py, "-m", MODULES[d.engine], *engine_args(ctx, role, first_index)),
+            prelude=dynamo_sglang.prelude(ctx, role, slot) if d.engine == "sglang" else dynamo_dp.prelude(role, slot),
+            env=env, command=(*ctx.py, "-m", MODULES[d.engine], *engine_args(ctx, role, first_index, slot)),
         ),
     ))
 
@@ -411,6 +441,8 @@ def build(ctx: Context) -> None:
     all_roles = roles(ctx.r)
     head = ctx.slots[all_roles[0].name].group
     services(ctx, head)
+    if d.engine == "sglang" and ctx.r.inference is not None and ctx.r.inference.mode == "pd":
+        dynamo_sglang.untried(ctx)
     for role in all_roles:
         slot = ctx.slots[role.name]
         if d.engine == "trtllm":

@@ -98,7 +98,7 @@ def check(inf: DynamoInference) -> None:
                             "worker's tp MPI ranks (inference.dynamo.attention_dp = true)")
     if user_set(d, "dp_launch") and (d.engine != "vllm" or max(dp for _, dp in sizes) == 1):
         raise UserError("inference.dynamo.dp_launch", "only engine 'vllm' with dp > 1 launches data-parallel ranks")
-    if d.attention_dp and d.engine != "trtllm":
+    if d.attention_dp and d.engine not in ("trtllm", "sglang"):
         how = ("dp > 1 with expert_parallel = true (attention per rank, experts over all ranks)" if d.engine == "vllm"
                else "dp > 1 (the mocker simulates the ranks)")
         raise UserError("inference.dynamo.attention_dp", f"engine {d.engine!r} has no attention-DP flag; its "
