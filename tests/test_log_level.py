@@ -51,3 +51,15 @@ def test_vllm_reads_the_variable_the_planner_exports_for_it():
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "VLLM_LOGGING_LEVEL": value},
                              capture_output=True, text=True, timeout=120, check=True).stdout
         assert out.strip().splitlines()[-1] == value
+
+
+def test_sglang_servers_take_the_level_on_their_own_flag():
+    """SGLang reads no logging variable: its servers get --log-level (parsed by SGLang's own parser in
+    tests/test_sglang_plan.py); at the default level the flag is left out."""
+    gallery = ROOT / "slurmrl" / "recipes" / "inference-sglang.toml"
+    for level, want in (("info", None), ("warning", "warning")):
+        p = plan(validate(apply_overrides(read_toml(gallery), [f'log.level="{level}"'])), "/runs/x")
+        argv = [str(a) for c in p.components for a in c.task.command]
+        assert ("--log-level" in argv) is (want is not None)
+        if want:
+            assert argv[argv.index("--log-level") + 1] == want

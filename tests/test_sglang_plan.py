@@ -184,7 +184,8 @@ def test_every_rendered_server_argv_parses_with_sglangs_own_parser(tmp_path):
     cases = [RECIPES / "inference-sglang.toml", base(nodes=2, tp=2, mem_fraction_static=0.85),
              base(tp=4, dp=4, enable_dp_attention=True),
              {**base(tp=2, dp=2), "model": {"path": "/models/m", "served_name": "m", "dtype": "bfloat16",
-                                             "max_model_len": 4096}}]
+                                             "max_model_len": 4096}},
+             {**base(), "log": {"level": "debug"}}]
     argvs, want = [], []
     for k, case in enumerate(cases):
         d = tmp_path / str(k)

@@ -98,6 +98,8 @@ def engine_args(ctx: Context, tp: int, dp: int, attention: bool, mem_fraction: f
         args += ["--dtype", DTYPES[m.dtype]]
     if m.trust_remote_code:
         args.append("--trust-remote-code")
+    if ctx.r.log.level != "info":  # SGLang reads its level from its own flag, not from a variable (log_env)
+        args += ["--log-level", ctx.r.log.level]
     return args
 
 
