@@ -51,7 +51,7 @@ class Dynamo(Section):
     )
     migration_limit: int = Field(
         0, ge=0, le=2**32 - 1, description="`--migration-limit`: times a request moves to another worker when its "
-        "worker goes away mid-request (0 = never).",
+        "worker goes away mid-request (0 = never; 0-4294967295).",
     )
     session_affinity_ttl_secs: int | None = Field(
         None, ge=1, le=31_536_000, description="`--router-session-affinity-ttl-secs`: keep a session on its worker "
@@ -62,36 +62,36 @@ class Dynamo(Section):
         "fraction is busy and gets no new request (0-1; srt-slurm's `busy-threshold`).",
     )
     active_prefill_tokens_threshold: int | None = Field(
-        None, ge=0, description="`--active-prefill-tokens-threshold`: a worker with more prompt tokens in prefill "
-        "than this is busy.",
+        None, ge=0, le=2**32 - 1, description="`--active-prefill-tokens-threshold`: a worker with more prompt tokens in "
+        "prefill than this is busy (0-4294967295).",
     )
     active_prefill_tokens_threshold_frac: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="`--active-prefill-tokens-threshold-frac`: busy above this "
-        "fraction of the worker's batched-token budget.",
+        None, ge=0, le=1000, description="`--active-prefill-tokens-threshold-frac`: busy above this fraction of the "
+        "worker's batched-token budget (0-1000).",
     )
     kv_cache_block_size: int | None = Field(
         None, ge=1, le=2**32 - 1, description="KV router: `--kv-cache-block-size`, tokens per block it hashes "
-        "prompts by; default: the workers' own.",
+        "prompts by; default: the workers' own (1-4294967295).",
     )
     router_temperature: float = Field(
-        0.0, ge=0, allow_inf_nan=False, description="KV router: `--router-temperature`, softmax sampling over "
-        "workers' costs (0 = always the cheapest).",
+        0.0, ge=0, le=1000, description="KV router: `--router-temperature`, softmax sampling over workers' costs "
+        "(0 = always the cheapest; 0-1000).",
     )
     kv_overlap_score_credit: float = Field(
-        1.0, ge=0, allow_inf_nan=False, description="KV router: `--router-kv-overlap-score-credit`, weight of the "
-        "prompt blocks a worker already caches.",
+        1.0, ge=0, le=1000, description="KV router: `--router-kv-overlap-score-credit`, weight of the prompt blocks "
+        "a worker already caches (0-1000).",
     )
     prefill_load_scale: float = Field(
-        1.0, ge=0, allow_inf_nan=False, description="KV router: `--router-prefill-load-scale`, weight of a worker's "
-        "prefill load (older Dynamo's `--kv-overlap-score-weight`).",
+        1.0, ge=0, le=1000, description="KV router: `--router-prefill-load-scale`, weight of a worker's prefill "
+        "load (older Dynamo's `--kv-overlap-score-weight`; 0-1000).",
     )
     kv_events: bool = Field(
         True, description="KV router: follow the workers' KV-cache events; `false` (`--no-router-kv-events`): "
         "predict each worker's cache from the routing decisions, for `router_ttl_secs`.",
     )
     router_ttl_secs: float = Field(
-        120.0, gt=0, allow_inf_nan=False, description="KV router with `kv_events = false`: `--router-ttl-secs`, "
-        "how long a predicted block stays.",
+        120.0, gt=0, le=31_536_000, description="KV router with `kv_events = false`: `--router-ttl-secs`, how long "
+        "a predicted block stays (above 0, at most 31536000).",
     )
     track_active_blocks: bool = Field(
         True, description="KV router: count the blocks of requests in flight as load "
@@ -105,8 +105,8 @@ class Dynamo(Section):
         False, description="KV router: count generated tokens' blocks too (`--router-track-output-blocks`).",
     )
     queue_threshold: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="KV router: `--router-queue-threshold`, hold requests in the "
-        "router while every worker's prefill load is above this fraction of its token budget.",
+        None, ge=0, le=1000, description="KV router: `--router-queue-threshold`, hold requests in the router while "
+        "every worker's prefill load is above this fraction of its token budget (0-1000).",
     )
     queue_policy: Literal["fcfs", "wspt"] = Field(
         "fcfs", description="KV router with `queue_threshold`: `--router-queue-policy`, `fcfs` (tail TTFT) or "
