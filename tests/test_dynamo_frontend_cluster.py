@@ -13,9 +13,7 @@ import json
 import time
 
 import pytest
-from test_dynamo_cluster import DYNAMO_PY, READY_S, Job, post
-
-from slurmrl.runtime.fixtures.tiny_model import build_no_weights
+from test_dynamo_cluster import READY_S, Job, mocker_setup, post
 
 pytestmark = pytest.mark.cluster
 
@@ -26,11 +24,8 @@ PROMPT = " ".join(f"word{i} of a long shared prefix" for i in range(60))  # seve
 
 @pytest.fixture(scope="module")
 def job(slurm_cluster, tmp_path_factory):
-    if not DYNAMO_PY.exists():
-        pytest.fail(f"{DYNAMO_PY} is missing: run scripts/install.sh", pytrace=False)
-    cwd = tmp_path_factory.mktemp("dynamo-kv")
-    model = build_no_weights(cwd / "tiny-mocker")
-    j = Job(slurm_cluster, cwd, [f'model.path="{model}"', f'python.executable="{DYNAMO_PY}"', *OPTIONS])
+    cwd, common = mocker_setup(tmp_path_factory, "dynamo-kv")
+    j = Job(slurm_cluster, cwd, [*common, *OPTIONS])
     try:
         j.wait_ready(time.monotonic() + READY_S)
         yield j
