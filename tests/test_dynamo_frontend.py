@@ -125,6 +125,7 @@ def test_every_option_renders_a_flag_dynamo_takes(tmp_path):
      "is inference.dynamo.kv_events"),
     ({"frontend_args": ["--router-mod", "kv"]}, "inference.dynamo.frontend_args[0]", "router_mode"),
     ({"frontend_args": ["--http-port", "9"]}, "inference.dynamo.frontend_args[0]", "the port table"),
+    ({"frontend_args": ["--load-aware"]}, "inference.dynamo.frontend_args[0]", "kv_overlap_score_credit = 0"),
     ({"env": {"DYN_ROUTER_MODE": "kv"}}, "inference.dynamo.env.DYN_ROUTER_MODE",
      "Dynamo reads it as inference.dynamo.router_mode"),
     ({"migration_limit": -1}, "inference.dynamo.migration_limit", ""),

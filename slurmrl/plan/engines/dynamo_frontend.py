@@ -70,10 +70,13 @@ NEEDS = (
     ("assume_kv_reuse", lambda d: d.track_active_blocks, "only read while track_active_blocks = true"),
     ("queue_policy", lambda d: d.queue_threshold is not None, "the router queues only with a queue_threshold"),
 )
-# set by the plan: (flag, the recipe field that sets it)
+# set by the plan or by typed options: flag -> what sets it
 PLAN_FLAGS = {"--http-host": "(the plan: every address)", "--http-port": "(the plan: the port table)",
               "--request-plane": "inference.dynamo.request_plane", "--event-plane": "inference.dynamo.event_plane",
-              "--namespace": "(the plan: DYN_NAMESPACE, one per job)"}
+              "--namespace": "(the plan: DYN_NAMESPACE, one per job)",
+              # a preset that turns router_mode to kv and overrides the KV router's options above
+              "--load-aware": "inference.dynamo's router_mode = \"kv\" with kv_overlap_score_credit = 0, "
+                              "kv_events = false, assume_kv_reuse = false"}
 
 
 def field(name: str) -> str:
