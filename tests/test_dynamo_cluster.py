@@ -117,13 +117,19 @@ class Job:
         return self.cluster.slurmrl("cancel", str(self.run_dir), cwd=self.cwd, timeout=180)
 
 
-@pytest.fixture(scope="module")
-def jobs(slurm_cluster, tmp_path_factory):
+def mocker_setup(tmp_path_factory, name: str) -> tuple[Path, list[str]]:
+    """A folder for the jobs and the overrides every mocker job takes: the tiny model without weights,
+    .venv-dynamo's Python."""
     if not DYNAMO_PY.exists():
         pytest.fail(f"{DYNAMO_PY} is missing: run scripts/install.sh", pytrace=False)
-    cwd = tmp_path_factory.mktemp("dynamo")
+    cwd = tmp_path_factory.mktemp(name)
     model = build_no_weights(cwd / "tiny-mocker")
-    common = [f'model.path="{model}"', f'python.executable="{DYNAMO_PY}"']
+    return cwd, [f'model.path="{model}"', f'python.executable="{DYNAMO_PY}"']
+
+
+@pytest.fixture(scope="module")
+def jobs(slurm_cluster, tmp_path_factory):
+    cwd, common = mocker_setup(tmp_path_factory, "dynamo")
     started: dict[str, Job] = {}
     try:  # a submission that fails still cancels the jobs already submitted
         started["agg"] = Job(slurm_cluster, cwd, common)

@@ -38,8 +38,81 @@ class Dynamo(Section):
     event_plane: Literal["zmq", "nats"] = Field(
         "zmq", description="How workers publish KV and load events (`--event-plane`); `nats` starts NATS."
     )
-    router_mode: Literal["round-robin", "random", "kv"] | None = Field(
-        None, description="The frontend's `--router-mode`; default: Dynamo's (round-robin)."
+    # The frontend's options (Dynamo 1.4's flags): rendered only when they differ from Dynamo's defaults
+    # (the defaults here); the KV router's are refused unless router_mode = "kv".
+    router_mode: Literal["round-robin", "random", "power-of-two", "least-loaded", "device-aware-weighted", "kv"] | None = Field(
+        None, description="The frontend's `--router-mode`: `round-robin` (Dynamo's default), `random`, `power-of-two` "
+        "(the less busy of two random workers), `least-loaded` (fewest active requests), `device-aware-weighted` "
+        "(by the workers' device type), `kv` (Dynamo's KV router: the worker holding most of the prompt's "
+        "cache, weighed against load; the `kv_*`, `router_*`, `track_*`, `queue_*` options below).",
+    )
+    chat_processor: Literal["dynamo", "vllm", "sglang"] = Field(
+        "dynamo", description="The frontend's renderer (`--dyn-chat-processor`): `dynamo` renders chat templates "
+        "and parses tool calls and reasoning in Dynamo's own Rust preprocessor; `vllm` or `sglang` in that "
+        "engine's Python code, which must be installed beside the frontend.",
+    )
+    migration_limit: int = Field(
+        0, ge=0, le=2**32 - 1, description="`--migration-limit`: times a request moves to another worker when its "
+        "worker goes away mid-request (0 = never; 0-4294967295).",
+    )
+    session_affinity_ttl_secs: int | None = Field(
+        None, ge=1, le=31_536_000, description="`--router-session-affinity-ttl-secs`: keep a session on its worker "
+        "until it is idle this long (1-31536000 s).",
+    )
+    active_decode_blocks_threshold: float | None = Field(
+        None, ge=0, le=1, description="`--active-decode-blocks-threshold`: a worker whose KV-cache use is above this "
+        "fraction is busy and gets no new request (0-1; srt-slurm's `busy-threshold`).",
+    )
+    active_prefill_tokens_threshold: int | None = Field(
+        None, ge=0, le=2**32 - 1, description="`--active-prefill-tokens-threshold`: a worker with more prompt tokens in "
+        "prefill than this is busy (0-4294967295).",
+    )
+    active_prefill_tokens_threshold_frac: float | None = Field(
+        None, ge=0, le=1000, description="`--active-prefill-tokens-threshold-frac`: busy above this fraction of the "
+        "worker's batched-token budget (0-1000).",
+    )
+    kv_cache_block_size: int | None = Field(
+        None, ge=1, le=2**32 - 1, description="KV router: `--kv-cache-block-size`, tokens per block it hashes "
+        "prompts by; default: the workers' own (1-4294967295).",
+    )
+    router_temperature: float = Field(
+        0.0, ge=0, le=1000, description="KV router: `--router-temperature`, softmax sampling over workers' costs "
+        "(0 = always the cheapest; 0-1000).",
+    )
+    kv_overlap_score_credit: float = Field(
+        1.0, ge=0, le=1000, description="KV router: `--router-kv-overlap-score-credit`, weight of the prompt blocks "
+        "a worker already caches (0-1000).",
+    )
+    prefill_load_scale: float = Field(
+        1.0, ge=0, le=1000, description="KV router: `--router-prefill-load-scale`, weight of a worker's prefill "
+        "load (older Dynamo's `--kv-overlap-score-weight`; 0-1000).",
+    )
+    kv_events: bool = Field(
+        True, description="KV router: follow the workers' KV-cache events; `false` (`--no-router-kv-events`): "
+        "predict each worker's cache from the routing decisions, for `router_ttl_secs`.",
+    )
+    router_ttl_secs: float = Field(
+        120.0, gt=0, le=31_536_000, description="KV router with `kv_events = false`: `--router-ttl-secs`, how long "
+        "a predicted block stays (above 0, at most 31536000).",
+    )
+    track_active_blocks: bool = Field(
+        True, description="KV router: count the blocks of requests in flight as load "
+        "(`false`: `--no-router-track-active-blocks`).",
+    )
+    assume_kv_reuse: bool = Field(
+        True, description="KV router, tracking active blocks: assume requests share cached blocks "
+        "(`false`: `--no-router-assume-kv-reuse`).",
+    )
+    track_output_blocks: bool = Field(
+        False, description="KV router: count generated tokens' blocks too (`--router-track-output-blocks`).",
+    )
+    queue_threshold: float | None = Field(
+        None, ge=0, le=1000, description="KV router: `--router-queue-threshold`, hold requests in the router while "
+        "every worker's prefill load is above this fraction of its token budget (0-1000).",
+    )
+    queue_policy: Literal["fcfs", "wspt"] = Field(
+        "fcfs", description="KV router with `queue_threshold`: `--router-queue-policy`, `fcfs` (tail TTFT) or "
+        "`wspt` (shortest first: mean TTFT).",
     )
     etcd_endpoints: str | None = Field(
         None,
@@ -74,7 +147,10 @@ class Dynamo(Section):
         "and KV cache (above 0, at most 1); default SGLang's.",
     )
     # ---- end of engine "sglang" ----
-    frontend_args: list[str] = Field(default_factory=list, description="Extra `python -m dynamo.frontend` arguments.")
+    frontend_args: list[str] = Field(
+        default_factory=list, description="Extra `python -m dynamo.frontend` arguments: not the flags of the "
+        "options above, nor those the plan sets (`--http-host`, `--http-port`, the planes).",
+    )
     extra_args: list[str] = Field(default_factory=list, description="Extra arguments for every worker.")
     env: EnvMap = Field(
         default_factory=dict, description="Environment for every Dynamo process (etcd, NATS, frontend, workers)."
@@ -116,7 +192,7 @@ class DynamoInference(VllmFlags, Serving):
     ``gpu_memory_utilization`` and ``enforce_eager`` are read by engine ``vllm``'s workers only."""
 
     KEY_HINTS: ClassVar[dict[str, str]] = {  # what the loader adds when a key of another engine is set here
-        "router": "Dynamo's frontend routes requests: use inference.dynamo.router_mode and frontend_args",
+        "router": "Dynamo's frontend routes requests: use inference.dynamo.router_mode and its options",
         "extra_args": "Dynamo workers take inference.dynamo.extra_args (every worker) and prefill/decode extra_args",
         "nodes_per_worker": "Dynamo workers are sized by tp x dp (and nodes)",
         "kv_offload": "KV offload is vLLM-server configuration; pass the engine's own flags in "

@@ -102,8 +102,8 @@ class TrainerKnobs(Section):
         "clip-higher: above clip_eps lets rare tokens gain more per step; above 0, at most 10); default: clip_eps.",
     )
     token_mask_low: float | None = Field(
-        None, gt=0, lt=1, description="RL: a token whose importance ratio (trainer / inference probability) is below "
-        "this is left out of the loss (masked importance sampling; above 0, below 1); default: none masked.",
+        None, gt=0, le=1, description="RL: a token whose importance ratio (trainer / inference probability) is below "
+        "this is left out of the loss (masked importance sampling; above 0, at most 1); default: none masked.",
     )
     token_mask_high: float | None = Field(
         None, gt=1, le=1e6, description="RL: ... and one whose ratio is above this (above 1, at most 1000000); "

@@ -26,7 +26,7 @@ from slurmrl.contract import env as job_env
 from slurmrl.errors import UserError
 from slurmrl.plan import parallel, shell, vllm
 from slurmrl.plan.context import Context
-from slurmrl.plan.engines import dynamo_dp, dynamo_sglang
+from slurmrl.plan.engines import dynamo_dp, dynamo_frontend, dynamo_sglang
 from slurmrl.plan.engines.base import serves_backend
 from slurmrl.plan.engines.dynamo_dp import Role
 from slurmrl.plan.model import Arg, Health, Instance, Sh
@@ -151,6 +151,7 @@ def check_services(r: Recipe, inf: DynamoInference) -> None:
             if key in OWN_ENV:
                 raise UserError(f"{where}.{key}", "is set by the plan for every Dynamo process (see "
                                 "inference.dynamo)")
+    dynamo_frontend.check(inf, envs)
 
 
 # ---- where the workers go ----------------------------------------------------------------------
@@ -415,9 +416,7 @@ def frontend(ctx: Context, head: int, workers_total: int) -> None:
     d, m = section(ctx.r).dynamo, ctx.r.model
     ctx.reserve(ctx.groups[head], 0, SERVICE_CPUS["frontend"], "Dynamo's frontend")
     port = shell.var("dynamo_frontend")
-    args: list[Arg] = ["--http-host", "0.0.0.0", "--http-port", port, *planes(d)]
-    if d.router_mode:
-        args += ["--router-mode", d.router_mode]
+    args: list[Arg] = ["--http-host", "0.0.0.0", "--http-port", port, *planes(d), *dynamo_frontend.args(d)]
     # ready means serving: the model listed with every worker, and one completion through the frontend
     sup = Supervisor("frontend", ready=shell.url("http", port), ready_model=m.served_model_name,
                      ready_instances=workers_total, ready_completion=m.served_model_name)
