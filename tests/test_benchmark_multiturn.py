@@ -246,3 +246,52 @@ def test_multi_turn_sessions_replay_through_aiperf_against_the_dynamo_mocker(moc
     argv = replay_argv(tmp_path / "benchmark", url, str(model), trace, "time_to_first_token:60000 request_latency:60000")
     assert bench.run(*bench.parse(argv)) == 0, (tmp_path / "benchmark" / "summary.json").read_text()
     check_replay(tmp_path, sessions=3, turns=3, delay_ms=300)
+
+
+# ---- the runner's handling of the aiperf process (a test double in aiperf's place) -------------------
+
+
+def fake_aiperf(tmp_path: Path, body: str) -> str:
+    """A test double for aiperf's Python: a shell script that ignores ``-c SHIM profile ...`` and runs ``body``."""
+    path = tmp_path / "fake-python"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_aiperf_failing_names_its_last_words_and_the_secret_stays_off_the_command_line(tmp_path, monkeypatch):
+    seen = tmp_path / "seen"
+    python = fake_aiperf(tmp_path, f'echo "$@" > {seen}; echo "$SLURMRL_AIPERF_KEY" >> {seen}\n'
+                                   "printf '╭─ Error ─╮\\n│ All 9 inference request(s) failed │\\n╰───╯\\n'; exit 1")
+    run = aiperf.runner(python, "s3cret")
+    with pytest.raises(aiperf.Failed, match=r"exited 1: Error All 9 inference request\(s\) failed"):
+        run(["--url", "http://x", *aiperf.point_argv(2, 3, tmp_path / "out")])
+    argv_line, key_line = seen.read_text().splitlines()
+    assert "s3cret" not in argv_line and "--concurrency 2 --conversation-num 3" in argv_line
+    assert key_line == "s3cret"  # in the environment, where the shim takes it from
+
+
+def test_the_timeout_ends_aiperf_and_every_process_it_started(tmp_path):
+    import signal
+
+    pids = tmp_path / "pids"
+    python = fake_aiperf(tmp_path, f"sleep 300 & echo $! > {pids}; wait")
+    run = aiperf.runner(python, None)
+
+    def stop(*_):
+        raise bench.Stop("timeout")
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(2)
+    try:
+        with pytest.raises(bench.Stop):
+            run(["--url", "http://x", *aiperf.point_argv(None, 1, tmp_path / "out")])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    child = int(pids.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{child}").exists() and \
+            Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child}").exists() or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
