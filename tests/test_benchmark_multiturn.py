@@ -76,7 +76,7 @@ def test_a_multi_turn_trace_renders_aiperf_with_the_sessions_and_goodput_under_t
     assert bench.value_after(args, "--url").startswith("http://")  # the job's endpoint
     assert bench.value_after(args, "--goodput") == (
         "time_to_first_token:2000 inter_token_latency:25 request_latency:9000")
-    assert "--api-key" not in args  # the secret goes through the environment, not the command line
+    assert "--api-key" not in args  # the secret goes by aiperf's stdin, not the command line
     own, args = rendered({})
     assert own.concurrencies is None and "--goodput" not in args  # one point, every session at once
 
@@ -259,16 +259,16 @@ def fake_aiperf(tmp_path: Path, body: str) -> str:
     return str(path)
 
 
-def test_aiperf_failing_names_its_last_words_and_the_secret_stays_off_the_command_line(tmp_path, monkeypatch):
+def test_aiperf_failing_names_its_last_words_and_the_secret_goes_by_stdin(tmp_path, monkeypatch):
     seen = tmp_path / "seen"
-    python = fake_aiperf(tmp_path, f'echo "$@" > {seen}; echo "$SLURMRL_AIPERF_KEY" >> {seen}\n'
+    python = fake_aiperf(tmp_path, f'echo "$@" > {seen}; head -n 1 >> {seen}\n'
                                    "printf '╭─ Error ─╮\\n│ All 9 inference request(s) failed │\\n╰───╯\\n'; exit 1")
     run = aiperf.runner(python, "s3cret")
     with pytest.raises(aiperf.Failed, match=r"exited 1: Error All 9 inference request\(s\) failed"):
         run(["--url", "http://x", *aiperf.point_argv(2, 3, tmp_path / "out")])
     argv_line, key_line = seen.read_text().splitlines()
     assert "s3cret" not in argv_line and "--concurrency 2 --conversation-num 3" in argv_line
-    assert key_line == "s3cret"  # in the environment, where the shim takes it from
+    assert key_line == "s3cret"  # on its standard input, where the shim reads it
 
 
 def test_the_timeout_ends_aiperf_and_every_process_it_started(tmp_path):

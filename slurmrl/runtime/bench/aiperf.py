@@ -10,8 +10,8 @@ TPOT, ITL and end-to-end latency median and p99, goodput under the ``--goodput``
 per-request records (``profile_export.jsonl``: session, turn, prompt tokens as the server counted
 them) stay under DIR/aiperf/<point>/.
 
-The job's secret reaches aiperf as its ``--api-key`` inside that process (the shim below appends it to
-``sys.argv`` from the environment): never on a command line.
+The job's secret reaches aiperf as its ``--api-key`` inside that process (the shim below reads it from
+its standard input and appends it to ``sys.argv``): never on a command line, nor in an environment.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from typing import Any
 
 from slurmrl.rundir.paths import RunDir
 
-KEY_ENV = "SLURMRL_AIPERF_KEY"
-# `python -c SHIM profile ARGS...`: aiperf's own CLI, with the secret (if any) from the environment
-SHIM = ("import os, sys; from aiperf.cli import app; key = os.environ.pop('" + KEY_ENV + "', ''); "
+# `python -c SHIM profile ARGS...`: aiperf's own CLI, with the secret (if any) from the first line of stdin
+SHIM = ("import sys; from aiperf.cli import app; key = sys.stdin.readline().strip(); sys.stdin.close(); "
         "sys.argv = ['aiperf', *sys.argv[1:], *(['--api-key', key] if key else [])]; sys.exit(app())")
 ARTIFACTS = "aiperf"  # DIR/aiperf/<point>/: aiperf's own exports
 SUMMARY = "profile_export_aiperf.json"
@@ -89,13 +88,16 @@ def runner(python: str, key: str | None):
     def run(argv: list[str]) -> dict:
         folder = Path(argv[argv.index("--output-artifact-dir") + 1])
         folder.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        if key:
-            env[KEY_ENV] = key
         with open(folder / "aiperf.out", "wb") as log:
             proc = subprocess.Popen([python, "-c", SHIM, "profile", *argv], stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                    stdin=subprocess.PIPE, start_new_session=True)
             try:
+                assert proc.stdin is not None
+                try:
+                    proc.stdin.write(f"{key or ''}\n".encode())
+                    proc.stdin.close()
+                except BrokenPipeError:  # it is gone already: its exit status tells
+                    pass
                 rc = proc.wait()
             except BaseException:  # the timeout or the job stopping: aiperf's services go with it
                 os.killpg(proc.pid, signal.SIGKILL)
