@@ -14,7 +14,9 @@
 #    package that downloads from NVIDIA's host. etcd and nats-server come from Debian (the local
 #    cluster installs them);
 #  - OpenSSH's server and rsync from Debian, for tests/test_remote.py (slurmrl --cluster);
-#  - Debian's chromium, the headless browser tests/test_report.py opens `slurmrl report`'s page in.
+#  - Debian's chromium, the headless browser tests/test_report.py opens `slurmrl report`'s page in;
+#  - aiperf 0.13.0 in its own .venv-aiperf (1.2 GB, ~2 min): `[benchmark] trace_format = "multi_turn"`
+#    replays multi-turn sessions with it; it pins psutil, pyzmq, rich, pillow and pandas below .venv's.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +59,11 @@ if ! .venv-dynamo/bin/python -P -c "import importlib.metadata as m; assert m.ver
     dpip=(.venv-dynamo/bin/python -m pip install --quiet --disable-pip-version-check)
     "${dpip[@]}" "${DYNAMO}" 'pydantic>=2.6,<3' 'psutil>=5.9' 'tomlkit>=0.12' 'jinja2>=3.1'
     "${dpip[@]}" --no-deps -e .
+fi
+AIPERF=aiperf==0.13.0
+if ! .venv-aiperf/bin/python -c "import importlib.metadata as m; assert m.version('aiperf') == '${AIPERF#*==}'; import aiperf.cli" 2>/dev/null; then
+    [[ -x .venv-aiperf/bin/python ]] || python3 -m venv .venv-aiperf
+    .venv-aiperf/bin/python -m pip install --quiet --disable-pip-version-check "${AIPERF}"
 fi
 # SGLang's own argument parser, for tests/test_sglang_plan.py's check of every rendered
 # `sglang.launch_server` line (SGLang itself needs a GPU to serve). sglang 0.5.23 pins xgrammar 0.2.7

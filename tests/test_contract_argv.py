@@ -128,7 +128,7 @@ def test_the_planners_words_are_read_by_the_programs(recipe, tmp_path):
             assert {"vllm-router", "slurmrl.runtime.gates.router_key"} & set(value.command)
         if isinstance(value, Bench):
             args, vllm_args = runner.parse(e.command[e.command.index(module) + 1:])
-            assert args == value and "--base-url" in vllm_args
+            assert args == value and ("--url" if value.aiperf is not None else "--base-url") in vllm_args
     expected = {"rl": {Trainer.MODULE, Orchestrator.MODULE}, "sft": {Trainer.MODULE}}
     want = {m for k, mods in expected.items() if recipe.startswith(k) for m in mods}
     want |= {Collector.MODULE, Bench.MODULE} if recipe in GALLERY_SETS else set()

@@ -257,3 +257,26 @@ def test_a_trace_replays_at_its_own_times_with_goodput_through_vllms_load_genera
     assert p["request_goodput"] == pytest.approx(p["request_throughput"]) and p["good_share"] == pytest.approx(1.0)
     point = json.loads((tmp_path / "benchmark" / "trace.json").read_text())
     assert point["total_input_tokens"] == 40 * len(stamps) and point["total_output_tokens"] == 4 * len(stamps)
+
+
+def test_multi_turn_sessions_replay_through_aiperf_with_the_history_after_each_answer(servers, models, tmp_path,
+                                                                                   monkeypatch):
+    """[benchmark] trace_format = "multi_turn" against a real server: aiperf (.venv-aiperf) replays 3
+    sessions x 3 turns, all sessions at once, with the job's secret; within a session each turn goes out
+    its delay after the previous answer arrived and carries the conversation so far (the server counts a
+    longer prompt than the previous turn's prompt plus its answer); the summary has the trace's figures
+    and goodput (tests/test_benchmark_multiturn.py's check_replay)."""
+    from test_benchmark_multiturn import check_replay, replay_argv, write_sessions
+
+    from slurmrl.runtime.bench import runner as bench
+
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(TEST_SECRET + "\n")
+    monkeypatch.setenv("SLURMRL_SECRET_FILE", str(secret_file))
+    monkeypatch.delenv("SLURMRL_RUN_DIR", raising=False)
+    # short turns: the tiny model's context is 256 tokens and the third turn carries the first two
+    trace = write_sessions(tmp_path / "sessions.jsonl", sessions=3, turns=3, delay_ms=400, words="rain ")
+    argv = replay_argv(tmp_path / "benchmark", servers.urls[0], str(models[0]), trace,
+                       "time_to_first_token:600000 request_latency:600000")
+    assert bench.run(*bench.parse(argv)) == 0, (tmp_path / "benchmark" / "summary.json").read_text()
+    check_replay(tmp_path, sessions=3, turns=3, delay_ms=400)

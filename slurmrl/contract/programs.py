@@ -152,7 +152,9 @@ class Bench(Generic[W]):
     """``python -m slurmrl.runtime.bench --out DIR --concurrencies N... --input-lens N... --output-lens N...
     [--timeout S] [--then stop|serve] -- VLLM_BENCH_SERVE_ARGS...``: the grid. A trace replay
     (``--dataset-name timed_trace`` among vLLM's arguments) has no lengths (the trace's) and its
-    concurrency caps are optional (none: one point without a cap)."""
+    concurrency caps are optional (none: one point without a cap). With ``--aiperf PYTHON`` (the
+    Python of aiperf's own venv) the arguments after ``--`` are ``aiperf profile``'s instead: a
+    multi-turn session replay (``--input-file TRACE --custom-dataset-type multi_turn``), no lengths."""
 
     MODULE: ClassVar[str] = "slurmrl.runtime.bench"
     TRACE: ClassVar[str] = "timed_trace"  # vllm bench serve's dataset that replays a trace
@@ -163,13 +165,15 @@ class Bench(Generic[W]):
     output_lens: tuple[int, ...] | None
     timeout: int = 3600
     then: str = "stop"
-    vllm_args: tuple[W, ...] = ()  # vllm bench serve's own arguments, after --
+    vllm_args: tuple[W, ...] = ()  # vllm bench serve's own arguments (aiperf profile's with aiperf), after --
+    aiperf: W | None = None  # the Python of aiperf's venv: a multi-turn replay through `aiperf profile`
 
     def to_argv(self) -> list[W | str]:
         argv: list = ["--out", self.out]
         for name, values in (("--concurrencies", self.concurrencies), ("--input-lens", self.input_lens),
                              ("--output-lens", self.output_lens)):
             argv += [name, *map(str, values)] if values is not None else []
+        argv += ["--aiperf", self.aiperf] if self.aiperf is not None else []
         return [*argv, "--timeout", str(self.timeout), "--then", self.then, "--", *self.vllm_args]
 
     @classmethod
@@ -181,11 +185,15 @@ class Bench(Generic[W]):
         ap.add_argument("--output-lens", type=int, nargs="+", help="the grid's output lengths (a trace: none)")
         ap.add_argument("--timeout", type=int, default=3600, help="seconds the whole grid may take")
         ap.add_argument("--then", choices=("stop", "serve"), default="stop")
-        options, vllm_args = split_command(ap, argv, "vllm bench serve's arguments")
+        ap.add_argument("--aiperf", help="the Python of aiperf's venv: the arguments after -- are aiperf profile's "
+                        "(a multi-turn session replay)")
+        options, vllm_args = split_command(ap, argv, "vllm bench serve's (or aiperf profile's) arguments")
         a = ap.parse_args(options)
-        trace = value_after(vllm_args, "--dataset-name") == cls.TRACE
+        if a.aiperf is not None and value_after(vllm_args, "--input-file") is None:
+            ap.error("an aiperf replay needs --input-file TRACE among aiperf profile's arguments")
+        trace = a.aiperf is not None or value_after(vllm_args, "--dataset-name") == cls.TRACE
         if trace and (a.input_lens or a.output_lens):
-            ap.error(f"a trace replay (--dataset-name {cls.TRACE}) takes its lengths from the trace: "
+            ap.error(f"a trace replay (--dataset-name {cls.TRACE} or --aiperf) takes its lengths from the trace: "
                      "no --input-lens/--output-lens")
         if not trace and not (a.concurrencies and a.input_lens and a.output_lens):
             ap.error("the grid needs --concurrencies, --input-lens and --output-lens")
@@ -194,10 +202,13 @@ class Bench(Generic[W]):
             return tuple(values) if values is not None else None
 
         return Bench(a.out, opt(a.concurrencies), opt(a.input_lens), opt(a.output_lens), a.timeout, a.then,
-                     vllm_args)
+                     vllm_args, a.aiperf)
 
     @property
     def trace(self) -> str | None:
-        """The trace a replay reads (``--dataset-path`` with ``--dataset-name timed_trace``); None for the grid."""
+        """The trace a replay reads (``--dataset-path`` with ``--dataset-name timed_trace``, aiperf's
+        ``--input-file``); None for the grid."""
         words = [str(w) for w in self.vllm_args]
+        if self.aiperf is not None:
+            return value_after(words, "--input-file")
         return value_after(words, "--dataset-path") if value_after(words, "--dataset-name") == self.TRACE else None

@@ -2,7 +2,9 @@
 (vllm-router, Dynamo's frontend, or the one server), once it is ready, over the recipe's grid of
 concurrency x input length x output length. CPU only, on the node of that endpoint (the head
 node of the first inference group). ``slurmrl.runtime.bench`` runs one ``vllm bench serve`` per grid point and writes the
-results under RUN_DIR/benchmark/ (``slurmrl.rundir.paths``).
+results under RUN_DIR/benchmark/ (``slurmrl.rundir.paths``). A multi-turn session replay
+(``trace_format = "multi_turn"``) runs ``aiperf profile`` from aiperf's own venv instead, through the
+same runner and into the same summary.
 
 With ``then = "stop"`` the benchmark is the job's one main component: the job completes when it
 exits 0 and then stops the servers. With ``then = "serve"`` the servers stay the main components
@@ -28,6 +30,9 @@ STAGE = 5
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 # benchmark.trace_format -> (prompt tokens per hash id, seconds per timestamp unit)
 TRACE_FORMATS = {"mooncake": (512, 0.001)}
+# benchmark.goodput_* -> aiperf's goodput metric tags (aiperf's inter_token_latency is vLLM's TPOT: a
+# request's mean time between output tokens after the first)
+AIPERF_GOODPUT = {"ttft": "time_to_first_token", "tpot": "inter_token_latency", "e2el": "request_latency"}
 FRONTS = ("router", "frontend")  # what clients talk to when the job has one: vllm-router, Dynamo's frontend
 
 
@@ -65,6 +70,46 @@ def dataset_args(bench: Benchmark) -> list[Arg]:
             "--timed-trace-sec-multiplier", f"{to_seconds / bench.trace_speedup:g}"]
 
 
+def aiperf_args(ctx: Context, bench: Benchmark, url: Sh) -> list[Arg]:
+    """``aiperf profile``'s arguments for a multi-turn replay: the chat endpoint, streamed (TTFT and the
+    time between tokens), the trace as aiperf's ``multi_turn`` dataset, token counts as the server reports
+    them, goodput under the targets; the runner adds each point's concurrency and results folder."""
+    assert bench.trace is not None
+    argv: list[Arg] = [
+        "--url", url, "--model", ctx.r.model.served_model_name,
+        "--tokenizer", ctx.model_path(),  # aiperf counts tokens with it: the node-local copy with model.stage
+        "--endpoint-type", "chat", "--streaming",
+        "--input-file", bench.trace, "--custom-dataset-type", "multi_turn",
+        "--use-server-token-count", "--workers-max", str(BENCH_CPUS),
+    ]
+    if ctx.r.model.trust_remote_code:
+        argv.append("--tokenizer-trust-remote-code")
+    if bench.goodput():
+        argv += ["--goodput", " ".join(f"{AIPERF_GOODPUT[t.split(':')[0]]}:{t.split(':')[1]}" for t in bench.goodput())]
+    return [*argv, *bench.extra_args]
+
+
+def vllm_args(ctx: Context, bench: Benchmark, url: Sh) -> list[Arg]:
+    """``vllm bench serve``'s arguments for the grid or a single-turn trace (the runner adds each point's)."""
+    requests = bench.requests()
+    argv: list[Arg] = [
+        "--base-url", url,
+        *dataset_args(bench),
+        "--model", ctx.model_path(),  # the tokenizer: the node-local copy with model.stage
+        "--served-model-name", ctx.r.model.served_model_name,
+    ]
+    if requests is not None:  # a trace replay without it: the runner counts the trace's requests
+        argv += ["--num-prompts", str(requests)]
+    if bench.goodput():
+        argv += ["--goodput", *bench.goodput()]
+    if bench.request_rate is not None:
+        argv += ["--request-rate", f"{bench.request_rate:g}"]
+    if ctx.r.model.trust_remote_code:
+        argv.append("--trust-remote-code")
+    argv += ["--percentile-metrics", PERCENTILE_METRICS, "--disable-tqdm", *bench.extra_args]
+    return argv
+
+
 def points(bench: Benchmark) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None, tuple[int, ...] | None]:
     """The runner's points (concurrencies, input lengths, output lengths): the grid's three axes, or a
     trace's concurrency caps alone (none: one point without a cap)."""
@@ -92,23 +137,13 @@ def benchmark(ctx: Context) -> None:
     if limit is not None and bench.timeout > limit and user_set(bench, "timeout"):
         ctx.warnings.append(f"benchmark.timeout ({bench.timeout} s) is longer than slurm.time ({r.slurm.time})")
     # then = "stop": the job completes with the benchmark, not with the servers (ctx.serving_is_main)
-    vllm_args: list[Arg] = [
-        "--base-url", url,
-        *dataset_args(bench),
-        "--model", ctx.model_path(),  # the tokenizer: the node-local copy with model.stage
-        "--served-model-name", r.model.served_model_name,
-    ]
-    if requests is not None:  # a trace replay without it: the runner counts the trace's requests
-        vllm_args += ["--num-prompts", str(requests)]
-    if bench.goodput():
-        vllm_args += ["--goodput", *bench.goodput()]
-    if bench.request_rate is not None:
-        vllm_args += ["--request-rate", f"{bench.request_rate:g}"]
-    if r.model.trust_remote_code:
-        vllm_args.append("--trust-remote-code")
-    vllm_args += ["--percentile-metrics", PERCENTILE_METRICS, "--disable-tqdm", *bench.extra_args]
-    program = BenchArgs[Arg](Sh(sh="${RUN_DIR}/" + RunDir.BENCHMARK), *points(bench), bench.timeout, bench.then,
-                             tuple(vllm_args))
+    if bench.multi_turn:
+        assert bench.aiperf_python is not None  # the recipe refuses a multi-turn replay without it
+        program = BenchArgs[Arg](Sh(sh="${RUN_DIR}/" + RunDir.BENCHMARK), *points(bench), bench.timeout, bench.then,
+                                 tuple(aiperf_args(ctx, bench, url)), bench.aiperf_python)
+    else:
+        program = BenchArgs[Arg](Sh(sh="${RUN_DIR}/" + RunDir.BENCHMARK), *points(bench), bench.timeout, bench.then,
+                                 tuple(vllm_args(ctx, bench, url)))
     command = [*ctx.py, "-m", BenchArgs.MODULE, *program.to_argv()]
     ctx.add(Spec(
         name="benchmark", role="benchmark", group=head.index, first_node=0, nodes=1, tasks_per_node=1,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from slurmrl.errors import UserError
 from slurmrl.recipe.fields import FAIL_ON_HELP, FailOn
@@ -18,12 +18,26 @@ BENCH_MANAGED_FLAGS = (
     "--save-detailed", "--result-dir", "--result-filename", "--dataset-name", "--dataset-path", "--goodput",
     "--self-timed", "--no-self-timed", "--timed-trace-chunk-hash-size", "--timed-trace-sec-multiplier",
 )
+# aiperf profile flags a multi-turn replay sets itself (benchmark.trace_format = "multi_turn")
+AIPERF_MANAGED_FLAGS = (
+    "--url", "-u", "--model", "--model-names", "-m", "--tokenizer", "--endpoint-type", "--streaming",
+    "--input-file", "--custom-dataset-type", "--goodput", "--concurrency", "--conversation-num",
+    "--num-conversations", "--num-sessions", "--request-count", "--request-rate", "--output-artifact-dir",
+    "--artifact-dir", "--profile-export-prefix", "--profile-export-file", "--ui-type", "--ui", "--api-key",
+    "--use-server-token-count", "--workers-max", "--max-workers", "--config", "-f", "--fixed-schedule",
+)
 MAX_BENCH_POINTS = 256  # grid points (concurrencies x input_lens x output_lens)
 MAX_BENCH_REQUESTS = 10**7  # requests over the whole grid
 # what a trace replay takes from the trace itself: set with benchmark.trace, they would do nothing
 TRACE_DECIDES = {"input_lens": "each request's lengths", "output_lens": "each request's lengths",
                  "request_rate": "when each request is sent"}
 TRACE_ONLY = ("trace_format", "trace_speedup")
+# what a multi-turn replay (aiperf) cannot do: one line each
+MULTI_TURN_REFUSES = {
+    "trace_speedup": "aiperf's multi_turn replay sends each turn after its recorded delay and has no speed-up; "
+                     "scale the delays in the trace",
+    "num_prompts": "a multi-turn replay sends every session of the trace; cut the trace file instead",
+}
 GRID_CONCURRENCIES = (1, 8, 32)  # the grid's points where benchmark.concurrencies is not set
 GRID_REQUESTS = 200  # the grid's requests per point where benchmark.num_prompts is not set
 
@@ -31,8 +45,9 @@ GRID_REQUESTS = 200  # the grid's requests per point where benchmark.num_prompts
 class Benchmark(Section):
     """A load test of the job's own endpoint once every server is ready: vLLM's load generator
     (`vllm bench serve`), either random prompts over a grid of concurrency x input length x output length,
-    or the replay of a request trace (`trace`) at the trace's own times; goodput under latency targets
-    (`goodput_ttft_ms`, `goodput_tpot_ms`, `goodput_e2el_ms`) in either."""
+    or the replay of a request trace (`trace`) at the trace's own times; or aiperf replaying multi-turn
+    sessions (`trace_format = "multi_turn"`); goodput under latency targets (`goodput_ttft_ms`,
+    `goodput_tpot_ms`, `goodput_e2el_ms`) in each."""
 
     concurrencies: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
         None, min_length=1, max_length=64,
@@ -66,10 +81,19 @@ class Benchmark(Section):
         "vLLM's `timed_trace` dataset. One point per value of `concurrencies` where set (at most that many "
         "requests in flight), else one point with no cap.",
     )
-    trace_format: Literal["mooncake"] = Field(
+    trace_format: Literal["mooncake", "multi_turn"] = Field(
         "mooncake",
         description="`trace`'s format: `mooncake` (Mooncake's published traces, e.g. the conversation trace: "
-        "timestamps in milliseconds, 512 prompt tokens per hash id).",
+        "timestamps in milliseconds, 512 prompt tokens per hash id; vLLM's load generator), or `multi_turn` "
+        "(aiperf's multi-turn sessions, one a line: `{\"session_id\": ..., \"turns\": [{\"text\": ..., "
+        "\"delay\": MS, \"output_length\": N}, ...]}`: each turn is sent with the conversation so far, "
+        "the answers included, `delay` ms after the previous answer arrived; sessions run concurrently, at "
+        "most `concurrencies` at once, else all; run by `aiperf profile` from `aiperf_python`).",
+    )
+    aiperf_python: PathText | None = Field(
+        None,
+        description="`trace_format = \"multi_turn\"`: the absolute path of the Python of aiperf's own venv "
+        "on the benchmark's node (scripts/install.sh makes `.venv-aiperf`: aiperf's pins conflict with vLLM's).",
     )
     trace_speedup: float = Field(
         1.0, gt=0, le=10_000,
@@ -107,20 +131,27 @@ class Benchmark(Section):
     )
     fail_on: FailOn = Field(default_factory=list, description=FAIL_ON_HELP.format(what="the benchmark"))
 
-    @field_validator("extra_args")
-    @classmethod
-    def _extra(cls, v: list[str]) -> list[str]:
-        for a in v:
+    @property
+    def multi_turn(self) -> bool:
+        """A multi-turn session replay (aiperf), not vLLM's load generator."""
+        return self.trace is not None and self.trace_format == "multi_turn"
+
+    @model_validator(mode="after")
+    def _extra(self) -> Benchmark:
+        managed, tool = (AIPERF_MANAGED_FLAGS, "aiperf profile") if self.multi_turn else (
+            BENCH_MANAGED_FLAGS, "vllm bench serve")
+        for a in self.extra_args:
             flag = a.split("=", 1)[0]
-            if flag in BENCH_MANAGED_FLAGS:
-                raise ValueError(f"{flag} is set by the benchmark itself (grid point, target or results folder)")
-        return v
+            if flag in managed:
+                raise UserError("benchmark.extra_args", f"{flag} is set by the benchmark itself (grid point, "
+                                f"target or results folder); extra_args are {tool}'s here")
+        return self
 
     @model_validator(mode="after")
     def _trace(self) -> Benchmark:
         """Knobs a trace replay takes from the trace refused with one (and trace-only knobs without one)."""
         if self.trace is None:
-            for name in TRACE_ONLY:
+            for name in (*TRACE_ONLY, "aiperf_python"):
                 if name in self.model_fields_set:
                     raise UserError(f"benchmark.{name}", "only a trace replay reads it; set benchmark.trace too")
             return self
@@ -130,6 +161,21 @@ class Benchmark(Section):
         if not self.trace.startswith("/"):
             raise UserError("benchmark.trace", f"{self.trace!r} is not an absolute path (the benchmark reads it on "
                             "its node, from another directory)")
+        return self._aiperf()
+
+    def _aiperf(self) -> Benchmark:
+        """A multi-turn replay needs aiperf's Python and refuses what aiperf cannot do; nothing else reads it."""
+        if not self.multi_turn:
+            if self.aiperf_python is not None:
+                raise UserError("benchmark.aiperf_python", "only a multi-turn replay (trace_format = "
+                                "\"multi_turn\") runs aiperf; remove it")
+            return self
+        for name, why in MULTI_TURN_REFUSES.items():
+            if name in self.model_fields_set:
+                raise UserError(f"benchmark.{name}", why)
+        if self.aiperf_python is None or not self.aiperf_python.startswith("/"):
+            raise UserError("benchmark.aiperf_python", "a multi-turn replay runs aiperf: set the absolute path of "
+                            "its venv's Python (.venv-aiperf/bin/python, made by scripts/install.sh)")
         return self
 
     def goodput(self) -> list[str]:

@@ -5,10 +5,14 @@
     python -m slurmrl.runtime.bench --out DIR [--concurrencies C...] [--timeout S] [--then stop|serve]
         -- --dataset-name timed_trace --dataset-path TRACE ... VLLM_BENCH_SERVE_ARGS...
 
+    python -m slurmrl.runtime.bench --out DIR [--concurrencies C...] --aiperf PYTHON [--timeout S]
+        [--then stop|serve] -- --url URL --input-file TRACE --custom-dataset-type multi_turn ... AIPERF_PROFILE_ARGS...
+
 A trace replay (``--dataset-name timed_trace`` among vLLM's arguments, no lengths) has one point per
 concurrency cap, or one point without a cap; without ``--num-prompts`` it replays every request of the
 trace (it counts the trace's lines). With ``--goodput`` targets each point's summary has the good
-requests per second and their share.
+requests per second and their share. With ``--aiperf`` each point is one ``aiperf profile`` run of
+the multi-turn sessions instead (``slurmrl.runtime.bench.aiperf``), summarized in the same keys.
 
 For every grid point (each input length x output length x concurrency) it runs vLLM's
 ``vllm.benchmarks.serve`` in this process (its own argparse and ``main``: ``vllm bench serve``
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -40,6 +45,7 @@ from slurmrl.contract import env as job_env
 from slurmrl.contract.argv import value_after
 from slurmrl.contract.programs import Bench as BenchArgs
 from slurmrl.rundir.paths import RunDir
+from slurmrl.runtime.bench import aiperf
 from slurmrl.runtime.vllm import client
 
 # vLLM's per-request lists: left out of the point files (thousands of entries each)
@@ -195,11 +201,15 @@ def run(args: BenchArgs[str], vllm_args: list[str], runner=None) -> int:
     for stale in [*out.glob("c*-in*-out*.json"), *out.glob("trace*.json"), out / RunDir.BENCHMARK_SUMMARY,
                   out / RunDir.BENCHMARK_PLOT]:
         stale.unlink(missing_ok=True)  # an earlier attempt's
+    shutil.rmtree(out / aiperf.ARTIFACTS, ignore_errors=True)
     points = grid(args.concurrencies, args.input_lens, args.output_lens)
-    base, model = value_after(vllm_args, "--base-url"), value_after(vllm_args, "--served-model-name")
+    if args.aiperf is not None:
+        base, model = value_after(vllm_args, "--url"), value_after(vllm_args, "--model")
+    else:
+        base, model = value_after(vllm_args, "--base-url"), value_after(vllm_args, "--served-model-name")
     summary: dict[str, Any] = {
         "status": "running", "target": base, "model": model or value_after(vllm_args, "--model"),
-        "num_prompts": None, "trace": args.trace,
+        "num_prompts": None, "trace": args.trace, "tool": "aiperf" if args.aiperf is not None else "vllm",
         "planned_points": len(points), "started": int(time.time()), "finished": None,
         "points": [], "error": None,
     }
@@ -213,18 +223,14 @@ def run(args: BenchArgs[str], vllm_args: list[str], runner=None) -> int:
     signal.alarm(args.timeout)
     where = "before the first point"
     try:
-        vllm_args = prepare(vllm_args, summary)
+        vllm_args = prepare(vllm_args, summary, args.aiperf is not None)
         check_endpoint(summary["target"], model, secret.headers())
         phase(f"benchmark started: {len(points)} point(s) against {base}")
-        runner = runner or vllm_runner()
+        runner = runner or (aiperf.runner(args.aiperf, secret.read()) if args.aiperf is not None else vllm_runner())
         for n, (c, i, o) in enumerate(points, 1):
             where = f"at point {n}/{len(points)} ({point_label(c, i, o)})"
-            argv = [*vllm_args, *point_argv(c, i, o), "--save-detailed"]
-            log(f"point {n}/{len(points)}: vllm bench serve {' '.join(argv)}")
-            result = runner(argv)
-            p = point_summary(c, i, o, result)
-            write_json(out / p["file"], {k: v for k, v in result.items() if k not in PER_REQUEST} | {
-                "errors": p["errors"], "concurrency": c, "input_len": i, "output_len": o})
+            log(f"point {n}/{len(points)}")
+            p = run_point(args, vllm_args, summary, runner, (c, i, o))
             summary["points"].append(p)
             write_json(out / RunDir.BENCHMARK_SUMMARY, summary)
             if not p["completed"]:
@@ -241,7 +247,7 @@ def run(args: BenchArgs[str], vllm_args: list[str], runner=None) -> int:
             return finish(out, summary, "failed", f"benchmark.timeout ({args.timeout} s) ran out {where}")
         finish(out, summary, "stopped", f"the job stopped it {where}")
         return 143
-    except Failed as e:
+    except (Failed, aiperf.Failed) as e:
         signal.alarm(0)
         return finish(out, summary, "failed", f"{where}: {e}")
     except Exception as e:  # noqa: BLE001  vLLM's own errors: name them in the summary and the job's FAILED
@@ -250,9 +256,34 @@ def run(args: BenchArgs[str], vllm_args: list[str], runner=None) -> int:
     return finish(out, summary, "done", None)
 
 
-def prepare(vllm_args: list[str], summary: dict) -> list[str]:
+def run_point(args: BenchArgs[str], tool_args: list[str], summary: dict, runner, point: Point) -> dict:
+    """One point through vLLM's load generator or aiperf: its result file written, its summary line."""
+    (c, i, o), out = point, Path(args.out)
+    if args.aiperf is not None:
+        argv = [*tool_args, *aiperf.point_argv(c, summary["sessions"], out)]
+        log(f"aiperf profile {' '.join(argv)}")
+        result = runner(argv)
+        p = aiperf.point_summary(c, result)
+        write_json(out / p["file"], aiperf.point_file(result))
+        return p
+    argv = [*tool_args, *point_argv(c, i, o), "--save-detailed"]
+    log(f"vllm bench serve {' '.join(argv)}")
+    result = runner(argv)
+    p = point_summary(c, i, o, result)
+    write_json(out / p["file"], {k: v for k, v in result.items() if k not in PER_REQUEST} | {
+        "errors": p["errors"], "concurrency": c, "input_len": i, "output_len": o})
+    return p
+
+
+def prepare(vllm_args: list[str], summary: dict, multi_turn: bool = False) -> list[str]:
     """Before the first point: the job's secret where vLLM's client reads an API key, a target, and the
-    requests per point (written into the summary, and added to vLLM's arguments where not given)."""
+    requests per point (written into the summary, and added to vLLM's arguments where not given); for
+    aiperf, the trace's sessions and turns (its requests)."""
+    if multi_turn:
+        if not summary["target"]:
+            raise Failed("no --url among aiperf profile's arguments")
+        summary["sessions"], summary["num_prompts"] = aiperf.sessions(summary["trace"])
+        return vllm_args
     key = secret.read()
     if key:
         os.environ["OPENAI_API_KEY"] = key  # how vLLM's client sends a bearer token
