@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from slurmrl.runtime.trainer import doc_attention, ring_attention
 from slurmrl.runtime.trainer.packing import PackedRow
+from slurmrl.settings.trainer import CpStyle, Parallel
 
 NAMES = {"ulysses": "slurmrl_docs_ulysses", "ring": "slurmrl_docs_ring"}
 _GROUP: list[dist.ProcessGroup | None] = [None]
@@ -89,13 +90,14 @@ def ring_attend(module, query, key, value, attention_mask, scaling=None, dropout
     """transformers' attention interface on this rank's ring chunks: query [1, Hq, T/cp, D] -> [1, T/cp, Hq, D]."""
     if attention_mask is not None or kwargs.get("cu_seq_lens_q") is None:
         raise RuntimeError("slurmrl: ring attention takes a packed row's document bounds, no mask")
-    out = ring_attention.attention(query, key, value, kwargs["cu_seq_lens_q"].tolist(), _GROUP[0], scaling)
+    cu = kwargs["cu_seq_lens_q"].tolist()
+    window = kwargs.get("sliding_window")
+    if (window is not None and max(b - a for a, b in zip(cu[:-1], cu[1:], strict=True)) > window) \
+            or kwargs.get("s_aux") is not None:
+        raise RuntimeError(f"slurmrl: ring attention has no sliding window or attention sinks; "
+                           f"{type(module).__name__} uses one")
+    out = ring_attention.attention(query, key, value, cu, _GROUP[0], scaling)
     return out, None
-
-
-def style_for(heads: int, cp: int, style: str | None) -> str:
-    """``style``, or where none is set: Ulysses where ``cp`` divides the query heads, else ring."""
-    return style or ("ulysses" if heads % cp == 0 else "ring")
 
 
 def groups(world: int, cp: int, rank: int):
@@ -109,14 +111,16 @@ def groups(world: int, cp: int, rank: int):
     return mine
 
 
-def install(model, group, style: str | None = None) -> str:
+def install(model, group, style: CpStyle | None = None) -> CpStyle:
     """Attention over ``group``'s sequence slices for ``model`` (which ``doc_attention.install`` took), by
-    ``style`` (None: ``style_for`` the model's heads) -> the style installed; ``shard`` lays rows out for it."""
+    ``style`` (None: Ulysses where the group's size divides the model's heads, else ring) -> the style
+    installed; ``shard`` lays rows out for it."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
     cp = dist.get_world_size(group)
-    style = style_for(model.config.num_attention_heads, cp, style)
+    style = Parallel(cp=cp, cp_style=style).style_for(model.config.num_attention_heads)
+    assert style is not None
     _GROUP[0], _STYLE[0], name = group, style, NAMES[style]
     AttentionInterface.register(name, attend if style == "ulysses" else ring_attend)
     AttentionMaskInterface.register(name, doc_attention._no_mask)
