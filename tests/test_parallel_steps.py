@@ -75,3 +75,14 @@ def test_a_row_splits_into_equal_slices_that_keep_every_target_once(style, cp, s
     for s in slices:  # a rank's ids and positions are the row's at its positions
         real = s.positions() < row.tokens
         assert torch.equal(s.input_ids[0][real], row.input_ids[0, s.positions()[real]])
+
+
+def test_ring_attention_refuses_a_sliding_window_shorter_than_a_document_and_attention_sinks():
+    q = torch.zeros(1, 4, 8, 8)
+    cu = torch.tensor([0, 3, 16], dtype=torch.int32)  # documents of 3 and 13 tokens
+    with pytest.raises(RuntimeError, match="no sliding window or attention sinks"):
+        context_parallel.ring_attend(None, q, q, q, None, sliding_window=8, cu_seq_lens_q=cu)
+    with pytest.raises(RuntimeError, match="no sliding window or attention sinks"):
+        context_parallel.ring_attend(None, q, q, q, None, s_aux=torch.zeros(4), cu_seq_lens_q=cu)
+    with pytest.raises(RuntimeError, match="document bounds"):
+        context_parallel.ring_attend(None, q, q, q, None)

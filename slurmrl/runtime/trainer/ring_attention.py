@@ -10,23 +10,26 @@ share of the causal triangle is equal (on rows of many short documents either la
 Exchange (``_Ring``): every rank's K/V ([2, KV heads, tokens / cp, D]: the KV heads, not repeated to
 the query heads) travels round the ring by point-to-point send/recv, ``cp - 1`` hops, each rank sending
 to ``r + 1`` and receiving from ``r - 1``; the backward sends the gradients the other way round, summed
-hop by hop, so each rank gets exactly the gradient of its own K/V. This first version receives every
-block before the attention math (no overlap of transfer with compute) and keeps them for the backward:
-K/V memory as an all-gather's.
+hop by hop, so each rank gets exactly the gradient of its own K/V.
 
-Attention (``attention``): for each of this rank's query chunks, each document it holds, and each K/V
-chunk of the same document that is not later in the row: the block's softmax partial (output and
-log-sum-exp), causal on the diagonal chunk, unmasked on earlier chunks; the partials combine by their
-log-sum-exp into the exact softmax. No token attends across a document boundary (``cu_seq_lens``, the
-row's own) or to a later token. The block math is plain torch (matmul, logsumexp) in float32 at least,
-differentiable by autograd: exact on CPU in float64; not yet a flash kernel (a block holds
-heads x chunk x chunk scores), so long rows on a GPU want a kernel that returns the log-sum-exp.
+Attention (``attention``): this first version receives every hop before any math (no overlap of transfer
+with compute; K/V memory as an all-gather's), so each of this rank's query segments (a document's
+tokens within one of its chunks) attends to its document's keys from the document's start to the
+segment's end in one ``scaled_dot_product_attention`` call, causal from the bottom right
+(``causal_lower_right``: every earlier key of the document, the segment's own keys causally): one softmax
+over all its keys, no partials to combine, GQA without repeating K/V, exact gradients by autograd, and
+on CUDA the fused kernels (no [T, T] scores). No token attends across a document boundary (the row's own
+``cu_seq_lens``) or to a later token. A streaming ring (only two K/V blocks held, transfer overlapped
+with compute) would combine per-block softmax partials by their log-sum-exp with a kernel that returns
+it and a custom backward: not built.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 
 def spans(n: int, rank: int, cp: int) -> list[tuple[int, int]]:
@@ -69,22 +72,15 @@ class _Ring(torch.autograd.Function):
         return acc, None
 
 
-def _block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal: bool):
-    """q [Hk, g, a, D] (g query heads per KV head), k/v [Hk, b, D] -> (out [Hk, g, a, D], lse [Hk, g, a])."""
-    s = torch.matmul(q, k.unsqueeze(1).transpose(-1, -2)) * scale
-    if causal:  # the diagonal chunk: a == b, the same tokens
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    return torch.matmul(torch.exp(s - lse.unsqueeze(-1)), v.unsqueeze(1)), lse
-
-
-def _combine(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-    """Softmax partials over disjoint key sets -> the softmax over their union."""
-    if len(parts) == 1:
-        return parts[0][0]
-    lse = torch.stack([p[1] for p in parts])
-    weights = torch.exp(lse - torch.logsumexp(lse, dim=0)).unsqueeze(-1)
-    return (torch.stack([p[0] for p in parts]) * weights).sum(0)
+def _row(kv: torch.Tensor, n: int, rank: int, cp: int) -> torch.Tensor:
+    """The ring's blocks ([cp, 2, Hk, n / cp, D], block ``s`` rank ``r - s``'s chunks) -> the row's K/V in
+    row order, [2, Hk, n, D]."""
+    c = n // (2 * cp)
+    chunks: list[torch.Tensor | None] = [None] * (2 * cp)
+    for s in range(cp):
+        owner = (rank - s) % cp
+        chunks[owner], chunks[2 * cp - 1 - owner] = kv[s, :, :, :c], kv[s, :, :, c:]
+    return torch.cat([x for x in chunks if x is not None], dim=2)
 
 
 def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu: list[int], group,
@@ -93,33 +89,24 @@ def attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu: l
     bounds are ``cu``, the whole row's) -> [1, T/cp, Hq, D], exact across the ranks."""
     cp, rank = dist.get_world_size(group), dist.get_rank(group)
     n = cu[-1]
-    hq, hk, length, d = query.shape[1], key.shape[1], query.shape[2], query.shape[3]
+    length = query.shape[2]
     if length * cp != n:
         raise RuntimeError(f"slurmrl: ring attention got {length} tokens of a {n}-token row over {cp} ranks")
-    scale = d ** -0.5 if scaling is None else scaling
-    dtype = query.dtype if query.dtype in (torch.float32, torch.float64) else torch.float32
-    q = query[0].to(dtype).reshape(hk, hq // hk, length, d)  # query head h reads KV head h // (Hq / Hk)
-    kv = _Ring.apply(torch.stack([key[0], value[0]]), group).to(dtype)  # [cp, 2, Hk, T/cp, D]
-    mine = spans(n, rank, cp)
-    held = [(spans(n, (rank - s) % cp, cp), kv[s]) for s in range(cp)]  # the K/V chunks each block holds
+    kv = _row(_Ring.apply(torch.stack([key, value]), group)[:, :, 0], n, rank, cp)  # [2, Hk, n, D]
+    gqa = query.shape[1] != key.shape[1]
     outs = []
     offset = 0
-    for qa, qb in mine:
+    for qa, qb in spans(n, rank, cp):
         for doc_a, doc_b in zip(cu[:-1], cu[1:], strict=True):
             a, b = max(doc_a, qa), min(doc_b, qb)
             if a >= b:
                 continue
-            qs = q[:, :, offset + a - qa: offset + b - qa]
-            parts = []
-            for chunks, block in held:
-                local = 0
-                for ka, kb in chunks:
-                    ka2, kb2 = max(doc_a, ka), min(doc_b, kb)
-                    if ka <= qa and ka2 < kb2:  # this document's keys in a chunk not after the query's
-                        ks = block[:, :, local + ka2 - ka: local + kb2 - ka]
-                        parts.append(_block(qs, ks[0], ks[1], scale, causal=ka == qa))
-                    local += kb - ka
-            outs.append(_combine(parts))
+            q = query[:, :, offset + a - qa: offset + b - qa]
+            k, v = kv[0, None, :, doc_a:b], kv[1, None, :, doc_a:b]  # the document's keys up to the query's last
+            if a == doc_a:  # the document starts here: causal, aligned at the top left as at the bottom right
+                outs.append(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=gqa))
+            else:  # queries [a, b) see every earlier key of their document: causal from the bottom right
+                mask = causal_lower_right(b - a, b - doc_a)
+                outs.append(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=gqa))
         offset += qb - qa
-    out = torch.cat(outs, dim=2).reshape(hq, length, d)
-    return out.transpose(0, 1).unsqueeze(0).to(query.dtype)
+    return torch.cat(outs, dim=2).transpose(1, 2).contiguous()
