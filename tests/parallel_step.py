@@ -87,7 +87,7 @@ def step(rank: int, world: int, kind: str, kv_heads: int, out: Path, split: str)
         from slurmrl.runtime.trainer import context_parallel
 
         style = context_parallel.install(model, dist.group.WORLD, "ring" if split == "ring" else None)
-        assert style == "ring" or split == "cp"
+        assert style == ("ring" if split == "ring" or model.config.num_attention_heads % world else "ulysses")
         loss = loss_of(model, fast, context_parallel.shard(row(), rank, world))
     elif split == "ep":  # data parallel with experts split: rank r takes row r, experts go where they live
         from slurmrl.runtime.trainer import expert_parallel

@@ -3,9 +3,10 @@
 - context parallel (Ulysses), cp=2: one packed row of three documents (an odd length: padded to
   split) over both ranks, for a tiny dense model (GQA, and one KV head: repeated across ranks) and
   tiny Qwen3-MoE / GLM-4-MoE models (float64 where every kernel has it, else float32);
-- context parallel, ring attention, cp=2 and cp=3 (3 does not divide the model's 4 query heads: Ulysses
-  cannot split them): the same row in zigzag chunks (29 tokens padded to 30 for cp=3), GQA and one KV head
-  (float64), Qwen3-MoE (float32), K/V passed round the ranks by send/recv;
+- context parallel, ring attention, cp=2 (asked for) and cp=3 (the default where 3 does not divide the
+  model's 4 query heads: Ulysses cannot split them): the same row in zigzag chunks (29 tokens padded to
+  30 for cp=3), GQA and one KV head (float64), Qwen3-MoE / GLM-4-MoE (float32), K/V passed round the
+  ranks by send/recv;
 - expert parallel, ep=2: each rank its own row, the experts split, tokens exchanged by all-to-all,
   grouped GEMMs; against one rank taking both rows, for Qwen3-MoE, GLM-4-MoE (sigmoid router, shared
   expert), Mixtral and DeepSeek-V3, the loss including the router's load-balance loss where the model
@@ -23,8 +24,8 @@ import parallel_step  # noqa: E402
 from slurmrl.runtime.trainer import context_parallel  # noqa: E402
 
 CASES = {"cp": [("dense", 2), ("dense", 1), ("qwen3_moe", 2), ("glm4_moe", 2)],
-         "ring": [("dense", 2), ("dense", 1), ("qwen3_moe", 2)],
-         "ring3": [("dense", 2), ("dense", 1)],
+         "ring": [("dense", 2), ("dense", 1), ("qwen3_moe", 2), ("glm4_moe", 2)],
+         "cp3": [("dense", 2), ("dense", 1)],  # no style asked: ring, as 3 does not divide 4 heads
          "ep": [("qwen3_moe", 2), ("glm4_moe", 2), ("mixtral", 2), ("deepseek_v3", 2)]}
 
 
@@ -35,7 +36,7 @@ def stepped(tmp_path_factory):
 
     def get(split: str):
         if split not in done:
-            world = 3 if split == "ring3" else 2
+            world = 3 if split == "cp3" else 2
             done[split] = parallel_step.spawned(tmp_path_factory.mktemp(split), split.rstrip("3"), CASES[split], world)
         return done[split]
 
