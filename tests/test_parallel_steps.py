@@ -87,3 +87,10 @@ def test_ring_attention_refuses_a_sliding_window_shorter_than_a_document_and_att
         context_parallel.ring_attend(None, q, q, q, None, s_aux=torch.zeros(4), cu_seq_lens_q=cu)
     with pytest.raises(RuntimeError, match="document bounds"):
         context_parallel.ring_attend(None, q, q, q, None)
+
+
+def test_the_trainer_picks_ulysses_where_the_heads_divide_else_ring_and_refuses_ulysses_where_they_do_not():
+    assert context_parallel.style_of(8, 4, None) == "ulysses" and context_parallel.style_of(8, 3, None) == "ring"
+    assert context_parallel.style_of(8, 4, "ring") == "ring"
+    with pytest.raises(ValueError, match='cp 3 does not divide the model\'s 8 attention heads; set cp_style = "ring"'):
+        context_parallel.style_of(8, 3, "ulysses")

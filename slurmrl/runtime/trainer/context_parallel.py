@@ -100,6 +100,16 @@ def ring_attend(module, query, key, value, attention_mask, scaling=None, dropout
     return out, None
 
 
+def style_of(heads: int, cp: int, style: CpStyle | None) -> CpStyle:
+    """``style`` (None: Ulysses where ``cp`` divides ``heads``, else ring); ValueError where Ulysses cannot split them."""
+    chosen = Parallel(cp=cp, cp_style=style).style_for(heads)
+    assert chosen is not None
+    if chosen == "ulysses" and heads % cp:
+        raise ValueError(f"slurmrl: trainer.parallel.cp_style = ulysses: cp {cp} does not divide the model's {heads} "
+                         'attention heads; set cp_style = "ring"')
+    return chosen
+
+
 def groups(world: int, cp: int, rank: int):
     """Every rank's cp group (ranks ``[i * cp, (i + 1) * cp)``; each rank creates all of them, in order)
     -> this rank's."""
@@ -118,9 +128,7 @@ def install(model, group, style: CpStyle | None = None) -> CpStyle:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    cp = dist.get_world_size(group)
-    style = Parallel(cp=cp, cp_style=style).style_for(model.config.num_attention_heads)
-    assert style is not None
+    style = style_of(model.config.num_attention_heads, dist.get_world_size(group), style)
     _GROUP[0], _STYLE[0], name = group, style, NAMES[style]
     AttentionInterface.register(name, attend if style == "ulysses" else ring_attend)
     AttentionMaskInterface.register(name, doc_attention._no_mask)
