@@ -62,7 +62,8 @@ class Parallel(Section):
         None, description="How attention sees the whole row under cp: 'ulysses' (an all-to-all swaps sequence for "
         "heads: cp must divide the model's attention heads) or 'ring' (K/V passed round the cp ranks, any head "
         "count, rows in 2 x cp zigzag chunks); default: ulysses where cp divides the attention heads, else ring "
-        "(decided at plan from config.json, or by the trainer at start for a hub id).")
+        "(decided at plan from the model's config.json or a well-known hub id's listed shape, else by the trainer at "
+        "start).")
     ep: int = Field(1, ge=1, le=1024, description="Expert parallel (MoE only): ranks a layer's experts are split "
                     "over, tokens sent to their experts' ranks (1-1024). Must divide dp_shard x cp and the "
                     "model's expert count.")
