@@ -83,10 +83,11 @@ def worker(rank: int, world: int, cases: list[tuple[str, int]], out: str, split:
 
 def step(rank: int, world: int, kind: str, kv_heads: int, out: Path, split: str) -> None:
     model, fast = tiny(kind, kv_heads)
-    if split == "cp":
+    if split in ("cp", "ring"):  # cp: the style install picks by the heads (Ulysses where they divide)
         from slurmrl.runtime.trainer import context_parallel
 
-        context_parallel.install(model, dist.group.WORLD)
+        style = context_parallel.install(model, dist.group.WORLD, "ring" if split == "ring" else None)
+        assert style == ("ring" if split == "ring" or model.config.num_attention_heads % world else "ulysses")
         loss = loss_of(model, fast, context_parallel.shard(row(), rank, world))
     elif split == "ep":  # data parallel with experts split: rank r takes row r, experts go where they live
         from slurmrl.runtime.trainer import expert_parallel

@@ -275,15 +275,17 @@ def test_sft_two_ranks_fsdp2_matches_one_rank(tmp_path, tiny, sft_data, sft_sing
     assert (ck / "rng-rank0.pt").exists() and (ck / "rng-rank1.pt").exists() and (ck / "DONE").exists()
 
 
-@pytest.mark.slow  # ~15 s: torchrun with two ranks
-def test_sft_context_parallel_two_ranks_matches_one_rank(tmp_path, tiny, sft_data, sft_single):
-    """trainer.parallel.cp = 2 on two ranks: every row is split over both (Ulysses attention across
-    them), so the losses are one rank's, step for step."""
+@pytest.mark.slow  # ~15 s each: torchrun with two ranks
+@pytest.mark.parametrize("style", ["ulysses", "ring"])
+def test_sft_context_parallel_two_ranks_matches_one_rank(tmp_path, tiny, sft_data, sft_single, style):
+    """trainer.parallel.cp = 2 on two ranks: every row is split over both (Ulysses or ring attention
+    across them), so the losses are one rank's, step for step."""
     run_dir = run_dir_for(tmp_path, "sft-1node.toml", "run", [*sft_overrides(tiny, sft_data, 2),
-                          f"trainer.max_steps={CP_STEPS}", "trainer.parallel.cp=2"], world_size=2)
+                          f"trainer.max_steps={CP_STEPS}", "trainer.parallel.cp=2",
+                          f"trainer.parallel.cp_style={style}"], world_size=2)
     t = Trainer(run_dir, ranks=2)
     assert t.wait(timeout=150) == 0, t.tail()
-    assert "context parallel: cp 2 (Ulysses), 1 data-parallel group(s)" in t.tail(100_000)
+    assert f"context parallel: cp 2 ({style}), 1 data-parallel group(s)" in t.tail(100_000)
     one, two = metrics(sft_single["run_dir"]), metrics(run_dir)
     assert [r["step"] for r in two] == list(range(1, CP_STEPS + 1))
     for a, b in zip(one, two):

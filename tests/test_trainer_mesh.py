@@ -1,7 +1,8 @@
 """[trainer.parallel] at plan: every impossible mesh (products that are not the trainer's processes, ep
 that does not divide dp_shard x cp or the model's experts, ep on a dense model, cp that does not divide
-seq_len or the heads) is one line naming its field; every possible one resolves (dp_shard filled in)
-and `slurmrl plan` shows it."""
+seq_len, Ulysses where cp does not divide the heads, ring where 2 x cp does not divide seq_len) is one
+line naming its field; every possible one resolves (dp_shard and cp_style filled in) and `slurmrl plan`
+shows it."""
 
 from __future__ import annotations
 
@@ -29,31 +30,40 @@ def model(root: Path, config: dict) -> str:
     return str(folder)
 
 
-def possible(world, rep, shard, cp, ep, seq_len, config) -> bool:
+def style_of(cp, style, heads) -> str | None:
+    """The attention style a cp group runs: the one set, else Ulysses where cp divides the heads, else ring."""
+    return style if style or cp == 1 else ("ulysses" if heads % cp == 0 else "ring")
+
+
+def possible(world, rep, shard, cp, ep, seq_len, config, style=None) -> bool:
     """The rules, written plainly: what resolve must accept."""
     if world % (rep * cp):
         return False
     shard = world // (rep * cp) if shard is None else shard
     experts = config.get("num_experts")
+    style = style_of(cp, style, config["num_attention_heads"])
     return (rep * shard * cp == world and (shard * cp) % ep == 0 and seq_len % cp == 0
             and (ep == 1 or (experts is not None and experts % ep == 0))
-            and (cp == 1 or config["num_attention_heads"] % cp == 0))
+            and (cp == 1 or (config["num_attention_heads"] % cp == 0 if style == "ulysses"
+                             else seq_len % (2 * cp) == 0)))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(world=st.integers(1, 64), rep=st.integers(1, 8), shard=st.none() | st.integers(1, 32),
-       cp=st.integers(1, 8), ep=st.integers(1, 16), seq_len=st.integers(1, 4096), moe=st.booleans())
-def test_a_mesh_resolves_exactly_when_it_is_possible(tmp_path, world, rep, shard, cp, ep, seq_len, moe):
+       cp=st.integers(1, 8), ep=st.integers(1, 16), seq_len=st.integers(1, 4096), moe=st.booleans(),
+       style=st.sampled_from([None, "ulysses", "ring"]))
+def test_a_mesh_resolves_exactly_when_it_is_possible(tmp_path, world, rep, shard, cp, ep, seq_len, moe, style):
     config = MOE if moe else DENSE
     path = model(tmp_path, config)
-    p = Parallel(dp_replicate=rep, dp_shard=shard, cp=cp, ep=ep)
-    if possible(world, rep, shard, cp, ep, seq_len, config):
+    p = Parallel(dp_replicate=rep, dp_shard=shard, cp=cp, ep=ep, cp_style=style)
+    if possible(world, rep, shard, cp, ep, seq_len, config, style):
         out = mesh.resolve(p, world, seq_len, path)
         assert out.dp_replicate * out.dp_shard * out.cp == world and out.ep == ep
+        assert out.cp_style == style_of(cp, style, config["num_attention_heads"])
     else:
         with pytest.raises(UserError) as e:
             mesh.resolve(p, world, seq_len, path)
-        assert e.value.field in {f"trainer.parallel.{f}" for f in ("dp_replicate", "dp_shard", "cp", "ep")}
+        assert e.value.field in {f"trainer.parallel.{f}" for f in ("dp_replicate", "dp_shard", "cp", "ep", "cp_style")}
         assert "\n" not in str(e.value)
 
 
@@ -83,9 +93,18 @@ def test_ep_on_a_dense_model_and_cp_against_seq_len_and_heads(tmp_path):
     assert e.value.field == "trainer.parallel.ep"
     with pytest.raises(UserError, match="seq_len 63") as e:
         mesh.resolve(Parallel(cp=2), 2, 63, dense)
-    with pytest.raises(UserError, match="6 attention heads") as e:
-        mesh.resolve(Parallel(cp=4), 4, 64, dense)
+    with pytest.raises(UserError, match="6 attention heads") as e:  # Ulysses asked: heads must divide; ring named
+        mesh.resolve(Parallel(cp=4, cp_style="ulysses"), 4, 64, dense)
+    assert e.value.field == "trainer.parallel.cp_style" and 'set cp_style = "ring"' in e.value.message
+    assert mesh.resolve(Parallel(cp=4), 4, 64, dense).cp_style == "ring"  # the default where heads do not divide
+    assert mesh.resolve(Parallel(cp=3), 3, 96, dense).cp_style == "ulysses"  # ... and where they do
+    with pytest.raises(UserError, match="2 x cp = 8 does not divide trainer.seq_len 36") as e:
+        mesh.resolve(Parallel(cp=4), 4, 36, dense)  # ring, by default: zigzag chunks
     assert e.value.field == "trainer.parallel.cp"
+    with pytest.raises(UserError, match="2 x cp = 6") as e:
+        mesh.resolve(Parallel(cp=3, cp_style="ring"), 3, 99, dense)
+    assert e.value.field == "trainer.parallel.cp"
+    assert mesh.resolve(Parallel(cp=2), 2, 64, "Qwen/Qwen3-4B").cp_style is None  # a hub id: the trainer decides
     with pytest.raises(UserError, match="does not name a mixture-of-experts"):  # a hub id: by its name
         mesh.resolve(Parallel(ep=2), 2, 64, "Qwen/Qwen3-4B")
     assert mesh.resolve(Parallel(ep=2), 2, 64, "Qwen/Qwen3-30B-A3B").dp_shard == 2
@@ -105,6 +124,11 @@ def test_plan_shows_the_mesh_and_refuses_an_impossible_one_writing_nothing(tmp_p
     with pytest.raises(UserError) as e:
         build(recipe, run_dir=tmp_path / "bad")
     assert e.value.field == "trainer.parallel.dp_shard" and not (tmp_path / "bad").exists()
+    for style, shown in (("", "ulysses or ring by the model's heads, at start"), ('parallel.cp_style = "ring"\n', "ring")):
+        recipe.write_text(text.replace("[trainer]\n", f"[trainer]\nparallel.cp = 2\n{style}", 1))
+        out = build(recipe, run_dir=tmp_path / f"cp{len(style)}")  # a hub id: no heads read at plan
+        assert f"Trainer mesh: dp_replicate 1 x dp_shard 1 x cp 2 ({shown}) = 2 process(es)" in summary(out.plan, tmp_path)
+        assert ('cp_style = "ring"' in out.files["components/trainer.toml"]) == bool(style)
 
 
 @pytest.mark.parametrize("name", ["dp_replicate", "cp", "ep"])
@@ -127,7 +151,8 @@ def test_a_well_known_hub_id_is_checked_against_its_published_shape():
     assert mesh.resolve(Parallel(ep=4), 4, 64, "zai-org/GLM-4.5-Air").dp_shard == 4
     assert mesh.resolve(Parallel(ep=8), 8, 64, "/models/Mixtral-8x7B-Instruct-v0.1").dp_shard == 8
     with pytest.raises(UserError, match="16 attention heads"):
-        mesh.resolve(Parallel(cp=3), 3, 66, "allenai/OLMoE-1B-7B-0924")
+        mesh.resolve(Parallel(cp=3, cp_style="ulysses"), 3, 66, "allenai/OLMoE-1B-7B-0924")
+    assert mesh.resolve(Parallel(cp=3), 3, 66, "allenai/OLMoE-1B-7B-0924").cp_style == "ring"  # from its heads
     # a name that only starts like a listed one is not that model
     assert hub_shapes.known("Qwen/Qwen3-30B-A3Bx") is None and hub_shapes.known("org/my-model") is None
     assert hub_shapes.known("Qwen/Qwen3-30B-A3B-Instruct-2507") == hub_shapes.KNOWN["qwen3-30b-a3b"]

@@ -1,9 +1,11 @@
 """The trainer's device mesh (``[trainer.parallel]``) against its processes, its rows and its model:
 ``dp_replicate x dp_shard x cp`` must be the trainer's processes, ``ep`` must divide ``dp_shard x cp``
-and the model's routed experts (a dense model takes none), ``cp`` must divide ``trainer.seq_len`` and
-the model's attention heads. The model's numbers come from its ``config.json`` where plan can read it
-(``model_kind``), else from the listed shape of a well-known hub id (``hub_shapes``); any other hub id is
-judged by its name (MoE or not), its counts are checked by the trainer."""
+and the model's routed experts (a dense model takes none), ``cp`` must divide ``trainer.seq_len``;
+``cp_style`` (default: Ulysses where ``cp`` divides the attention heads, else ring): Ulysses needs ``cp``
+to divide the heads, ring ``2 cp`` to divide ``trainer.seq_len``. The model's numbers come from its
+``config.json`` where plan can read it (``model_kind``), else from the listed shape of a well-known hub
+id (``hub_shapes``); any other hub id is judged by its name (MoE or not), its counts are checked by the
+trainer (and its ``cp_style``, where none is set, chosen there)."""
 
 from __future__ import annotations
 
@@ -53,12 +55,18 @@ def resolve(p: Parallel, world: int, seq_len: int, model_path: str) -> Parallel:
         if experts is not None and experts % p.ep:
             raise UserError(f"{FIELD}.ep", f"ep {p.ep} does not divide the model's {experts} routed experts "
                             f"({_source(model_path)})")
-    if p.cp > 1 and config is not None:
-        heads = _count(config, ("num_attention_heads",))
-        if heads is not None and heads % p.cp:
-            raise UserError(f"{FIELD}.cp", f"cp {p.cp} does not divide the model's {heads} attention heads "
-                            "(Ulysses context parallelism splits heads across the cp ranks)")
-    return p.model_copy(update={"dp_shard": shard})
+    style = p.cp_style
+    if p.cp > 1:
+        heads = _count(config, ("num_attention_heads",)) if config is not None else None
+        style = p.style_for(heads)
+        if style == "ulysses" and heads is not None and heads % p.cp:
+            raise UserError(f"{FIELD}.cp_style", f"ulysses: cp {p.cp} does not divide the model's {heads} attention "
+                            f"heads ({_source(model_path)}; Ulysses splits heads across the cp ranks); "
+                            "set cp_style = \"ring\"")
+        if style == "ring" and seq_len % (2 * p.cp):
+            raise UserError(f"{FIELD}.cp", f"cp {p.cp} with cp_style ring: 2 x cp = {2 * p.cp} does not divide "
+                            f"trainer.seq_len {seq_len} (ring attention cuts each row into 2 x cp equal chunks)")
+    return p.model_copy(update={"dp_shard": shard, "cp_style": style})
 
 
 # what the trainer's loop runs today: a mesh dimension left out here is refused at plan, named
@@ -76,5 +84,7 @@ def check_runs(p: Parallel) -> None:
 def describe(p: dict) -> str:
     """One line for ``slurmrl plan``: the resolved mesh as the trainer's settings carry it."""
     world = p["dp_replicate"] * p["dp_shard"] * p["cp"]
-    return (f"Trainer mesh: dp_replicate {p['dp_replicate']} x dp_shard {p['dp_shard']} x cp {p['cp']} = {world} "
+    style = p.get("cp_style") or "ulysses or ring by the model's heads, at start"
+    return (f"Trainer mesh: dp_replicate {p['dp_replicate']} x dp_shard {p['dp_shard']} x cp {p['cp']}"
+            + (f" ({style})" if p["cp"] > 1 else "") + f" = {world} "
             f"process(es); ep {p['ep']}" + (" (experts split over dp_shard x cp)" if p["ep"] > 1 else ""))

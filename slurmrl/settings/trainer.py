@@ -15,6 +15,7 @@ from slurmrl.settings.section import PathText, PosInt, Section, WeightSyncValue
 from slurmrl.settings.wandb import WandbSettings
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+CpStyle = Literal["ulysses", "ring"]
 MODULE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -55,11 +56,24 @@ class Parallel(Section):
         None, description="Ranks each replica shards parameters, gradients and optimizer state over (FSDP2; "
         "1-65536); default: the trainer's processes / (dp_replicate x cp).")
     cp: int = Field(1, ge=1, le=1024, description="Context parallel: ranks one packed row is split over by sequence "
-                    "(Ulysses: attention heads all-to-all; 1-1024). Must divide trainer.seq_len and the model's "
+                    "(1-1024). Must divide trainer.seq_len (ring: 2 x cp must) and, for Ulysses, the model's "
                     "attention heads.")
+    cp_style: CpStyle | None = Field(
+        None, description="How attention sees the whole row under cp: 'ulysses' (an all-to-all swaps sequence for "
+        "heads: cp must divide the model's attention heads) or 'ring' (K/V passed round the cp ranks, any head "
+        "count, rows in 2 x cp zigzag chunks); default: ulysses where cp divides the attention heads, else ring "
+        "(decided at plan from the model's config.json or a well-known hub id's listed shape, else by the trainer at "
+        "start).")
     ep: int = Field(1, ge=1, le=1024, description="Expert parallel (MoE only): ranks a layer's experts are split "
                     "over, tokens sent to their experts' ranks (1-1024). Must divide dp_shard x cp and the "
                     "model's expert count.")
+
+
+    def style_for(self, heads: int | None) -> CpStyle | None:
+        """``cp_style``, or where none is set: Ulysses where ``cp`` divides ``heads``, else ring (None: heads unknown)."""
+        if self.cp_style is not None or heads is None:
+            return self.cp_style
+        return "ulysses" if heads % self.cp == 0 else "ring"
 
 
 class TrainerKnobs(Section):

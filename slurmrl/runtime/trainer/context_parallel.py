@@ -1,19 +1,22 @@
-"""Context parallelism (Ulysses): one packed row split by sequence over the ``cp`` ranks of a group.
+"""Context parallelism: one packed row split by sequence over the ``cp`` ranks of a group, its attention
+by Ulysses (here) or by ring attention (``ring_attention``): ``install``'s ``style``.
 
-Every rank holds an equal, contiguous slice of the row (``shard``: the row padded to a multiple of
-``cp`` with one extra document that is never a target) and runs the whole model on its slice:
+Every rank holds an equal slice of the row (``shard``: the row padded to a multiple of ``cp``, or of
+``2 cp`` for ring, with one extra document that is never a target; Ulysses: one contiguous slice, ring:
+the two zigzag chunks of ``ring_attention.spans``) and runs the whole model on its slice:
 embeddings, norms, MLPs, MoE layers and the LM head see only its own tokens; position ids are the
-row's own, so rotary embeddings are unchanged. Attention alone needs the whole sequence: ``attend``
-(installed as the model's attention function by ``install``) swaps sequence for heads with one
+row's own, so rotary embeddings are unchanged. Attention alone needs the whole sequence. Ulysses:
+``attend`` (installed as the model's attention function by ``install``) swaps sequence for heads with one
 all-to-all (each rank: every token, ``heads / cp`` of the heads; KV heads are repeated to the query
 heads first where ``cp`` does not divide them), runs ``doc_attention``'s per-document attention over
 the row's document bounds (``cu_seq_lens``, so no token attends across a document boundary or across
 the split), and swaps back. The all-to-all's backward is the same all-to-all, so gradients are exact.
+Ring (any head count): ``ring_attend`` passes K/V round the ranks and combines softmax partials.
 
 The loss is each rank's own tokens (``Slice.selection``: the positions in its slice whose next token
 is a target; that token may lie in the next rank's slice: the ids are the row's). Summing every
 rank's loss (and gradients, as FSDP's reduction does) gives the single-rank step;
-``tests/test_parallel_steps.py`` checks loss and every gradient of a dense and a MoE model.
+``tests/test_parallel_steps.py`` checks loss and every gradient of a dense and a MoE model, both styles.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from slurmrl.runtime.trainer import doc_attention
+from slurmrl.runtime.trainer import doc_attention, ring_attention
 from slurmrl.runtime.trainer.packing import PackedRow
+from slurmrl.settings.trainer import CpStyle, Parallel
 
-NAME = "slurmrl_docs_ulysses"
+NAMES = {"ulysses": "slurmrl_docs_ulysses", "ring": "slurmrl_docs_ring"}
 _GROUP: list[dist.ProcessGroup | None] = [None]
+_STYLE = ["ulysses"]  # install's: what shard lays out and attention runs
 
 
 class _AllToAll(torch.autograd.Function):
@@ -80,6 +85,31 @@ def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
     return heads_to_seq(out.transpose(1, 2), group).transpose(1, 2).contiguous(), None
 
 
+@torch.compiler.disable
+def ring_attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers' attention interface on this rank's ring chunks: query [1, Hq, T/cp, D] -> [1, T/cp, Hq, D]."""
+    if attention_mask is not None or kwargs.get("cu_seq_lens_q") is None:
+        raise RuntimeError("slurmrl: ring attention takes a packed row's document bounds, no mask")
+    cu = kwargs["cu_seq_lens_q"].tolist()
+    window = kwargs.get("sliding_window")
+    if (window is not None and max(b - a for a, b in zip(cu[:-1], cu[1:], strict=True)) > window) \
+            or kwargs.get("s_aux") is not None:
+        raise RuntimeError(f"slurmrl: ring attention has no sliding window or attention sinks; "
+                           f"{type(module).__name__} uses one")
+    out = ring_attention.attention(query, key, value, cu, _GROUP[0], scaling)
+    return out, None
+
+
+def style_of(heads: int, cp: int, style: CpStyle | None) -> CpStyle:
+    """``style`` (None: Ulysses where ``cp`` divides ``heads``, else ring); ValueError where Ulysses cannot split them."""
+    chosen = Parallel(cp=cp, cp_style=style).style_for(heads)
+    assert chosen is not None
+    if chosen == "ulysses" and heads % cp:
+        raise ValueError(f"slurmrl: trainer.parallel.cp_style = ulysses: cp {cp} does not divide the model's {heads} "
+                         'attention heads; set cp_style = "ring"')
+    return chosen
+
+
 def groups(world: int, cp: int, rank: int):
     """Every rank's cp group (ranks ``[i * cp, (i + 1) * cp)``; each rank creates all of them, in order)
     -> this rank's."""
@@ -91,47 +121,58 @@ def groups(world: int, cp: int, rank: int):
     return mine
 
 
-def install(model, group) -> None:
-    """Attention over ``group``'s sequence slices for ``model`` (which ``doc_attention.install`` took)."""
+def install(model, group, style: CpStyle | None = None) -> CpStyle:
+    """Attention over ``group``'s sequence slices for ``model`` (which ``doc_attention.install`` took), by
+    ``style`` (None: Ulysses where the group's size divides the model's heads, else ring) -> the style
+    installed; ``shard`` lays rows out for it."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    _GROUP[0] = group
-    AttentionInterface.register(NAME, attend)
-    AttentionMaskInterface.register(NAME, doc_attention._no_mask)
-    model.set_attn_implementation(NAME)
-    if model.config._attn_implementation != NAME:
+    style = style_of(model.config.num_attention_heads, dist.get_world_size(group), style)
+    _GROUP[0], _STYLE[0], name = group, style, NAMES[style]
+    AttentionInterface.register(name, attend if style == "ulysses" else ring_attend)
+    AttentionMaskInterface.register(name, doc_attention._no_mask)
+    model.set_attn_implementation(name)
+    if model.config._attn_implementation != name:
         raise RuntimeError(f"slurmrl: context parallelism needs transformers' attention interface; "
                            f"{type(model).__name__} has none")
+    return style
 
 
 @dataclass
 class Slice(PackedRow):
-    """Rank ``r``'s tokens ``[start, end)`` of a row: what ``token_forward.logprobs`` takes in its place."""
+    """Rank ``r``'s tokens of a row (``spans``: ``[a, b)`` ranges in row order): what
+    ``token_forward.logprobs`` takes in its place."""
 
-    start: int = 0
-    end: int = 0
+    spans: tuple[tuple[int, int], ...] = ()
     full_ids: torch.Tensor | None = None  # [1, N] the whole row's ids: the next token may be the next rank's
 
+    def positions(self) -> torch.Tensor:
+        """The row positions of this slice's tokens, in order."""
+        return torch.cat([torch.arange(a, b) for a, b in self.spans])
+
     def _mine(self) -> torch.Tensor:
-        sel = self.targets[0, 1:].clone()
-        sel[: self.start] = False
-        sel[self.end:] = False
-        return sel
+        held = torch.zeros(self.targets.shape[1], dtype=torch.bool)
+        for a, b in self.spans:
+            held[a:b] = True
+        return self.targets[0, 1:] & held[:-1]
 
     def selection(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         assert self.full_ids is not None, "shard() sets it"
         index = self._mine().nonzero().squeeze(1)
-        return (index - self.start).to(device), self.full_ids[0, 1:][index].to(device)
+        local = torch.searchsorted(self.positions(), index)
+        return local.to(device), self.full_ids[0, 1:][index].to(device)
 
     def at_targets(self, name: str, device: torch.device) -> torch.Tensor:
         return self.extra[name][0, 1:][self._mine()].to(device)
 
 
-def shard(row: PackedRow, rank: int, cp: int, pad_id: int = 0) -> Slice:
-    """Rank ``rank``'s equal slice of ``row``, padded to a multiple of ``cp`` with one more document."""
+def shard(row: PackedRow, rank: int, cp: int, pad_id: int = 0, style: str | None = None) -> Slice:
+    """Rank ``rank``'s equal share of ``row`` for ``style`` (None: ``install``'s), the row padded with one
+    more document to a multiple of ``cp`` (Ulysses: one contiguous slice) or ``2 cp`` (ring: its chunks)."""
+    style = style or _STYLE[0]
     n = row.tokens
-    pad = -n % cp
+    pad = -n % (2 * cp if style == "ring" else cp)
     ids, pos, tgt, cu, extra, experts = row.input_ids, row.position_ids, row.targets, row.cu_seqlens, row.extra, row.experts
     if pad:
         ids = torch.cat([ids, torch.full((1, pad), pad_id, dtype=ids.dtype)], 1)
@@ -142,6 +183,7 @@ def shard(row: PackedRow, rank: int, cp: int, pad_id: int = 0) -> Slice:
         if experts is not None:
             experts = torch.cat([experts, torch.full((pad, *experts.shape[1:]), -1, dtype=experts.dtype)])
     size = (n + pad) // cp
-    a, b = rank * size, (rank + 1) * size
-    return Slice(ids[:, a:b], pos[:, a:b], tgt, cu, extra, None if experts is None else experts[a:b],
-                 start=a, end=b, full_ids=ids)
+    held = ring_attention.spans(n + pad, rank, cp) if style == "ring" else [(rank * size, (rank + 1) * size)]
+    index = torch.cat([torch.arange(a, b) for a, b in held])
+    return Slice(ids[:, index], pos[:, index], tgt, cu, extra, None if experts is None else experts[index],
+                 spans=tuple(held), full_ids=ids)

@@ -181,8 +181,8 @@ class Trainer:
             if not self.fast.doc_attention:
                 raise SystemExit("slurmrl: trainer: trainer.parallel.cp needs transformers' attention interface; "
                                  f"{type(self.model).__name__} has none")
-            cpar.install(self.model, self.cp_group)
-            self.log(f"context parallel: cp {self.cp} (Ulysses), {self.dp_world} data-parallel group(s)")
+            style = cpar.install(self.model, self.cp_group, s.parallel.cp_style)
+            self.log(f"context parallel: cp {self.cp} ({style}), {self.dp_world} data-parallel group(s)")
         if self.lora:
             self.log(self.lora.describe(self.model))
         self.config = self.model.config
@@ -201,7 +201,7 @@ class Trainer:
                 self.ref, _ = load_model(self.model_id, self.d, False, trainable=False,
                                          trust_remote_code=s.trust_remote_code, compile_layers=s.compile)
                 if self.cp_group is not None:
-                    cpar.install(self.ref, self.cp_group)
+                    cpar.install(self.ref, self.cp_group, s.parallel.cp_style)
         self.optim = numerics.optimizer([p for p in self.model.parameters() if p.requires_grad], s.lr,
                                         s.weight_decay, self.d.cuda)
         self.data = None
