@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import inspect
+import os
 import sys
 from typing import Any
 
@@ -140,8 +141,9 @@ def answer(served: Served | None, msg: envwire.Message) -> tuple[Served | None, 
 
 
 def main() -> None:
-    out = sys.stdout
-    sys.stdout = sys.stderr  # whatever the taskset prints goes to the job's log, not into the messages
+    out = os.fdopen(os.dup(1), "w")  # the messages' own descriptor: whatever the taskset (or a program it
+    os.dup2(2, 1)                    # starts) prints to stdout goes to the job's log, not into the messages
+    sys.stdout = sys.stderr
     served: Served | None = None
     for line in sys.stdin:
         if not line.strip():

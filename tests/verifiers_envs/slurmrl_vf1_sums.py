@@ -52,3 +52,6 @@ class SumsTaskset(vf.Taskset[SumsTask, SumsConfig]):
                                      system_prompt="You add numbers.", answer=str(a + b)), self.config.task)
             task.config_raise_on = self.config.raise_on
             yield task
+
+
+print("slurmrl_vf1_sums imported")  # on stdout: the environment's messages must not see it
