@@ -331,15 +331,17 @@ def test_a_verifiers_v1_taskset_is_sampled_token_exact_and_scored_by_its_rewards
     tok = AutoTokenizer.from_pretrained(model_dir)
     env = envs.load("verifiers-v1:slurmrl_vf1_sums", {"tasks": 4})
     sampler = ChatSampler([server], tok, chat_settings(model_dir, max_tokens=8, prompts_per_step=2), env)
-    groups = sampler.sample(env.obj.tasks([0, 2]), step=1)
+    tasks = env.obj.tasks([0, 2])
+    groups = sampler.sample(tasks, step=1)
     stats = sampler.take_stats()
     assert stats.errors == stats.timeouts == 0 and stats.turns_mean == 1
+    for task, group in zip(tasks, groups):
+        for x in group:
+            assert [m["role"] for m in x["messages"]] == ["assistant"] and 1 <= len(x["completion_ids"]) <= 8
+            assert set(x["completion_mask"]) == {1} and None not in x["logprobs"]
+            assert tok.decode(x["completion_ids"], skip_special_tokens=True) == x["messages"][0]["content"]
+            assert x["reward"] == env.obj.scores(task, x["messages"]).reward and x["reward"] in (0.0, 0.5, 1.0)
     samples = [x for g in groups for x in g]
-    for x in samples:
-        assert [m["role"] for m in x["messages"]] == ["assistant"] and 1 <= len(x["completion_ids"]) <= 8
-        assert set(x["completion_mask"]) == {1} and None not in x["logprobs"]
-        assert tok.decode(x["completion_ids"], skip_special_tokens=True) == x["messages"][0]["content"]
-        assert x["reward"] == env.obj.scores(x, x["messages"]).reward and x["reward"] in (0.0, 0.5, 1.0)
     env.obj.close()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     rows = rollouts.split([sample_of(x, x["reward"], 0.0) for x in samples], 0, 1, len(samples), seq_len=1024)

@@ -28,7 +28,6 @@ def test_smollm2_learns_a_v1_taskset(slurm_debug2, smollm2_dir, tmp_path):
         'name="rl-vf1"', f'model.path="{smollm2_dir}"', f'python.executable="{sys.executable}"',
         'slurm.time="00:40:00"', "placement.colocate=true", "trainer.gpus_per_node=1",
         'orchestrator.environment="verifiers-v1:slurmrl_vf1_sums"', "orchestrator.environment_args={tasks=64}",
-        f'orchestrator.env={{{verifiers_v1.PYTHON_VAR}="{verifiers_v1.python()}"}}',
         "orchestrator.prompts_per_step=8", "orchestrator.rollouts_per_prompt=8", "orchestrator.max_tokens=8",
         f"trainer.max_steps={STEPS}", "trainer.lr=5e-5", "trainer.micro_batch_size=16", "trainer.checkpoint_every=100",
         'inference.env.VLLM_CPU_KVCACHE_SPACE="2"', "inference.startup_timeout=600",
@@ -37,7 +36,7 @@ def test_smollm2_learns_a_v1_taskset(slurm_debug2, smollm2_dir, tmp_path):
     for s in sets:
         args += ["--set", s]
     path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ENVS)) if p)  # the job's steps inherit it
-    r = slurm_debug2.slurmrl(*args, cwd=tmp_path, env={"PYTHONPATH": path})
+    r = slurm_debug2.slurmrl(*args, cwd=tmp_path, env={"PYTHONPATH": path, verifiers_v1.PYTHON_VAR: str(verifiers_v1.python())})
     assert r.returncode == 0, r.stdout + r.stderr
     run_dir = tmp_path / "runs" / "rl-vf1"
     job = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]

@@ -6,7 +6,7 @@ verifiers 0.4 cannot share the job's virtualenv with verifiers 0.1.x (the same d
 ``openai`` (0.4 asks ``<3``; 0.1.14, through ``openai-agents``, ``>=3``), and it brings MCP, sandbox and
 Anthropic clients slurmrl never calls. So the taskset lives in a virtualenv of its own,
 ``.venv-verifiers`` beside ``.venv`` (``scripts/install.sh``; another one named by
-``SLURMRL_VERIFIERS_V1_PYTHON``, e.g. in ``orchestrator.env``), in a child process of the orchestrator
+``SLURMRL_VERIFIERS_V1_PYTHON``, exported where the job is submitted), in a child process of the orchestrator
 (``slurmrl.envs.verifiers_v1_worker``) that answers the messages of ``slurmrl.contract.envwire``.
 
 What crosses: the task's opening messages (its system prompt and prompt, as verifiers' null harness
