@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent
 ENVS = Path(__file__).parent / "verifiers_envs"
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL")
-STEPS = 8
+STEPS = 4
 
 
 @pytest.mark.skipif(not verifiers_v1.python().exists(), reason=(
