@@ -13,6 +13,8 @@
 #    (editable, --no-deps, plus its light deps) so our supervisor runs beside Dynamo. 1.5+ pull a
 #    package that downloads from NVIDIA's host. etcd and nats-server come from Debian (the local
 #    cluster installs them);
+#  - verifiers 0.4 (verifiers v1 tasksets, verifiers-v1:ID) in its own .venv-verifiers: it is the same
+#    distribution as the 0.1.x in .venv and asks another openai major;
 #  - OpenSSH's server and rsync from Debian, for tests/test_remote.py (slurmrl --cluster);
 #  - Debian's chromium, the headless browser tests/test_report.py opens `slurmrl report`'s page in;
 #  - aiperf 0.13.0 in its own .venv-aiperf (1.2 GB, ~2 min): `[benchmark] trace_format = "multi_turn"`
@@ -82,4 +84,13 @@ fi
 SGLANG_ROUTER=sglang-router==0.3.2
 if ! .venv-sglang/bin/python -c "import sglang_router.launch_router" 2>/dev/null; then
     .venv-sglang/bin/python -m pip install --quiet --disable-pip-version-check "${SGLANG_ROUTER}"
+fi
+# verifiers v1 tasksets (orchestrator.environment = "verifiers-v1:ID", slurmrl.envs.verifiers_v1):
+# verifiers 0.4 is the same distribution as the 0.1.x line in .venv and asks openai<3 (0.1.14 pulls
+# openai-agents, which asks openai>=3) and mcp==2.0.0, so it gets a virtualenv of its own (570 MB,
+# about 100 packages); the orchestrator starts it as a child process (slurmrl.contract.envwire).
+VERIFIERS_V1=verifiers==0.4.0
+if ! .venv-verifiers/bin/python -P -c "import importlib.metadata as m; assert m.version('verifiers') == '${VERIFIERS_V1#*==}'; import verifiers.v1" 2>/dev/null; then
+    [[ -x .venv-verifiers/bin/python ]] || python3 -m venv .venv-verifiers
+    .venv-verifiers/bin/python -m pip install --quiet --disable-pip-version-check "${VERIFIERS_V1}"
 fi

@@ -313,6 +313,45 @@ def test_a_verifiers_single_turn_env_is_scored_by_its_rubric(model_dir, server, 
 
 
 @pytest.mark.vllm
+def test_a_verifiers_v1_taskset_is_sampled_token_exact_and_scored_by_its_rewards(model_dir, server, monkeypatch):
+    """A verifiers v1 taskset (tests/verifiers_envs/slurmrl_vf1_sums.py, in .venv-verifiers' own process): one
+    model turn under max_tokens, the engine's token ids and logprobs (the trainer's forward gives the same),
+    the reward the taskset's functions give the conversation."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slurmrl import envs
+    from slurmrl.envs import verifiers_v1
+    from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
+    from slurmrl.runtime.trainer import rollouts
+    from slurmrl.runtime.trainer.token_forward import FastPath, logprobs
+
+    if not verifiers_v1.python().exists():
+        pytest.skip(f"verifiers 0.4 is not installed in {verifiers_v1.python()}: run bash scripts/install.sh")
+    monkeypatch.setenv("PYTHONPATH", f"{VERIFIERS_ENVS}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    env = envs.load("verifiers-v1:slurmrl_vf1_sums", {"tasks": 4})
+    sampler = ChatSampler([server], tok, chat_settings(model_dir, max_tokens=8, prompts_per_step=2), env)
+    tasks = env.obj.tasks([0, 2])
+    groups = sampler.sample(tasks, step=1)
+    stats = sampler.take_stats()
+    assert stats.errors == stats.timeouts == 0 and stats.turns_mean == 1
+    for task, group in zip(tasks, groups):
+        for x in group:
+            assert [m["role"] for m in x["messages"]] == ["assistant"] and 1 <= len(x["completion_ids"]) <= 8
+            assert set(x["completion_mask"]) == {1} and None not in x["logprobs"]
+            assert tok.decode(x["completion_ids"], skip_special_tokens=True) == x["messages"][0]["content"]
+            assert x["reward"] == env.obj.scores(task, x["messages"]).reward and x["reward"] in (0.0, 0.5, 1.0)
+    samples = [x for g in groups for x in g]
+    env.obj.close()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    rows = rollouts.split([sample_of(x, x["reward"], 0.0) for x in samples], 0, 1, len(samples), seq_len=1024)
+    with torch.no_grad():
+        mine = torch.cat([logprobs(model, row, torch.device("cpu"), FastPath.prepare(model))[0] for row in rows])
+    engine = torch.cat([row.at_targets("old_logp", torch.device("cpu")) for row in rows])
+    assert mine.tolist() == pytest.approx(engine.tolist(), abs=2e-2)
+
+
+@pytest.mark.vllm
 def test_a_chat_environment_is_evaluated_on_its_heldout_split(model_dir, server, tmp_path):
     """[eval] of guess_number: eval's own sampling reaches every chat request (greedy, eval.max_tokens per turn, the
     name it is given, no seed), each held-out task is played out against the environment's answers, and the row in

@@ -140,11 +140,15 @@ def test_without_verifiers_installed_it_says_which_extra(monkeypatch):
                                  "pip install 'slurmrl[verifiers]'")
 
 
-def test_plan_accepts_a_verifiers_environment_without_importing_verifiers():
+@pytest.mark.parametrize(("prefix", "what"), [("verifiers:", "verifiers environment"),
+                                              ("verifiers-v1:", "verifiers v1 taskset")])
+def test_plan_accepts_a_verifiers_environment_without_importing_verifiers(prefix, what):
+    """Both lines, 0.1.x (``verifiers:``) and v1 (``verifiers-v1:``): plan checks the name only; an empty id
+    is a UserError (exit 2) naming the field."""
     code = ("import sys; from slurmrl.plan.env_rules import check_environment; "
-            "check_environment('orchestrator', 'verifiers:anything', {'n': 1}); "
+            f"check_environment('orchestrator', '{prefix}anything', {{'n': 1}}); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('verifiers', 'torch', 'datasets')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-    with pytest.raises(UserError, match="names no verifiers environment id"):
-        check_environment("orchestrator", "verifiers: ", {})
+    with pytest.raises(UserError, match=f"names no {what} id"):
+        check_environment("orchestrator", f"{prefix} ", {})

@@ -26,9 +26,11 @@ TRAINER_DEVICE = "SLURMRL_TRAINER_DEVICE"  # "cpu": keep the trainer off the GPU
 PROBE_TIMEOUT = "SLURMRL_PROBE_TIMEOUT"  # seconds a preflight probe waits for the others (default 300)
 PORT_CLAIMS = "SLURMRL_PORT_CLAIMS"  # the folder of the script's port claims (default /dev/shm/slurmrl-ports)
 PYXIS_TEST_DOUBLE = "SLURMRL_PYXIS_TEST_DOUBLE"  # only tests/pyxis_double sets it; real Pyxis never does
+VERIFIERS_V1_PYTHON = "SLURMRL_VERIFIERS_V1_PYTHON"  # verifiers v1 tasksets' Python (default .venv-verifiers)
 
 EXPORTED = (RUN_DIR, ATTEMPT, JOB_END, SECRET_FILE, PORT_BASE, METRICS_PORT)
-NAMES = (*EXPORTED, HEARTBEAT_FILE, TRAINER_DEVICE, PROBE_TIMEOUT, PORT_CLAIMS, PYXIS_TEST_DOUBLE)
+NAMES = (*EXPORTED, HEARTBEAT_FILE, TRAINER_DEVICE, PROBE_TIMEOUT, PORT_CLAIMS, PYXIS_TEST_DOUBLE,
+         VERIFIERS_V1_PYTHON)
 
 NOT_IN_JOB = "run this inside the job script"
 

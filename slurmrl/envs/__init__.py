@@ -25,6 +25,8 @@ as keyword arguments.
 An installed verifiers environment: ``verifiers:ENV_ID``, loaded with
 ``verifiers.load_environment(ENV_ID, **environment_args)`` and run as a chat environment
 (``slurmrl.envs.verifiers_env``; needs the ``verifiers`` extra, which this package imports only then).
+A verifiers v1 taskset (verifiers 0.4, ``verifiers.v1``): ``verifiers-v1:TASKSET_ID``, run as a chat
+environment in a Python of its own (``slurmrl.envs.verifiers_v1``: ``.venv-verifiers``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from slurmrl.envs.guess_number import GuessNumber
 from slurmrl.envs.judge import PROMPT_SOURCES, Judge
 from slurmrl.envs.protocol import ChatEnvironment, Environment, TextEnvironment
 from slurmrl.envs.text import answer_line  # noqa: F401  (envs.answer_line: custom environments use it)
+from slurmrl.envs.verifiers_v1 import PREFIX as VERIFIERS_V1
+from slurmrl.envs.verifiers_v1 import VerifiersV1Env
 
 BUILTIN: dict[str, type[TextEnvironment] | type[ChatEnvironment]] = {
     **PROMPT_SOURCES, "judge": Judge, "guess_number": GuessNumber}
@@ -45,13 +49,15 @@ VERIFIERS = "verifiers:"  # verifiers:ENV_ID, an installed verifiers environment
 
 
 def unknown(name: str) -> str | None:
-    """Why ``name`` names no environment (neither built in, ``verifiers:ENV_ID`` nor ``package.module:Class``),
-    or None."""
-    if name.startswith(VERIFIERS):
-        return None if name.removeprefix(VERIFIERS).strip() else f"{name!r} names no verifiers environment id"
+    """Why ``name`` names no environment (neither built in, ``verifiers:ENV_ID``, ``verifiers-v1:TASKSET_ID``
+    nor ``package.module:Class``), or None."""
+    for prefix, what in ((VERIFIERS, "verifiers environment"), (VERIFIERS_V1, "verifiers v1 taskset")):
+        if name.startswith(prefix):
+            return None if name.removeprefix(prefix).strip() else f"{name!r} names no {what} id"
     if name in BUILTIN or ":" in name:
         return None
-    return f"{name!r} is not built in ({', '.join(BUILTIN)}), verifiers:ENV_ID nor package.module:Class"
+    return (f"{name!r} is not built in ({', '.join(BUILTIN)}), verifiers:ENV_ID, verifiers-v1:TASKSET_ID "
+            "nor package.module:Class")
 
 
 def kind(name: str) -> str | None:
@@ -59,11 +65,12 @@ def kind(name: str) -> str | None:
     None for ``package.module:Class``, whose kind is known once it is imported."""
     if name in BUILTIN:
         return BUILTIN[name].kind
-    return "chat" if name.startswith(VERIFIERS) else None
+    return "chat" if name.startswith((VERIFIERS, VERIFIERS_V1)) else None
 
 
 def load(name: str, args: dict | None = None, field: str = "orchestrator.environment") -> Environment:
-    """The environment ``name`` (built in, ``verifiers:ENV_ID`` or ``package.module:Class``) built with keyword
+    """The environment ``name`` (built in, ``verifiers:ENV_ID``, ``verifiers-v1:TASKSET_ID`` or
+    ``package.module:Class``) built with keyword
     ``args``, behind its protocol; ``field``: the recipe field that names it (for messages)."""
     why = unknown(name)
     if why:
@@ -73,6 +80,8 @@ def load(name: str, args: dict | None = None, field: str = "orchestrator.environ
         cls = BUILTIN[name]
     elif name.startswith(VERIFIERS):
         cls = functools.partial(verifiers_adapter(name), name.removeprefix(VERIFIERS))
+    elif name.startswith(VERIFIERS_V1):
+        cls = functools.partial(VerifiersV1Env, name.removeprefix(VERIFIERS_V1).strip())
     else:
         module, _, attr = name.partition(":")
         try:

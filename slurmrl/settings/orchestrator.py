@@ -24,12 +24,13 @@ class OrchestratorKnobs(Section):
 
     environment: str = Field(
         "reverse_text", description="Built-in environment name, `package.module:Class` for a custom one, or "
-        "`verifiers:ENV_ID` for an installed verifiers environment (the `verifiers` extra)."
+        "`verifiers:ENV_ID` for an installed verifiers 0.1.x environment (the `verifiers` extra), "
+        "`verifiers-v1:TASKSET_ID` for a verifiers v1 taskset (verifiers 0.4, in .venv-verifiers)."
     )
     environment_args: dict[str, bool | Annotated[int, Field(ge=INT64[0], le=INT64[1])] | float | str] = Field(
         default_factory=dict,
         description="Keyword arguments for the environment's constructor (for `verifiers:ENV_ID`: its "
-        "`load_environment`), e.g. `{ few_shot = 2 }` for `arithmetic` (built-in environments' arguments are "
+        "`load_environment`; for `verifiers-v1:TASKSET_ID`: its taskset config), e.g. `{ few_shot = 2 }` for `arithmetic` (built-in environments' arguments are "
         "checked by `plan`).",
     )
     prompts_per_step: int = Field(8, ge=1, le=65536, description="Prompts sampled per training step (1-65536).")
