@@ -13,6 +13,7 @@ import base64
 import io
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -115,12 +116,14 @@ def test_ep2_rl_run_equals_ep1_and_resumes_exactly(tmp_path, moe_model):
     base_logp = logprob_fn(moe_model)
     one = settings(tmp_path, moe_model, "ep1", ep=1, steps=STEPS)
     write_rollouts(one, range(1, STEPS + 1), tok, base_logp)
-    run(one, "a")
+    log_one = run(one, "a")
 
     two = settings(tmp_path, moe_model, "ep2", ep=2, steps=2)
     write_rollouts(two, range(1, STEPS + 1), tok, base_logp)
     log = run(two, "a")
     assert "expert parallel: ep 2, 1 expert group(s)" in log, log[-3000:]
+    flop_n = re.compile(r"N = ([0-9.]+)M")  # MFU's parameter count: the expert slices count whole
+    assert flop_n.findall(log) == flop_n.findall(log_one) != [], (flop_n.findall(log), flop_n.findall(log_one))
     # the same mesh, one step more: resumed from step 2's checkpoint (the planner's file, max_steps 3)
     cfg = RunDir(two).component_config("trainer")
     cfg.write_text(cfg.read_text().replace("max_steps = 2", f"max_steps = {STEPS}"))
