@@ -1,6 +1,6 @@
 """Expert parallelism in the trainer's loop (torchrun, two ranks, gloo on CPU): an RL run with
 ``trainer.parallel.ep = 2`` on a tiny random Qwen3-MoE and a GLM-4-MoE (sigmoid router with a bias,
-a shared expert), router replay on (every sample carries recorded experts), a KL reference, equals
+a shared expert), router replay on (every sample carries recorded experts), a KL reference, activation recompute, equals
 the same run with ``ep = 1`` (FSDP2 over both ranks): each step's loss and grad norm, and the
 weights after the last optimizer step. The ep=2 run stops after step 2 (its last step then) and a
 second start on the same mesh resumes from the checkpoint (expert slices and their AdamW moments)
@@ -89,6 +89,8 @@ def settings(tmp: Path, model: Path, name: str, ep: int, steps: int) -> Path:
         "trainer.gpus_per_node=2", "trainer.micro_batch_size=2", "trainer.lr=1e-2", f"trainer.max_steps={steps}",
         "trainer.checkpoint_every=1", "trainer.keep_checkpoints=3", "trainer.kl_coef=0.05", "trainer.seq_len=64",
         "trainer.max_grad_norm=0.5", f"trainer.parallel.ep={ep}",
+        # ep=2 recomputes activations in the backward (its all-to-alls run again there), ep=1 keeps them
+        f"trainer.gradient_checkpointing={'true' if ep > 1 else 'false'}",
     ], world_size=2)
 
 
