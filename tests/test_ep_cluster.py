@@ -37,6 +37,7 @@ def test_moe_rl_with_expert_parallel_over_two_nodes_survives_a_requeue(slurm_clu
         "--set", "trainer.nodes=2", "--set", "trainer.parallel.ep=2",
         "--set", f"trainer.max_steps={STEPS}", "--set", "trainer.checkpoint_every=1",
         "--set", "orchestrator.prompts_per_step=2", "--set", "orchestrator.rollouts_per_prompt=4",
+        "--set", "trainer.micro_batch_size=2",  # 8 samples a step: 4 for each of the two ranks
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stdout + r.stderr
