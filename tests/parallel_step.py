@@ -94,6 +94,8 @@ def step(rank: int, world: int, kind: str, kv_heads: int, out: Path, split: str)
 
         assert expert_parallel.shard(model, dist.group.WORLD) > 0
         loss = loss_of(model, fast, row(1 + rank), aux=True)
+    elif split == "ep_fsdp":
+        return ep_fsdp_step(rank, world, model, fast, out)
     else:
         raise ValueError(split)
     loss.backward()
@@ -119,6 +121,26 @@ def step(rank: int, world: int, kind: str, kv_heads: int, out: Path, split: str)
         state_equal = state.keys() == ref.keys() and all(torch.equal(state[n], ref[n]) for n in ref)
     if rank == 0:
         torch.save({"loss": float(total), "grads": grads, "state_equal": state_equal}, out)
+
+
+def ep_fsdp_step(rank: int, world: int, model, fast, out: Path) -> None:
+    """The trainer loop's way (``mesh_apply``): experts split over ep = 2 ranks, ``world / 2`` replicas of
+    each slice, FSDP2 over every rank for the rest; rank r's loss on row r scaled by ``world`` as the
+    loop scales it. Rank 0 writes the summed loss, the gradients made whole and the grad norm."""
+    from slurmrl.runtime.trainer import numerics
+    from slurmrl.runtime.trainer.mesh_apply import ExpertMesh
+
+    experts = ExpertMesh(world, rank, 2)
+    numerics.shard(model, "cpu", world, False, experts.apply(model))
+    loss = loss_of(model, fast, row(1 + rank))
+    (loss * world).backward()
+    norm = experts.grad_norm_and_clip(model, 1e9)  # no clipping: the norm alone
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    grads = {n: experts.gather(p.grad) if experts.is_slice(p) else p.grad.full_tensor()
+             for n, p in model.named_parameters() if p.grad is not None}
+    if rank == 0:
+        torch.save({"loss": float(total), "grads": grads, "norm": norm}, out)
 
 
 def spawned(out: Path, split: str, cases: list[tuple[str, int]], world: int = 2) -> Path:

@@ -10,7 +10,10 @@
 - expert parallel, ep=2: each rank its own row, the experts split, tokens exchanged by all-to-all,
   grouped GEMMs; against one rank taking both rows, for Qwen3-MoE, GLM-4-MoE (sigmoid router, shared
   expert), Mixtral and DeepSeek-V3, the loss including the router's load-balance loss where the model
-  defines one (Qwen3-MoE, Mixtral); the gathered state dict is the unsharded model's.
+  defines one (Qwen3-MoE, Mixtral); the gathered state dict is the unsharded model's;
+- the trainer loop's expert mesh (``mesh_apply``) on 4 ranks: ep = 2 with two replicas of each expert
+  slice and FSDP2 over all four for the rest; the loss, every gradient and the grad norm equal one rank
+  taking the four rows (each expert counted once).
 """
 
 from __future__ import annotations
@@ -94,3 +97,14 @@ def test_the_trainer_picks_ulysses_where_the_heads_divide_else_ring_and_refuses_
     assert context_parallel.style_of(8, 4, "ring") == "ring"
     with pytest.raises(ValueError, match='cp 3 does not divide the model\'s 8 attention heads; set cp_style = "ring"'):
         context_parallel.style_of(8, 3, "ulysses")
+
+
+@pytest.mark.slow  # four spawned ranks import transformers: ~40 s
+@pytest.mark.parametrize("kind", ["qwen3_moe"])
+def test_the_loops_expert_mesh_with_replicas_equals_the_single_rank_step(tmp_path, kind):
+    got_file = parallel_step.spawned(tmp_path, "ep_fsdp", [(kind, 2)], world=4) / f"{kind}-2.pt"
+    loss, grads = parallel_step.reference(kind, 2, rows=4)
+    got = parallel_step.assert_same_step(got_file, loss, grads, 1e-5, 1e-6)
+    assert any(".experts." in n for n in grads)
+    norm = float(torch.sqrt(sum(g.double().pow(2).sum() for g in grads.values())))
+    assert got["norm"] == pytest.approx(norm, rel=1e-5), (got["norm"], norm)

@@ -70,7 +70,7 @@ def resolve(p: Parallel, world: int, seq_len: int, model_path: str) -> Parallel:
 
 
 # what the trainer's loop runs today: a mesh dimension left out here is refused at plan, named
-RUNS = {"dp_shard", "cp"}
+RUNS = {"dp_shard", "cp", "ep"}
 
 
 def check_runs(p: Parallel) -> None:
@@ -78,7 +78,7 @@ def check_runs(p: Parallel) -> None:
     for name in ("dp_replicate", "cp", "ep"):
         if getattr(p, name) > 1 and name not in RUNS:
             raise UserError(f"{FIELD}.{name}", f"{name} {getattr(p, name)}: the trainer does not run this "
-                            f"dimension yet (it runs dp_shard and cp); set {name} = 1")
+                            f"dimension yet (it runs dp_shard, cp and ep); set {name} = 1")
 
 
 def describe(p: dict) -> str:

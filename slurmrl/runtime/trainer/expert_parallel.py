@@ -96,9 +96,9 @@ def forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_
     by_expert = torch.argsort(mine, stable=True)
     offs = torch.cumsum(torch.bincount(mine, minlength=local), 0).to(torch.int32)
     xs = x[by_expert]
-    if xs.shape[0]:
-        gate, up = grouped(xs, self.gate_up_proj, offs).chunk(2, dim=-1)
-        ys = grouped(self.act_fn(gate) * up, self.down_proj, offs)
+    if xs.shape[0]:  # the slices stay float32 outside FSDP2's casts: computed in the activations' dtype
+        gate, up = grouped(xs, self.gate_up_proj.to(xs.dtype), offs).chunk(2, dim=-1)
+        ys = grouped(self.act_fn(gate) * up, self.down_proj.to(xs.dtype), offs)
     else:  # nothing routed here: the weights still join the graph (zero gradients, no unused parameters)
         ys = xs + 0 * (self.gate_up_proj.sum() + self.down_proj.sum())
     y = torch.empty_like(ys).index_copy(0, by_expert, ys)  # back to the order the rows came in

@@ -31,6 +31,7 @@ from slurmrl.runtime.trainer.deadline import Deadline, job_end_from_env
 from slurmrl.runtime.trainer.dist import Dist
 from slurmrl.runtime.trainer.lora import AdaptersOff
 from slurmrl.runtime.trainer.lora import Policy as LoRAPolicy
+from slurmrl.runtime.trainer.mesh_apply import ExpertMesh
 from slurmrl.runtime.trainer.publish import FolderWriter, Publisher, broadcast_work, flat_host_memory
 from slurmrl.runtime.trainer.ready import mark_ready
 from slurmrl.runtime.trainer.token_forward import FastPath, logprobs
@@ -67,18 +68,20 @@ def untie(model) -> None:
 
 def load_model(path: str, d: Dist, gradient_checkpointing: bool | str, trainable: bool = True,
                trust_remote_code: bool = False, prepare=None, compile_layers: bool = False,
-               micro_tokens: int = 0, log=print):
+               micro_tokens: int = 0, log=print, experts: ExpertMesh | None = None):
     """The model at ``path`` on this rank's device, ready to train (or frozen): see ``ready_model``."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
-    return ready_model(model, d, gradient_checkpointing, trainable, prepare, compile_layers, micro_tokens, log)
+    return ready_model(model, d, gradient_checkpointing, trainable, prepare, compile_layers, micro_tokens, log,
+                       experts)
 
 
 def ready_model(model, d: Dist, gradient_checkpointing: bool | str, trainable: bool = True, prepare=None,
-                compile_layers: bool = False, micro_tokens: int = 0, log=print):
+                compile_layers: bool = False, micro_tokens: int = 0, log=print, experts: ExpertMesh | None = None):
     """A float32 model made ready as the trainer runs it: untied head, LoRA, the fast path's head
-    and attention, activation recompute by policy, compiled layers (CUDA), FSDP2. -> (model, FastPath)"""
+    and attention, its expert slices (``experts``), activation recompute by policy, compiled layers
+    (CUDA), FSDP2 (the expert slices left out). -> (model, FastPath)"""
     untie(model)
     if prepare is not None:  # a LoRA policy wraps its layers (and loads its adapter) before sharding
         prepare(model)
@@ -87,6 +90,7 @@ def ready_model(model, d: Dist, gradient_checkpointing: bool | str, trainable: b
     if not trainable and d.bf16:  # a frozen reference needs no float32 master weights
         model.to(torch.bfloat16)
     model.to(d.device)
+    ignored = experts.apply(model) if experts is not None else None
     if trainable:
         recompute = gradient_checkpointing
         if recompute == "auto":
@@ -101,7 +105,7 @@ def ready_model(model, d: Dist, gradient_checkpointing: bool | str, trainable: b
     if compile_layers and d.cuda:
         log(f"torch.compile on {numerics.compile_layers(model)} decoder layers")
     if numerics.sharded_always(d.cuda, d.bf16, d.world) and (trainable or d.world > 1):
-        numerics.shard(model, d.device.type, d.world, d.bf16 and trainable)
+        numerics.shard(model, d.device.type, d.world, d.bf16 and trainable, ignored)
     return model, fast
 
 
@@ -131,14 +135,18 @@ class Trainer:
         if s.world_size != self.world:
             self.log(f"note: the plan says world size {s.world_size}, torchrun started {self.world}")
         p = s.parallel
-        for name in ("dp_replicate", "ep"):  # valid meshes the loop does not run yet (plan refuses them too)
-            if getattr(p, name) > 1:
-                raise SystemExit(f"slurmrl: trainer: trainer.parallel.{name} = {getattr(p, name)}: not run yet")
-        if self.world % p.cp:
-            raise SystemExit(f"slurmrl: trainer: trainer.parallel.cp = {p.cp} does not divide {self.world} ranks")
+        if p.dp_replicate > 1:  # a valid mesh the loop does not run yet (plan refuses it too)
+            raise SystemExit(f"slurmrl: trainer: trainer.parallel.dp_replicate = {p.dp_replicate}: not run yet")
+        for name in ("cp", "ep"):
+            if self.world % getattr(p, name):
+                raise SystemExit(f"slurmrl: trainer: trainer.parallel.{name} = {getattr(p, name)} does not divide "
+                                 f"{self.world} ranks")
+        if p.ep > 1 and s.lora:
+            raise SystemExit("slurmrl: trainer: trainer.parallel.ep > 1 with a LoRA policy is not run: set ep = 1")
         # the ranks of a cp group share each row (a slice each): rows are split over the dp ranks
         self.cp, self.dp_world, self.dp_rank, self.cp_rank = p.cp, self.world // p.cp, self.rank // p.cp, self.rank % p.cp
         self.cp_group = cpar.groups(self.world, p.cp, self.rank) if p.cp > 1 else None
+        self.experts = ExpertMesh(self.world, self.rank, p.ep) if p.ep > 1 else None
 
     # ---- helpers ---------------------------------------------------------------------
     def log(self, msg: str, all_ranks: bool = False) -> None:
@@ -175,8 +183,10 @@ class Trainer:
         self.model, self.fast = load_model(
             source, self.d, s.gradient_checkpointing, trust_remote_code=s.trust_remote_code,
             prepare=self.lora.prepare(ckpt) if self.lora else None, compile_layers=s.compile,
-            micro_tokens=self.micro * self.seq_len, log=self.log)
+            micro_tokens=self.micro * self.seq_len, log=self.log, experts=self.experts)
         self.log(self.fast.describe())
+        if self.experts is not None:
+            self.log(self.experts.describe())
         if self.cp_group is not None:
             if not self.fast.doc_attention:
                 raise SystemExit("slurmrl: trainer: trainer.parallel.cp needs transformers' attention interface; "
@@ -199,7 +209,8 @@ class Trainer:
                 self.ref = AdaptersOff(self.model)
             else:
                 self.ref, _ = load_model(self.model_id, self.d, False, trainable=False,
-                                         trust_remote_code=s.trust_remote_code, compile_layers=s.compile)
+                                         trust_remote_code=s.trust_remote_code, compile_layers=s.compile,
+                                         experts=self.experts)
                 if self.cp_group is not None:
                     cpar.install(self.ref, self.cp_group, s.parallel.cp_style)
         self.optim = numerics.optimizer([p for p in self.model.parameters() if p.requires_grad], s.lr,
@@ -219,7 +230,7 @@ class Trainer:
             self.log(f"dataset {local}: {len(self.data.examples)} examples")
         if ckpt:
             st = json.loads((ckpt / "state.json").read_text())
-            state.load_optimizer(ckpt, self.model, self.optim, self.rank)
+            state.load_optimizer(ckpt, self.model, self.optim, self.rank, self.experts)
             if not state.load_rng(ckpt, self.rank):
                 self.log(f"no RNG state for rank {self.rank} in {ckpt.name}; continuing with a fresh one", True)
             if self.data is not None and "data" in st:
@@ -315,7 +326,8 @@ class Trainer:
         stats.add_tokens(terms, entropy, logp, old, ref_logp)  # KL, entropy, clip: no second forward pass
 
     def optimizer_step(self) -> float:
-        norm = grad_norm_and_clip(self.model, self.s.max_grad_norm)
+        norm = (self.experts.grad_norm_and_clip(self.model, self.s.max_grad_norm) if self.experts is not None
+                else grad_norm_and_clip(self.model, self.s.max_grad_norm))
         if math.isfinite(norm):
             self.optim.step()
         else:
@@ -353,11 +365,12 @@ class Trainer:
 
     def checkpoint(self, step: int, why: str) -> None:
         t = time.perf_counter()
-        extra = {"kind": self.kind, "world_size": self.world, "seed": self.seed,
+        extra = {"kind": self.kind, "world_size": self.world, "ep": self.s.parallel.ep, "seed": self.seed,
                  "data": self.data.position if self.data is not None else {"next_rollout": step + 1}}
         path = state.save_checkpoint(self.ckpt_root, step, self.model, self.optim, self.config, self.gen_config,
                                      self.model_dir, self.tok, extra, self.keep, self.rank,
-                                     write_model=self.lora.checkpoint_writer(self.model) if self.lora else None)
+                                     write_model=self.lora.checkpoint_writer(self.model) if self.lora else None,
+                                     experts=self.experts)
         self.deadline.save_took(time.perf_counter() - t)
         self.log(f"checkpoint ({why}) at {path} ({time.perf_counter() - t:.2f}s)")
 

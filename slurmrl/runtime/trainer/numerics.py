@@ -35,8 +35,9 @@ def sharded_always(cuda: bool, bf16: bool, world: int) -> bool:
     return world > 1 or (cuda and bf16)
 
 
-def shard(model, device_type: str, world: int, bf16: bool) -> None:
-    """FSDP2: ``fully_shard`` per decoder layer, then the root (the embeddings, final norm, LM head)."""
+def shard(model, device_type: str, world: int, bf16: bool, ignored=None) -> None:
+    """FSDP2: ``fully_shard`` per decoder layer, then the root (the embeddings, final norm, LM head).
+    ``ignored``: parameters FSDP2 leaves whole on each rank (expert slices: ``mesh_apply``)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -44,9 +45,10 @@ def shard(model, device_type: str, world: int, bf16: bool) -> None:
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16
           else MixedPrecisionPolicy())
     keep = world == 1  # one rank: nothing to free by resharding, and no second gather/cast in backward
+    kw = {"ignored_params": set(ignored)} if ignored else {}
     for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=not keep)
-    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=not keep)
+        fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=not keep, **kw)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=not keep, **kw)
 
 
 def compile_layers(model) -> int:

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from slurmrl.runtime.trainer import losses
+from slurmrl.runtime.trainer.mesh_apply import SLICE
 
 GIB = 2.0**30
 
@@ -150,8 +151,9 @@ def memory(device: torch.device) -> dict:
 # ---- MFU -----------------------------------------------------------------------------------
 def flop_params(model) -> int:
     """N: the parameters a token's forward pass multiplies with, i.e. all but the input embedding
-    table (a lookup). FSDP2's sharded parameters count whole (DTensor.numel is the global size)."""
-    total = sum(p.numel() for p in model.parameters())
+    table (a lookup). FSDP2's sharded parameters count whole (DTensor.numel is the global size), and
+    so do expert slices (``mesh_apply``: a slice times ``ep``)."""
+    total = sum(p.numel() * getattr(p, SLICE, (0, 1, 0))[1] for p in model.parameters())
     emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     return total - (emb.weight.numel() if emb is not None else 0)
 

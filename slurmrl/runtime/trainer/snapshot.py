@@ -13,7 +13,9 @@ gathered and the one being written or sent. Nothing here gathers the whole model
 How the rows are spread: an FSDP2 parameter (``DTensor``, ``Shard(0)`` on a 1-D mesh) holds rows
 ``[offset_r, offset_r + rows_r)`` on rank r (every rank's row count is exchanged once, at start); a
 DTensor placed otherwise is made whole on every rank and cut as ``torch.chunk`` cuts it; a plain
-tensor (one rank, or a buffer FSDP2 leaves whole) is taken from rank 0 alone.
+tensor (one rank, or a buffer FSDP2 leaves whole) is taken from rank 0 alone; an expert slice
+(``mesh_apply``: experts split over ``ep`` ranks, outside FSDP2) is taken from the first expert
+group's ranks, whose slices in rank order are the full ``[experts, ...]`` tensor.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from slurmrl.runtime.buckets import buckets
+from slurmrl.runtime.trainer.mesh_apply import SLICE
 
 BUCKET_BYTES = 32 * 2**20
 GATHER_TIMEOUT_S = 1800.0
@@ -58,7 +61,10 @@ def weight_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 
 def _placement(t: torch.Tensor) -> str:
-    """'shard0' (rows spread by FSDP2), 'dtensor' (made whole, then cut) or 'plain' (rank 0 holds it)."""
+    """'shard0' (rows spread by FSDP2), 'dtensor' (made whole, then cut), 'expert' (an expert slice)
+    or 'plain' (rank 0 holds it)."""
+    if hasattr(t, SLICE):
+        return "expert"
     placements = getattr(t, "placements", None)
     if placements is None:
         return "plain"
@@ -70,6 +76,8 @@ def _placement(t: torch.Tensor) -> str:
 
 def _local(t: torch.Tensor, kind: str, rank: int, world: int) -> torch.Tensor:
     """This rank's rows of ``t`` (a collective for 'dtensor': every rank calls it in the same order)."""
+    if kind == "expert":  # the first expert group's slices (replica 0), in rank order
+        return t.detach() if _replica(t) == 0 else t.detach()[:0]
     t = t.detach()
     if kind == "shard0":
         return t.to_local()  # type: ignore[attr-defined]
@@ -80,6 +88,17 @@ def _local(t: torch.Tensor, kind: str, rank: int, world: int) -> torch.Tensor:
         return full.chunk(world)[rank] if rank < len(full.chunk(world)) else full[:0]
     flat = t.reshape(1) if t.dim() == 0 else t
     return flat if rank == 0 else flat[:0]
+
+
+def _replica(t: torch.Tensor) -> int:
+    return int(getattr(t, SLICE)[2])
+
+
+def _full_shape(t: torch.Tensor, kind: str) -> tuple[int, ...]:
+    """The shape the servers load: an expert slice's rows times ``ep``."""
+    if kind == "expert":
+        return (t.shape[0] * getattr(t, SLICE)[1], *t.shape[1:])
+    return tuple(t.shape)
 
 
 class Layout:
@@ -104,7 +123,7 @@ class Layout:
         self.entries: list[Entry] = []
         start = 0
         for i, (name, t) in enumerate(named):
-            e = Entry(name, tuple(t.shape), tuple(r[i] for r in every), start)
+            e = Entry(name, _full_shape(t, self.kinds[i]), tuple(r[i] for r in every), start)
             self.entries.append(e)
             start += e.numel(rank)
         self.local_numel = start

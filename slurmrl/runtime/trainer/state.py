@@ -122,14 +122,20 @@ def set_rng_state(st: dict) -> None:
 
 
 def save_checkpoint(root: Path, step: int, model, optimizer, config, generation_config, tokenizer_src, tokenizer,
-                    extra: dict, keep: int, rank: int, write_model=None) -> Path:
+                    extra: dict, keep: int, rank: int, write_model=None, experts=None) -> Path:
     """Collective. ``model/`` (float32 HF folder), ``optimizer.pt``, ``state.json``, ``rng-rank<R>.pt``;
     ``DONE`` last. ``write_model(tmp)``, when given, writes what the checkpoint keeps of the model
-    instead of ``model/`` (a LoRA policy: its adapter; see lora.Policy.checkpoint_writer)."""
+    instead of ``model/`` (a LoRA policy: its adapter; see lora.Policy.checkpoint_writer).
+    ``experts`` (``mesh_apply.ExpertMesh``): the expert slices and their AdamW moments gathered whole,
+    so the checkpoint is the one an unsplit run writes."""
     final = root / step_name(step)
     tmp = root / f".{step_name(step)}.tmp"
     model_state = full_model_state(model) if write_model is None else None
     optim_state = get_optimizer_state_dict(model, optimizer, options=FULL)
+    if experts is not None:
+        assert model_state is not None, "expert parallelism runs without a LoRA policy"
+        model_state = experts.full_state(model, model_state, rank)
+        optim_state = experts.full_optimizer(model, optimizer, optim_state, rank)
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -157,8 +163,16 @@ def latest_checkpoint(root: Path) -> tuple[int, Path | None]:
     return latest(root, "DONE")
 
 
-def load_optimizer(ckpt: Path, model, optimizer, rank: int) -> None:
-    """Collective: rank 0 reads the full optimizer state and it is scattered to the shards."""
+def load_optimizer(ckpt: Path, model, optimizer, rank: int, experts=None) -> None:
+    """Collective: rank 0 reads the full optimizer state and it is scattered to the shards. With
+    ``experts`` every rank reads it and keeps its expert slices' part (a broadcast from rank 0 would
+    hand every rank the whole of each expert tensor)."""
+    if experts is not None:
+        full = experts.local_optimizer(model, torch.load(ckpt / "optimizer.pt", map_location="cpu",
+                                                         weights_only=False))
+        set_optimizer_state_dict(model, optimizer, optim_state_dict=full,
+                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=False))
+        return
     full = torch.load(ckpt / "optimizer.pt", map_location="cpu", weights_only=False) if rank == 0 else {}
     set_optimizer_state_dict(
         model, optimizer, optim_state_dict=full,
