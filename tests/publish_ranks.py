@@ -40,6 +40,7 @@ def main() -> None:
     flat_host_memory()
     torch.manual_seed(0)
     d = Dist("float32")
+    d.replicate = int(sys.argv[4]) if len(sys.argv) > 4 else 1  # HSDP: this many copies of the model
     model, _ = load_model(str(model_dir), d, False)
     optim = numerics.optimizer(list(model.parameters()), 1e-2, 0.0, False)
     ids = torch.randint(0, 50, (1, 32))

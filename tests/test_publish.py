@@ -39,17 +39,35 @@ def wider_tiny(out: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("publish2")
+def publish_with_ranks(tmp: Path, ranks: int, replicate: int = 1) -> Path:
     model, out = wider_tiny(tmp / "model"), tmp / "out"
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                           str(ROOT / "tests" / "publish_ranks.py"), str(model), str(out), str(BUCKET)],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+                           str(ROOT / "tests" / "publish_ranks.py"), str(model), str(out), str(BUCKET),
+                           str(replicate)], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> Path:
+    return publish_with_ranks(tmp_path_factory.mktemp("publish2"), 2)
+
+
+@pytest.mark.slow  # torchrun with four ranks, ~30 s
+def test_hsdp_ranks_publish_the_checkpoint_the_model_holds(tmp_path):
+    """dp_replicate = 2 over four ranks (a 2-D FSDP2 mesh): the published folder is still the model's
+    full state, each tensor once, whichever copy and shard its rows came from."""
+    from transformers import AutoModelForCausalLM
+
+    out = publish_with_ranks(tmp_path, 4, replicate=2)
+    folder = out / "weights" / "step-000001"
+    expected = torch.load(out / "expected.pt")
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).state_dict()
+    assert set(json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]) == set(expected)
+    for name, tensor in expected.items():
+        assert torch.equal(loaded[name], tensor), name
 
 
 @pytest.mark.slow  # torchrun with two ranks, ~20 s (shared with the next test)

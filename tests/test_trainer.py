@@ -292,6 +292,23 @@ def test_sft_context_parallel_two_ranks_matches_one_rank(tmp_path, tiny, sft_dat
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-4), (a["step"], a["loss"], b["loss"])
 
 
+@pytest.mark.slow  # ~40 s: torchrun with four ranks
+def test_sft_hsdp_four_ranks_matches_one_rank(tmp_path, tiny, sft_data, sft_single):
+    """trainer.parallel.dp_replicate = 2 on four ranks: two copies of the model, each sharded over two
+    ranks (HSDP: a 2-D FSDP2 mesh); every rank takes its own rows, so the losses are one rank's."""
+    run_dir = run_dir_for(tmp_path, "sft-1node.toml", "run", [*sft_overrides(tiny, sft_data, 4),
+                          "trainer.micro_batch_size=1", f"trainer.max_steps={CP_STEPS}",
+                          "trainer.parallel.dp_replicate=2"], world_size=4)
+    t = Trainer(run_dir, ranks=4)
+    assert t.wait(timeout=240) == 0, t.tail()
+    assert "FSDP2 HSDP (2 replicas x 2 shards)" in t.tail(100_000)
+    one, four = metrics(sft_single["run_dir"]), metrics(run_dir)
+    assert [r["step"] for r in four] == list(range(1, CP_STEPS + 1))
+    for a, b in zip(one, four):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-3), (a["step"], a["loss"], b["loss"])
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-2), (a["step"], a["grad_norm"], b["grad_norm"])
+
+
 # ---- RL ---------------------------------------------------------------------------------
 def write_rollouts(run_dir: Path, steps, tokenizer, base_logp) -> None:
     rng = random.Random(1)

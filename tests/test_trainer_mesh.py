@@ -156,3 +156,10 @@ def test_a_well_known_hub_id_is_checked_against_its_published_shape():
     # a name that only starts like a listed one is not that model
     assert hub_shapes.known("Qwen/Qwen3-30B-A3Bx") is None and hub_shapes.known("org/my-model") is None
     assert hub_shapes.known("Qwen/Qwen3-30B-A3B-Instruct-2507") == hub_shapes.KNOWN["qwen3-30b-a3b"]
+
+
+def test_hsdp_runs_but_not_beside_expert_parallelism():
+    mesh.check_runs(Parallel(dp_replicate=2, cp=2))
+    with pytest.raises(UserError) as e:
+        mesh.check_runs(Parallel(dp_replicate=2, ep=2))
+    assert e.value.field == "trainer.parallel.dp_replicate" and "ep = 1" in e.value.message

@@ -70,7 +70,7 @@ def resolve(p: Parallel, world: int, seq_len: int, model_path: str) -> Parallel:
 
 
 # what the trainer's loop runs today: a mesh dimension left out here is refused at plan, named
-RUNS = {"dp_shard", "cp", "ep"}
+RUNS = {"dp_replicate", "dp_shard", "cp", "ep"}
 
 
 def check_runs(p: Parallel) -> None:
@@ -78,7 +78,11 @@ def check_runs(p: Parallel) -> None:
     for name in ("dp_replicate", "cp", "ep"):
         if getattr(p, name) > 1 and name not in RUNS:
             raise UserError(f"{FIELD}.{name}", f"{name} {getattr(p, name)}: the trainer does not run this "
-                            f"dimension yet (it runs dp_shard, cp and ep); set {name} = 1")
+                            f"dimension yet; set {name} = 1")
+    if p.dp_replicate > 1 and p.ep > 1:
+        raise UserError(f"{FIELD}.dp_replicate", f"dp_replicate {p.dp_replicate} with ep {p.ep}: the trainer does "
+                        "not run HSDP with expert parallelism yet (expert slices are reduced over every rank); set "
+                        "dp_replicate = 1 or ep = 1")
 
 
 def describe(p: dict) -> str:

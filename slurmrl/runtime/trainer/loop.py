@@ -105,7 +105,7 @@ def ready_model(model, d: Dist, gradient_checkpointing: bool | str, trainable: b
     if compile_layers and d.cuda:
         log(f"torch.compile on {numerics.compile_layers(model)} decoder layers")
     if numerics.sharded_always(d.cuda, d.bf16, d.world) and (trainable or d.world > 1):
-        numerics.shard(model, d.device.type, d.world, d.bf16 and trainable, ignored)
+        numerics.shard(model, d.device.type, d.world, d.bf16 and trainable, ignored, d.replicate)
     return model, fast
 
 
@@ -135,9 +135,10 @@ class Trainer:
         if s.world_size != self.world:
             self.log(f"note: the plan says world size {s.world_size}, torchrun started {self.world}")
         p = s.parallel
-        if p.dp_replicate > 1:  # a valid mesh the loop does not run yet (plan refuses it too)
-            raise SystemExit(f"slurmrl: trainer: trainer.parallel.dp_replicate = {p.dp_replicate}: not run yet")
-        for name in ("cp", "ep"):
+        if p.dp_replicate > 1 and p.ep > 1:  # plan refuses it too
+            raise SystemExit("slurmrl: trainer: trainer.parallel.dp_replicate > 1 with ep > 1 is not run: set one to 1")
+        self.d.replicate = p.dp_replicate
+        for name in ("dp_replicate", "cp", "ep"):
             if self.world % getattr(p, name):
                 raise SystemExit(f"slurmrl: trainer: trainer.parallel.{name} = {getattr(p, name)} does not divide "
                                  f"{self.world} ranks")
@@ -149,6 +150,13 @@ class Trainer:
         self.experts = ExpertMesh(self.world, self.rank, p.ep) if p.ep > 1 else None
 
     # ---- helpers ---------------------------------------------------------------------
+    def sharding(self) -> str:
+        if not numerics.sharded_always(self.d.cuda, self.d.bf16, self.world):
+            return "no sharding"
+        if self.d.replicate > 1:
+            return f"FSDP2 HSDP ({self.d.replicate} replicas x {self.world // self.d.replicate} shards)"
+        return "FSDP2"
+
     def log(self, msg: str, all_ranks: bool = False) -> None:
         if all_ranks or self.rank == 0:
             print(f"slurmrl: trainer.{self.rank}: {msg}", flush=True)
@@ -174,7 +182,7 @@ class Trainer:
         source = str(ckpt / "model") if ckpt and not self.lora else self.model_id
         self.log(f"{self.kind} on {self.world} rank(s), device {self.d.device}, "
                  f"{'bfloat16 mixed precision' if self.d.bf16 else 'float32'}, "
-                 f"{'FSDP2' if numerics.sharded_always(self.d.cuda, self.d.bf16, self.world) else 'no sharding'}; "
+                 f"{self.sharding()}; "
                  f"model {source}"
                  + (f" (resuming after step {self.start})" if ckpt else ""))
         t = time.perf_counter()
