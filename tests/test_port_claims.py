@@ -100,28 +100,44 @@ def sbatch(cluster, *args: str) -> int:
 def test_two_jobs_whose_ids_share_a_slot_serve_side_by_side_on_one_node(slurm_cluster, tmp_path):
     run_dirs = [render_on_n3(slurm_cluster, tmp_path, "a"), render_on_n3(slurm_cluster, tmp_path, "b")]
     ids = [sbatch(slurm_cluster, str(run_dirs[0] / "job.sbatch"))]
-    # job ids are handed out in order: use up ids until the next one shares the first job's slot
-    fillers = []
-    while (ids[0] + len(fillers) + 1) % ports.SLOTS != ids[0] % ports.SLOTS:
-        fillers.append(sbatch(slurm_cluster, "--hold", "--wrap=true", "--output=/dev/null"))
-    slurm_cluster.run(["scancel", *map(str, fillers)])
-    ids.append(sbatch(slurm_cluster, str(run_dirs[1] / "job.sbatch")))
-    assert ports.base_for_job(ids[0]) == ports.base_for_job(ids[1]), ids
     try:
-        bases = []
-        for run_dir in run_dirs:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not RunDir(run_dir).ready_file(0, "router", 0).exists():
-                assert not RunDir(run_dir).failed_file(0).exists(), RunDir(run_dir).failed_file(0).read_text()
-                time.sleep(1)
-            assert RunDir(run_dir).ready_file(0, "router", 0).exists(), list(run_dir.rglob("*.log"))
-            phases = [what for _, what in RunDir(run_dir).read_phases(0)]
-            bases.append(int(next(p for p in phases if p.startswith("ports from ")).split()[2]))
-        assert bases[0] != bases[1], bases
-        assert ports.base_for_job(ids[0]) in bases  # one of them got the block its id points to
-        urls = {read_ready(RunDir(d).ready_file(0, "inference", 0))[0] for d in run_dirs}
-        assert len(urls) == 2 and all(u.startswith("http://n3:") for u in urls)
-    finally:
+        serve_side_by_side(slurm_cluster, run_dirs, ids)
+    finally:  # whatever failed, no job of this test outlives it (one left running holds n3 for the next)
         slurm_cluster.run(["scancel", *map(str, ids)])
     for job_id in ids:
         assert not slurm_cluster.wait_no_job_processes(job_id)
+
+
+def serve_side_by_side(slurm_cluster, run_dirs: list[Path], ids: list[int]) -> None:
+    """Submit the second job with an id in the first one's slot (appended to ``ids`` as soon as it
+    exists), and check both serve on n3 from different port blocks."""
+    # Job ids are handed out in order, but other tests submit on the same cluster beside this one: use
+    # up ids with held fillers until the slot is near, then submit the second job held until its own
+    # id shares the first job's slot (each miss cancelled before it ran), and release it.
+    fillers: list[int] = []
+    last = ids[0]
+    while (ids[0] - last - 1) % ports.SLOTS > 8:  # ids before the next one in the first job's slot
+        last = sbatch(slurm_cluster, "--hold", "--wrap=true", "--output=/dev/null")
+        fillers.append(last)
+    for _ in range(3 * ports.SLOTS):  # a bound: each miss means another id was used, by us or by others
+        second = sbatch(slurm_cluster, "--hold", str(run_dirs[1] / "job.sbatch"))
+        if second % ports.SLOTS == ids[0] % ports.SLOTS:
+            break
+        fillers.append(second)
+    slurm_cluster.run(["scancel", *map(str, fillers)])
+    ids.append(second)  # cancelled with the first whatever happens next
+    assert ports.base_for_job(ids[0]) == ports.base_for_job(second), (ids[0], second)
+    assert slurm_cluster.run(["scontrol", "release", str(second)]).returncode == 0
+    bases = []
+    for run_dir in run_dirs:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not RunDir(run_dir).ready_file(0, "router", 0).exists():
+            assert not RunDir(run_dir).failed_file(0).exists(), RunDir(run_dir).failed_file(0).read_text()
+            time.sleep(1)
+        assert RunDir(run_dir).ready_file(0, "router", 0).exists(), list(run_dir.rglob("*.log"))
+        phases = [what for _, what in RunDir(run_dir).read_phases(0)]
+        bases.append(int(next(p for p in phases if p.startswith("ports from ")).split()[2]))
+    assert bases[0] != bases[1], bases
+    assert ports.base_for_job(ids[0]) in bases  # one of them got the block its id points to
+    urls = {read_ready(RunDir(d).ready_file(0, "inference", 0))[0] for d in run_dirs}
+    assert len(urls) == 2 and all(u.startswith("http://n3:") for u in urls)
