@@ -6,7 +6,7 @@
 # part that needs CUDA, says so, and exits 0.
 #
 #   0. wheels:   installs .whl/*.whl (pydantic, pydantic-core, annotated-types, typing-inspection,
-#                tomlkit, submitit, cloudpickle, typing-extensions, pytest + its deps, hypothesis)
+#                submitit, cloudpickle, typing-extensions, pytest + its deps, hypothesis)
 #                into this interpreter (--no-index --no-deps). Fetch them on a networked machine
 #                first: `bash benchmarks/gpu_check.sh --fetch-wheels` (PYVER, default 3.12, must be
 #                the device image's Python).
@@ -38,7 +38,7 @@ ROOT=$PWD
 export PYTHONPATH=$ROOT TOKENIZERS_PARALLELISM=false
 PY=${PY:-python3}
 OUT=${OUT:-$ROOT/gpu-check-out}
-WHEELS="pydantic pydantic-core annotated-types typing-inspection tomlkit submitit cloudpickle typing-extensions
+WHEELS="pydantic pydantic-core annotated-types typing-inspection submitit cloudpickle typing-extensions
         pytest pluggy iniconfig packaging hypothesis sortedcontainers attrs"
 
 if [[ ${1:-} == --fetch-wheels ]]; then

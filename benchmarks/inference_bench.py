@@ -1,6 +1,6 @@
 """How fast do slurmrl's real inference components serve and reload? Prints figures; asserts nothing.
 
-Runs on loopback, outside Slurm, through slurmrl's runtimes (tests/live_components.py): two
+Runs on loopback, outside Slurm, through slurmrl's runtimes (tests/support/live_components.py): two
 real vLLM (CPU build) servers with the tiny test model and the real vllm-router (round_robin).
 
 1. Throughput: N requests x T completion tokens (ignore_eos), C at a time, sent straight to one
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from live_components import LiveComponent, free_port_base, post_json, serve_recipe  # noqa: E402
 

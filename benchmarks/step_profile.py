@@ -48,7 +48,8 @@ def main() -> None:
     if not torch.cuda.is_available():
         os.environ["SLURMRL_TRAINER_DEVICE"] = "cpu"
     from slurmrl.runtime.trainer import numerics
-    from slurmrl.runtime.trainer.loop import Dist, ready_model
+    from slurmrl.runtime.trainer.dist import Dist
+    from slurmrl.runtime.trainer.model import ready_model
 
     d = Dist("bfloat16")
     p = trainer_bench.preset(args)

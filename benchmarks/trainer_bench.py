@@ -230,7 +230,8 @@ def run_variant(args) -> dict:
         os.environ["SLURMRL_TRAINER_DEVICE"] = "cpu"
     import torch
 
-    from slurmrl.runtime.trainer.loop import Dist, ready_model, untie
+    from slurmrl.runtime.trainer.dist import Dist
+    from slurmrl.runtime.trainer.model import ready_model, untie
     from slurmrl.runtime.trainer.token_forward import FastPath
 
     d = Dist("bfloat16" if args.device == "cuda" else "float32")

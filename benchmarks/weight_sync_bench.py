@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from lora_sync_bench import complete, size, stop, wait_ready  # noqa: E402  (one server harness for both)
+from lora_sync_bench import complete, serve_argv, size, stop, wait_ready  # noqa: E402  (one server harness for both)
 
 
 def free_port() -> int:
@@ -59,9 +59,7 @@ def free_port() -> int:
 
 def start_server(model: Path, port: int, dtype: str, log: Path) -> subprocess.Popen:
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-            "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
-            "--enforce-eager", "--max-model-len", "512", "--weight-transfer-config", '{"backend":"gloo"}']
+    argv = serve_argv(model, port, dtype, "--weight-transfer-config", '{"backend":"gloo"}')
     return subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -152,7 +150,8 @@ def main() -> None:
 
     from slurmrl.contract.weight_sync import Broadcast
     from slurmrl.runtime.trainer import numerics
-    from slurmrl.runtime.trainer.loop import Dist, ready_model
+    from slurmrl.runtime.trainer.dist import Dist
+    from slurmrl.runtime.trainer.model import ready_model
     from slurmrl.runtime.trainer.publish import FolderWriter, Publisher
     from slurmrl.runtime.trainer.weight_sync import Target
     from slurmrl.runtime.vllm import client, plugin

@@ -1,16 +1,19 @@
 # shellcheck shell=bash disable=SC2154,SC2034  # job.sbatch sets RUN_DIR, LOG_DIR, ... and reads PORT_BASE
-# slurmrl-functions.sh, version 1: the machinery every slurmrl job script shares (waiting,
+# slurmrl-functions.sh, version 2: the machinery every slurmrl job script shares (waiting,
 # readiness, teardown, signals, port claims, image import). `slurmrl render` writes it beside
-# job.sbatch, which sources it by its absolute path (`source -- RUN_DIR/slurmrl-functions.sh 1`).
+# job.sbatch, which sources it by its absolute path (`source -- RUN_DIR/slurmrl-functions.sh 2`).
 # It is the same for every job; what is a job's own (paths, ports, command lines, the start and stop
 # order) is in job.sbatch. You may edit it too: `slurmrl diff` shows the edit, lock.toml hashes it.
-[[ ${1:-} == 1 ]] || { echo "slurmrl: job.sbatch asks for slurmrl-functions.sh version ${1:-?}; this is version 1" >&2; exit 1; }
+[[ ${1:-} == 2 ]] || { echo "slurmrl: job.sbatch asks for slurmrl-functions.sh version ${1:-?}; this is version 2" >&2; exit 1; }
 ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)) || { echo "slurmrl: needs bash 5.1 or newer" >&2; exit 1; }
 declare -A PID_OF=()    # component -> its srun pid
 declare -A NAME_OF=()   # srun pid -> component
 declare -A SERVES_ON=() # components whose step serves on when one of its tasks dies (srun --kill-on-bad-exit=0)
 UP=0                    # 1 once every component is ready (job.sbatch sets it)
 NONCRITICAL=()          # components with critical = false (job.sbatch sets them): an exit is only logged
+ORCHESTRATED=()         # an RL job's servers (launch --orchestrated): the orchestrator decides whether the job goes on without them
+PY=()                   # the steps' Python (start_nodes sets it): records why the attempt ended
+BATCH_LOG="" BATCH_LOG_FROM=0  # this log, and its size as the attempt started (start_nodes sets them)
 
 # phase WHAT: a timestamped start-up milestone, in this log and in LOG_DIR/phases (`slurmrl status`)
 phase() {
@@ -44,8 +47,13 @@ group_nodes() {
     if [[ -n ${SLURM_HET_SIZE:-} ]]; then scontrol show hostnames "${!var}"; else scontrol show hostnames "${SLURM_JOB_NODELIST}"; fi
 }
 
-# launch NAME CMD...: start one component's srun in the background.
+# launch [--orchestrated] NAME CMD...: start one component's srun in the background. --orchestrated: the
+# servers of an RL job, whose end is not the job's (servers_gone: the orchestrator decides).
 launch() {
+    if [[ $1 == --orchestrated ]]; then
+        shift
+        ORCHESTRATED+=("$1")
+    fi
     local name=$1
     shift
     [[ " $* " != *" --kill-on-bad-exit=0 "* ]] || SERVES_ON[$name]=1
@@ -172,6 +180,7 @@ first_failure() {
         [[ ${state} == failed && ${t} =~ ^[0-9]{1,19}$ && ${ntasks} =~ ^[0-9]{1,9}$ && ${name##*.} =~ ^[0-9]+$ ]] || continue
         if [[ -n ${SERVES_ON[${name%.*}]:-} ]] && kill -0 "${PID_OF[${name%.*}]}" 2>/dev/null; then continue; fi
         [[ " ${NONCRITICAL[*]} " != *" ${name%.*} "* ]] || continue  # critical = false: never the cause
+        [[ " ${ORCHESTRATED[*]} " != *" ${name%.*} "* ]] || continue  # the orchestrator names why it cannot go on
         if [[ -z ${first} ]] || ((t < first)); then
             first=${t}
             ((ntasks > 1)) || name=${name%.*}
@@ -190,11 +199,14 @@ abort() {
     trap '' TERM "${WARN_SIGNAL}"  # a second signal must not cut the stop short
     slurm_ending
     [[ -z ${ENDING} ]] || slurm_stopped "$1, as Slurm ended the job"
+    requeue_for_node "$1" || true  # a node Slurm or the node check holds bad: requeued without it (exits)
     sleep 1  # the end records of tasks that ended just before this one
     first_failure
     echo "slurmrl: FAILED: ${BLAME:-$1}${BLAME:+ (the script saw: $1)}" >&2
     echo "${BLAME:-$1}" >"${LOG_DIR}/FAILED"
+    [[ -s ${LOG_DIR}/END ]] || note_end application no "an application failure is not requeued: ${BLAME:-$1}"
     stop_all
+    record_end
     exit 1
 }
 
@@ -203,22 +215,17 @@ abort() {
 # No command substitution here or in on_warning: bash 5.2 exits from a trap that
 # interrupted `wait -n` when a $(...) runs in it under set -e.
 requeue_refusal() {
-    local first now f line own=0
+    local first now
     REFUSAL=""
-    # the job's own requeues (a PREEMPTED note that says so); a manual scontrol requeue uses none
-    for f in "${RUN_DIR}"/logs/attempt-*/PREEMPTED; do
-        line=""
-        [[ ! -f ${f} ]] || read -r line <"${f}" || true
-        [[ ${line} != *"requeued as attempt"* ]] || own=$((own + 1))
-    done
+    count_requeues
     if [[ -z ${MAX_REQUEUES:-} ]]; then
         REFUSAL="slurm.requeue is off"
     elif [[ ${ENVIRONMENT:-} != BATCH ]]; then
         REFUSAL="not a batch job (bash job.sbatch inside salloc)"
     elif ((!UP)); then
         REFUSAL="it came before every component was ready; another attempt would start over the same way"
-    elif ((own >= MAX_REQUEUES)); then
-        REFUSAL="requeued ${own} time(s) already: slurm.max_requeues"
+    elif ((USED_REQUEUES >= MAX_REQUEUES)); then
+        REFUSAL="requeued ${USED_REQUEUES} time(s) already: slurm.max_requeues"
     elif [[ -n ${MAX_TOTAL_SECONDS:-} ]]; then
         read -r first _ <"${RUN_DIR}/logs/attempt-0/phases" || first=0
         printf -v now '%(%s)T' -1
@@ -236,13 +243,16 @@ STOPPED_EARLY=75  # EX_TEMPFAIL: checkpointed; submitting the run dir again resu
 on_warning() {
     trap '' TERM "${WARN_SIGNAL}"  # a second signal must not cut the stop short
     requeue_refusal
+    note_warning_end
     echo "slurmrl: got SIG${WARN_SIGNAL}: checkpoint and ${REFUSAL:+stop: }${REFUSAL:-requeue}"
     echo "warning signal: ${REFUSAL:+stopped before the end, not requeued: }${REFUSAL:-requeued as attempt $((ATTEMPT + 1))}" >"${LOG_DIR}/PREEMPTED"
     stop_all
     if [[ -z ${REFUSAL} ]]; then
         scontrol requeue "${SLURM_JOB_ID}"
         exit 0
-    elif ((!UP)); then
+    fi
+    record_end  # the job ends here: no next attempt records it
+    if ((!UP)); then
         echo "warning signal before the job was up: ${REFUSAL}" >"${LOG_DIR}/FAILED"
         exit 1
     fi
@@ -273,6 +283,7 @@ slurm_ending() {
 # STOPPED (`slurmrl status` says which it was from Slurm's state), components stopped in order.
 slurm_stopped() {
     trap '' TERM "${WARN_SIGNAL}"
+    note_slurm_end "$1"  # first: Slurm gives a batch shell it ends seconds (KillWait)
     local why="cancel, time limit or preemption"
     if [[ ${ENDING:-} == requeued ]]; then
         why="requeued by Slurm (scontrol requeue, or a preemption that requeues): attempt $((ATTEMPT + 1)) follows"
@@ -280,6 +291,7 @@ slurm_stopped() {
     echo "slurmrl: $1 (${why}): stopping"
     echo "$1 (${why})" >"${LOG_DIR}/STOPPED"
     stop_all
+    [[ ${ENDING:-} == requeued ]] || record_end  # a requeued job's next attempt records it
     exit 143
 }
 
@@ -288,6 +300,226 @@ on_term() {
     trap '' TERM "${WARN_SIGNAL}"
     slurm_ending
     slurm_stopped "got SIGTERM from Slurm"
+}
+
+# ---- why an attempt ended, and bad nodes kept out (slurmrl.contract.attempt_end) ------------
+# Each end writes LOG_DIR/END: "<time> <class> <requeued: yes|no> <why>", class node, preemption,
+# time_limit, cancel or application. A node Slurm holds down, drained, failing or not responding (or
+# that the node check named) is a node end: it goes to LOG_DIR/NODE_FAULTS and the job's ExcNodeList,
+# and the job is requeued without it within slurm.max_requeues; an application failure never is.
+# The next attempt records both notes as events (slurmrl.runtime.steps.attempts). No $(...) in
+# these: they run in traps (see requeue_refusal).
+WARN_NEAR_S=900  # the warning signal this close to the time limit is the time limit's; earlier, a preemption's
+
+# note_end CLASS REQUEUED WHY: the attempt's END note.
+note_end() {
+    printf '%(%s)T %s %s %s\n' -1 "$1" "$2" "$3" >"${LOG_DIR}/END"
+}
+
+# find_bad_nodes: add the job's nodes Slurm holds bad to LOG_DIR/NODE_FAULTS; BAD_NODES: every node
+# named there (comma-separated; empty: none).
+find_bad_nodes() {
+    local var nodes="" node reason file="${LOG_DIR}/.bad-nodes"
+    for var in "${!SLURMRL_NODES_G@}"; do nodes+="${!var} "; done
+    nodes=${nodes% }
+    nodes=${nodes// /,}
+    nodes=${nodes:-${SLURM_JOB_NODELIST:-}}
+    BAD_NODES=""
+    if [[ -n ${nodes} ]] && sinfo -h -N -n "${nodes}" -t down,drain,fail,no_respond -o "%N %E" >"${file}" 2>/dev/null; then
+        while read -r node reason || [[ -n ${node} ]]; do
+            [[ -z ${node} ]] || echo "${node} Slurm: ${reason:-down}" >>"${LOG_DIR}/NODE_FAULTS"
+        done <"${file}"
+    fi
+    # a node back in service at once (ReturnToService with its slurmd alive): srun said which it lost;
+    # a task the kernel killed for a hardware error (SIGBUS, "Bus error", or exit code 135 = 128+SIGBUS
+    # from a shell or the step's guard, which also names its node itself): srun says where
+    if [[ -f ${BATCH_LOG:-} ]] && tail -c "+$((BATCH_LOG_FROM + 1))" "${BATCH_LOG}" >"${file}" 2>/dev/null; then
+        while read -r reason; do
+            if [[ ${reason} =~ ^srun:\ error:\ Node\ failure\ on\ ([^ ]+)$ ]]; then
+                echo "${BASH_REMATCH[1]} srun: node failure (Slurm ended the job's steps there)" >>"${LOG_DIR}/NODE_FAULTS"
+            elif [[ ${reason} =~ ^srun:\ error:\ ([^ :]+):\ tasks?\ [0-9,-]+:\ (Bus\ error|Exited\ with\ exit\ code\ 135) ]]; then
+                hardware_fault_on "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+            fi
+        done <"${file}"
+    fi
+    [[ -f ${LOG_DIR}/NODE_FAULTS ]] || return 0
+    # only a node name (a host name: letters, digits, '.', '_', '-') reaches scontrol: a line that is not
+    # one (a host list, a stray word) would exclude other nodes or break the update for all of them
+    while read -r node _; do
+        if [[ ! ${node} =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]]; then
+            [[ -z ${node} ]] || echo "slurmrl: NODE_FAULTS names '${node}', not a node name: not excluded" >&2
+            continue
+        fi
+        [[ ,${BAD_NODES}, == *,${node},* ]] || BAD_NODES+="${BAD_NODES:+,}${node}"
+    done <"${LOG_DIR}/NODE_FAULTS"
+}
+
+# hardware_fault_on HOSTS WHAT: srun said a task on HOSTS (a node, or a Slurm host list) died of SIGBUS.
+hardware_fault_on() {
+    local node hosts="${LOG_DIR}/.bus-hosts"
+    echo "$1" >"${hosts}"
+    [[ $1 != *"["* ]] || scontrol show hostnames "$1" >"${hosts}" 2>/dev/null || true
+    while read -r node; do
+        [[ -z ${node} ]] || echo "${node} srun: a task was killed by SIGBUS (${2}): a hardware error (machine check or memory failure)" >>"${LOG_DIR}/NODE_FAULTS"
+    done <"${hosts}"
+}
+
+# exclude_bad_nodes: add BAD_NODES to each het component's ExcNodeList: Slurm keeps it over every
+# requeue (it takes the update while the job completes, or waits in the queue).
+exclude_bad_nodes() {
+    local id line exc file="${LOG_DIR}/.job"
+    for id in ${JOB_IDS//,/ }; do
+        exc=""
+        if scontrol show job -o "${id}" >"${file}" 2>/dev/null; then
+            read -r line <"${file}" || true
+            if [[ ${line} =~ ExcNodeList=([^ ]+) && ${BASH_REMATCH[1]} != "(null)" ]]; then exc=${BASH_REMATCH[1]}; fi
+        fi
+        scontrol update "jobid=${id}" "ExcNodeList=${exc:+${exc},}${BAD_NODES}" ||
+            echo "slurmrl: could not exclude ${BAD_NODES} from job ${id}" >&2
+    done
+    echo "slurmrl: node(s) ${BAD_NODES} excluded from this job's later attempts"
+}
+
+# count_requeues: USED_REQUEUES, the requeues of slurm.max_requeues the job used (one budget): the
+# warning signal's (a PREEMPTED note that says so) and the node faults' (END notes "node yes", Slurm's
+# own NODE_FAIL requeue included); a manual scontrol requeue uses none (slurmrl.contract.attempt_end).
+count_requeues() {
+    local f line cls requeued
+    USED_REQUEUES=0
+    for f in "${RUN_DIR}"/logs/attempt-*/PREEMPTED "${RUN_DIR}"/logs/attempt-*/END; do
+        line="" cls="" requeued=""
+        [[ -f ${f} ]] || continue
+        if [[ ${f} == */PREEMPTED ]]; then
+            read -r line <"${f}" || true
+            [[ ${line} != *"requeued as attempt"* ]] || USED_REQUEUES=$((USED_REQUEUES + 1))
+        else
+            read -r _ cls requeued _ <"${f}" || true
+            [[ "${cls} ${requeued}" != "node yes" ]] || USED_REQUEUES=$((USED_REQUEUES + 1))
+        fi
+    done
+}
+
+# node_requeue_refusal: set REFUSAL to why a node end must not requeue (empty: it may).
+node_requeue_refusal() {
+    REFUSAL=""
+    count_requeues
+    if [[ -z ${MAX_REQUEUES:-} ]]; then
+        REFUSAL="slurm.requeue is off"
+    elif [[ ${ENVIRONMENT:-} != BATCH ]]; then
+        REFUSAL="not a batch job (bash job.sbatch inside salloc)"
+    elif ((USED_REQUEUES >= MAX_REQUEUES)); then
+        REFUSAL="requeued ${USED_REQUEUES} time(s) already (the warning signal, node faults): slurm.max_requeues"
+    fi
+}
+
+# requeue_for_node WHAT: when a node of the job is bad, the attempt ended for the node, not the job:
+# exclude it and requeue (exits), or note why not. Returns 1 when no node is bad or it may not requeue.
+# Slurm 22.05 refuses ExcNodeList on a running job ("Job is no longer pending execution") and takes it
+# once the job is requeued (while it completes): so the requeue first, then the exclusion. Should the
+# job start again before it lands, the node check turns the node away (the run's NODE_FAULTS).
+requeue_for_node() {
+    find_bad_nodes
+    [[ -n ${BAD_NODES} ]] || return 1
+    node_requeue_refusal
+    if [[ -n ${REFUSAL} ]]; then
+        note_end node no "node(s) ${BAD_NODES} bad ($1); not requeued: ${REFUSAL}"
+        return 1
+    fi
+    note_end node yes "node(s) ${BAD_NODES} bad ($1); requeued as attempt $((ATTEMPT + 1)) without them"
+    phase "node fault on ${BAD_NODES}: requeued without them"
+    stop_all
+    scontrol requeue "${SLURM_JOB_ID}"
+    exclude_bad_nodes
+    exit 0
+}
+
+# note_slurm_end WHAT: Slurm ends the attempt (ENDING, slurm_ending): a bad node (NODE_FAIL, a node
+# set down) is excluded from the requeued job at once, before it may start again; else the class
+# from Slurm's state and the time limit.
+note_slurm_end() {
+    local state="" now
+    find_bad_nodes
+    if [[ -n ${BAD_NODES} ]]; then
+        exclude_bad_nodes
+        if [[ ${ENDING:-} == requeued ]]; then
+            note_end node yes "node(s) ${BAD_NODES} failed; Slurm requeued the job: attempt $((ATTEMPT + 1)) runs without them"
+        else
+            note_end node no "node(s) ${BAD_NODES} failed; Slurm ended the job without a requeue ($1)"
+        fi
+        return 0
+    fi
+    [[ ! -f ${LOG_DIR}/.slurm-state ]] || read -r state _ <"${LOG_DIR}/.slurm-state" || true
+    printf -v now '%(%s)T' -1
+    if [[ ${ENDING:-} == requeued ]]; then
+        note_end preemption yes "requeued by Slurm (scontrol requeue, or a preemption): $1"
+    elif [[ ${state} == PREEMPTED ]]; then
+        note_end preemption no "preempted: $1"
+    elif [[ ${state} == TIMEOUT ]] || { [[ -n ${SLURMRL_JOB_END:-} ]] && ((now + 60 >= SLURMRL_JOB_END)); }; then
+        note_end time_limit no "the time limit: $1"
+    else
+        note_end cancel no "cancelled: $1"
+    fi
+}
+
+# note_warning_end: the warning signal's end (after requeue_refusal): the time limit's, or a preemption's.
+note_warning_end() {
+    local cls=preemption now
+    printf -v now '%(%s)T' -1
+    if [[ -n ${SLURMRL_JOB_END:-} ]] && ((now + WARN_NEAR_S >= SLURMRL_JOB_END)); then cls=time_limit; fi
+    if [[ -z ${REFUSAL} ]]; then
+        note_end "${cls}" yes "the warning signal (SIG${WARN_SIGNAL}): requeued as attempt $((ATTEMPT + 1))"
+    else
+        note_end "${cls}" no "the warning signal (SIG${WARN_SIGNAL}): not requeued: ${REFUSAL}"
+    fi
+}
+
+# start_nodes: before anything starts: earlier attempts' ends and bad nodes recorded as events, and
+# this allocation checked against the nodes the run excluded (slurmrl.runtime.steps.attempts).
+# record_end: this attempt's END note (and NODE_FAULTS) as events now, with the steps' Python, where
+# no later attempt will (the job ends here); best effort: status reads the notes too.
+record_end() {
+    ((!${#PY[@]})) || "${PY[@]}" -m slurmrl.runtime.steps.attempts record || true
+}
+
+# start_nodes PYTHON...: before anything starts, with the steps' Python: earlier attempts' ends and
+# bad nodes recorded as events (slurmrl.runtime.steps.attempts; where that Python does not run here,
+# as in a container, the next `status` reads the notes); stop when node faults used up slurm.max_requeues.
+start_nodes() {
+    local rc=0
+    PY=("$@")
+    BATCH_LOG="${RUN_DIR}/logs/batch-${SLURM_JOB_ID}.out"  # as rendered (#SBATCH --output): find_bad_nodes reads srun's
+    BATCH_LOG_FROM=$(stat -c %s "${BATCH_LOG}" 2>/dev/null || echo 0)  # words of this attempt
+    export SLURMRL_JOB_IDS="${JOB_IDS}"  # the node check's own job: its earlier attempts' tasks are leftovers
+    "${PY[@]}" -m slurmrl.runtime.steps.attempts start "${MAX_REQUEUES:-}" || rc=$?
+    case ${rc} in
+        0) ;;
+        4) abort "node faults requeued the job more often than slurm.max_requeues (${MAX_REQUEUES}) allows" ;;
+        *) echo "slurmrl: could not record earlier attempts' ends (${PY[*]}: exit ${rc}); status reads their notes" >&2 ;;
+    esac
+}
+
+# nodes_failed WHAT [GROUP]: the node check failed: abort requeues without the node it named, or fails
+# naming it. A node where the check never started (its container did not start there, say) while it
+# started on others of the group is named bad; where it started nowhere, the image or the job is at fault.
+nodes_failed() {
+    local why="" node task=0 started=0 missed=() nodes="SLURMRL_NODES_G${2:-}"
+    if [[ -n ${2:-} && -n ${!nodes:-} ]]; then
+        for node in ${!nodes}; do
+            if grep -qs -e ": cleanup: " -e ": BAD: " "${LOG_DIR}/nodes.g$2.${task}.log"; then
+                started=1
+            else
+                missed+=("${node}")
+            fi
+            task=$((task + 1))
+        done
+        if ((started)); then
+            for node in "${missed[@]}"; do
+                echo "${node} the node check did not start there (its container or Python did not start: ${LOG_DIR}/nodes.g$2.*.log)" >>"${LOG_DIR}/NODE_FAULTS"
+            done
+        fi
+    fi
+    [[ ! -f ${LOG_DIR}/NODE_FAULTS ]] || why=$(paste -sd ';' "${LOG_DIR}/NODE_FAULTS")
+    abort "$1 failed${why:+: ${why}}"
 }
 
 # supervise MAIN...: wait for steps to end. Success when every MAIN component exits 0;
@@ -324,6 +556,7 @@ supervise() {
             slurm_ending
             [[ -z ${ENDING} ]] || slurm_stopped "${name} ended with code ${rc} as Slurm ended the job"
         fi
+        if [[ " ${ORCHESTRATED[*]} " == *" ${name} "* ]]; then servers_gone "${name}" "${rc}"; continue; fi
         ((rc != 124)) || abort "${name} hung: no heartbeat within slurm.heartbeat_timeout (see its log)"
         ((rc == 0)) || abort "${name} exited with code ${rc}"
         [[ -n ${main[$name]:-} ]] || abort "${name} exited while the job was still running"
@@ -332,6 +565,21 @@ supervise() {
     done
     echo "slurmrl: all done"
     stop_all
+}
+
+# servers_gone NAME CODE: every task of NAME, servers of an RL job, has ended (each restarted in place
+# while its restart policy allowed: RUN_DIR/events.jsonl). Not the job's end: logged (a phase, with each
+# task's cause from its end record), and the orchestrator, which routes around dead servers, decides from
+# its live set (inference.min_servers) whether the job goes on; when it cannot, it fails naming why.
+servers_gone() {
+    local f t code state ntasks cause causes=()
+    for f in "${LOG_DIR}/ended/$1".*; do
+        [[ -f ${f} ]] || continue
+        t="" code="" state="" ntasks="" cause=""
+        read -r t code state ntasks cause <"${f}" || true
+        causes+=("${f##*/} ${cause:-exited with code ${code}}")
+    done
+    phase "$1: every task has ended (srun code $2${causes[*]:+; $(IFS=';' && echo "${causes[*]}")}); the job goes on, the orchestrator decides"
 }
 
 # ---- port claims ---------------------------------------------------------------------------
@@ -378,17 +626,77 @@ release_ports_here() {
 }
 export -f claim_ports_here release_ports_here
 
+# ephemeral_range_here: write "NODE LO HI" (the ports this node's kernel hands to outgoing
+# connections: a server's port there can be taken by any connect) to PORT_RANGES/NODE.
+ephemeral_range_here() {
+    local lo hi
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range || return 1
+    echo "$(hostname) ${lo} ${hi}" >"${PORT_RANGES}/$(hostname)"
+}
+export -f ephemeral_range_here
+
+# port_blocks_outside BASES...: those of BASES whose block of 200 ports overlaps no
+# range of the "NODE LO HI" lines on stdin; all blocks (10000 upwards, then downwards
+# from it, 1024-65535) without BASES.
+port_blocks_outside() {
+    local -a lo=() hi=() bases=("$@")
+    local node l h b i
+    while read -r node l h; do lo+=("${l}") hi+=("${h}"); done
+    ((${#bases[@]})) || mapfile -t bases < <(seq 10000 200 65336
+                                             seq 9800 -200 1024)
+    for b in "${bases[@]}"; do
+        for i in "${!lo[@]}"; do
+            ((b > hi[i] || b + 200 - 1 < lo[i])) || continue 2
+        done
+        echo "${b}"
+    done
+}
+
+# no_port_block [BASE]: the one line naming the nodes whose ephemeral range leaves no block (or
+# overlaps BASE's block), or all of them when only their ranges together do.
+no_port_block() {
+    local node lo hi what="every block of 200 ports" names
+    [[ -z ${1:-} ]] || what="placement.port_base: ports $1-$(($1 + 200 - 1))"
+    local -a all=() alone=()
+    while read -r node lo hi; do
+        all+=("${node} (ports ${lo}-${hi})")
+        [[ -n $(port_blocks_outside "$@" <<<"${node} ${lo} ${hi}") ]] || alone+=("${node} (ports ${lo}-${hi})")
+    done < <(cat "${PORT_RANGES}"/*)
+    ((${#alone[@]})) || alone=("${all[@]}")
+    printf -v names '%s, ' "${alone[@]}"
+    echo "${what} overlap the ephemeral range (net.ipv4.ip_local_port_range) of ${names%, }"
+}
+
 # pick_port_base FIRST TRIES: the first block of PORT_OFFSETS every node can claim (job.sbatch's
-# on_every_node), from FIRST on; sets PORT_BASE.
+# on_every_node) among the blocks outside every node's ephemeral range (read now, on each node);
+# sets and exports PORT_BASE (and SLURMRL_PORT_BASE). FIRST is tried first when it is outside, else the job id's place among them;
+# TRIES=1: FIRST or nothing (placement.port_base).
 pick_port_base() {
-    local base=$1 tries=$2 try
+    local base=$1 tries=$2 try at=-1 i
+    local -a blocks
+    PORT_RANGES="${LOG_DIR}/ephemeral-ranges"
+    export PORT_RANGES
+    rm -rf "${PORT_RANGES}" && mkdir -p "${PORT_RANGES}"
+    on_every_node ephemeral_range_here || abort "could not read net.ipv4.ip_local_port_range on every node"
+    if ((tries == 1)); then
+        mapfile -t blocks < <(cat "${PORT_RANGES}"/* | port_blocks_outside "${base}")
+        ((${#blocks[@]})) || abort "$(no_port_block "${base}")"
+    else
+        mapfile -t blocks < <(cat "${PORT_RANGES}"/* | port_blocks_outside)
+        ((${#blocks[@]})) || abort "$(no_port_block)"
+    fi
+    for i in "${!blocks[@]}"; do [[ ${blocks[i]} != "${base}" ]] || at=${i}; done
+    ((at >= 0)) || at=$((SLURM_JOB_ID % ${#blocks[@]}))
     for ((try = 1; try <= tries; try++)); do
+        base=${blocks[at]}
         if on_every_node claim_ports_here "${base}" "${PORT_OFFSETS[@]}"; then
             PORT_BASE=${base}
+            export PORT_BASE SLURMRL_PORT_BASE="${base}"
+            phase "ports from ${PORT_BASE} claimed on every node"
             return 0
         fi
         on_every_node release_ports_here "${base}" || true
-        base=$(( 10000 + (( (base - 10000) / 100 + 1 + RANDOM % 16) % 227) * 100 ))
+        at=$(( (at + 1 + RANDOM % 16) % ${#blocks[@]} ))
     done
     abort "no free block of ports after ${tries} tries (see ${LOG_DIR}/ports.*.log)"
 }

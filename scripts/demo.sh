@@ -3,6 +3,9 @@
 # 4 fake GPUs, in network namespaces), build the tiny test model, submit the debug RL recipe
 # (trainer, vLLM inference and orchestrator as het-job components), follow it, and show the
 # reward curve (terminal chart + runs/rl-debug-<time>/reward.png). Needs root (the cluster does).
+# It installs what it runs and nothing more (`scripts/install.sh demo`: .venv; with --smollm2 or
+# --guess-number `scripts/install.sh smollm2`: the model too; the tests' other environments, Chromium
+# and sshd come with scripts/test.sh).
 #
 #   bash scripts/demo.sh [--smollm2 | --guess-number] [extra --set overrides for the recipe]
 #
@@ -14,7 +17,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-bash scripts/install.sh
+case ${1:-} in
+    --smollm2 | --guess-number) bash scripts/install.sh smollm2 ;;
+    *) bash scripts/install.sh demo ;;
+esac
 py="$root/.venv/bin/python"
 
 "$py" -m slurmrl.localcluster up

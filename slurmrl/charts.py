@@ -7,9 +7,9 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from slurmrl.contract.bench_summary import BenchSummary
 from slurmrl.contract.metrics import TrainerRow
 
 
@@ -138,24 +138,30 @@ def reward_figure(points: list[tuple[int, float]], title: str, trainer: dict[int
     return fig
 
 
-def png_chart(points: list[tuple[int, float]], out: Path, title: str, trainer: dict[int, TrainerRow] | None = None,
-              evals: dict[str, list[tuple[int, float]]] | None = None) -> bool:
-    try:
-        plt = pyplot()
-        fig = reward_figure(points, title, trainer, evals)
-    except ImportError:
-        return False
-    fig.savefig(out)
+def png(fig) -> bytes:
+    """``fig`` as PNG bytes (the caller writes them: slurmrl.rundir.atomic), the figure closed."""
+    plt = pyplot()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
-    return True
+    return buf.getvalue()
 
 
-def curves_png(curves: list[tuple[str, list[tuple[int, float]]]], out: Path, title: str) -> bool:
-    """Several labelled reward curves on one chart (a sweep's points); False without matplotlib."""
+def png_chart(points: list[tuple[int, float]], title: str, trainer: dict[int, TrainerRow] | None = None,
+              evals: dict[str, list[tuple[int, float]]] | None = None) -> bytes | None:
+    """The reward chart as PNG bytes; None without matplotlib."""
+    try:
+        return png(reward_figure(points, title, trainer, evals))
+    except ImportError:
+        return None
+
+
+def curves_png(curves: list[tuple[str, list[tuple[int, float]]]], title: str) -> bytes | None:
+    """Several labelled reward curves on one chart (a sweep's points) as PNG bytes; None without matplotlib."""
     try:
         plt = pyplot()
     except ImportError:
-        return False
+        return None
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     for label, pts in curves:
         ax.plot([s for s, _ in pts], [y for _, y in pts], marker="o", markersize=3, label=label)
@@ -167,36 +173,41 @@ def curves_png(curves: list[tuple[str, list[tuple[int, float]]]], out: Path, tit
     ax.legend(fontsize="small")
     fit_axes(fig)
     fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
-    return True
+    return png(fig)
 
 
 # ---- benchmark results (slurmrl.runtime.bench writes them) -------------------------------------
 def _num(value, digits: int = 1) -> str:
-    return f"{value:.{digits}f}" if isinstance(value, (int, float)) and math.isfinite(value) else "-"
+    """A figure of the benchmark's table: fixed point, or 4 significant digits past 1e15; '-' when missing."""
+    if not _finite(value):
+        return "-"
+    return f"{value:.{digits}f}" if abs(value) < 1e15 else f"{value:.4g}"
 
 
-def benchmark_rows(summary: dict) -> list[list[str]]:
+def benchmark_rows(summary: BenchSummary) -> list[list[str]]:
     """A header and one row per point: throughput and the latency medians and p99s (ms); with goodput
-    targets, the good requests per second and their share. A trace's lengths and a point without a
-    concurrency cap read "trace" and "-"."""
-    points = summary.get("points", [])
+    targets, the good requests per second and their share. A replay's lengths (the summary's mode) and a
+    point without a concurrency cap read "trace" and "-"."""
+    points = summary.points
     goodput = any("request_goodput" in p for p in points)
     rows = [["conc", "in", "out", "req/s", "out tok/s", "total tok/s", "TTFT p50/p99", "TPOT p50/p99",
              "ITL p50/p99", *(["good req/s"] if goodput else []), "failed"]]
     for p in points:
-        trace = p.get("input_len") is None and p.get("output_len") is None
         rows.append([
-            str(p.get("concurrency") or "-"), *(["trace", "trace"] if trace else
-                                                 [str(p.get("input_len", "-")), str(p.get("output_len", "-"))]),
+            _whole(p.get("concurrency")), *(["trace", "trace"] if summary.replay else
+                                             [_whole(p.get("input_len")), _whole(p.get("output_len"))]),
             _num(p.get("request_throughput"), 2), _num(p.get("output_throughput")),
             _num(p.get("total_token_throughput")),
             *(f"{_num(p.get(f'{m}_p50_ms'))}/{_num(p.get(f'{m}_p99_ms'))}" for m in ("ttft", "tpot", "itl")),
             *([_good(p)] if goodput else []),
-            f"{p.get('failed', 0)}/{p.get('num_prompts', '-')}",
+            f"{_whole(p.get('failed', 0))}/{_whole(p.get('num_prompts'))}",
         ])
     return rows
+
+
+def _whole(value) -> str:
+    """A whole number as written; '-' for anything else (the reader makes a value out of range null)."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "-"
 
 
 def _finite(value) -> bool:
@@ -213,17 +224,17 @@ BENCH_PANELS = (("output_throughput", "output tokens/s"), ("ttft_p50_ms", "TTFT 
                 ("tpot_p50_ms", "TPOT p50 (ms)"))
 
 
-def benchmark_figure(summary: dict, title: str):
+def benchmark_figure(summary: BenchSummary, title: str):
     """Output throughput, TTFT and TPOT medians against concurrency, one line per (input, output) length."""
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 4), dpi=100)
-    concurrencies = sorted({p["concurrency"] for p in summary.get("points", []) if isinstance(p.get("concurrency"), int)})
+    concurrencies = sorted({p["concurrency"] for p in summary.points if isinstance(p.get("concurrency"), int)})
     series: dict[tuple, list[dict]] = {}
-    for p in summary.get("points", []):
+    for p in summary.points:
         series.setdefault((p.get("input_len"), p.get("output_len")), []).append(p)
     for ax, (key, label) in zip(axes, BENCH_PANELS):
         for (i, o), points in series.items():
-            name = "trace" if i is None and o is None else f"in {i} / out {o}"
+            name = summary.series_name(i, o)
             uncapped = [p for p in points if p.get("concurrency") is None and _finite(p.get(key))]
             for p in uncapped:  # a trace replayed without a cap: one value, across the whole axis
                 ax.axhline(p[key], linestyle="--", linewidth=1, label=f"{name}, no cap")
@@ -232,7 +243,9 @@ def benchmark_figure(summary: dict, title: str):
             ax.plot([p["concurrency"] for p in points], [p[key] for p in points], marker="o", markersize=3,
                     label=name)
         ax.set_xscale("log", base=2)
-        ax.set_xticks(concurrencies or [1])  # the grid's own concurrencies, as whole numbers
+        ticks = concurrencies or [1]
+        ax.set_xlim(ticks[0] / 1.5, ticks[-1] * 1.5)  # positive limits: lines without a cap span any axis
+        ax.set_xticks(ticks)  # the grid's own concurrencies, as whole numbers
         ax.xaxis.set_major_formatter(plt.ScalarFormatter())
         ax.xaxis.set_minor_formatter(plt.NullFormatter())
         ax.set_xlabel("concurrency")
@@ -245,24 +258,21 @@ def benchmark_figure(summary: dict, title: str):
     return fig
 
 
-def benchmark_png(summary: dict, out: Path, title: str) -> bool:
+def benchmark_png(summary: BenchSummary, title: str) -> bytes | None:
+    """The benchmark's chart as PNG bytes; None without matplotlib."""
     try:
-        plt = pyplot()
-        fig = benchmark_figure(summary, title)
+        return png(benchmark_figure(summary, title))
     except ImportError:
-        return False
-    fig.savefig(out)
-    plt.close(fig)
-    return True
+        return None
 
 
-def benchmark_status_line(summary: dict) -> str:
+def benchmark_status_line(summary: BenchSummary) -> str:
     """One line: the benchmark's state (running, done, failed, stopped), its points, its target."""
-    points, planned = len(summary.get("points", [])), summary.get("planned_points")
+    points, planned = len(summary.points), summary.planned_points
     of = f"/{planned}" if planned else ""
-    line = f"benchmark: {summary.get('status', '?')}, {points}{of} point(s)"
-    if summary.get("target"):
-        line += f" against {summary['target']}"
+    line = f"benchmark: {summary.status}, {points}{of} point(s)"
+    if summary.target:
+        line += f" against {summary.target}"
     return line
 
 
@@ -313,17 +323,15 @@ def has_data(series: list[Series]) -> bool:
     return any(any(math.isfinite(y) for y in ys) for _, _, ys in series)
 
 
-def save(fig, out: Path, key: str) -> str:
-    """Write ``fig`` as a PNG at ``out`` and return it as SVG text whose words are text (a browser lays
-    them out; a test reads them), ids unique to ``key``."""
+def save(fig, key: str) -> tuple[bytes, str]:
+    """``fig`` as PNG bytes and as SVG text whose words are text (a browser lays them out; a test reads
+    them), ids unique to ``key``; the figure closed."""
     plt = pyplot()
-    fig.savefig(out)
     buf = io.StringIO()
     with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": key}):
         fig.savefig(buf, format="svg")
-    plt.close(fig)
     svg = buf.getvalue()
-    return svg[svg.index("<svg"):].replace('id="', f'id="{key}-').replace("url(#", f"url(#{key}-")
+    return png(fig), svg[svg.index("<svg"):].replace('id="', f'id="{key}-').replace("url(#", f"url(#{key}-")
 
 
 def panels_figure(title: str, panels: list[Panel], xlabel: str):

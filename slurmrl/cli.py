@@ -6,6 +6,7 @@ line in VERBS."""
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -148,6 +149,11 @@ def _slurm_parsers(sub, recipe_args) -> None:
     p.add_argument("--again", action="store_true",
                    help="TARGET is a run dir: submit the same run (hand edits kept) as a new run dir RUN_DIR-again-N, "
                         "rendered from its lock; the two are linked both ways (links.json, shown by status)")
+    p.add_argument("--join", metavar="RUN_DIR",
+                   help="TARGET is a recipe: submit its [inference] servers alone, as a second job (on its own "
+                        "slurm.partition, e.g. a preemptible one with slurm.requeue = false) whose servers join the "
+                        "running RL job of RUN_DIR: same model, RUN_DIR's secret; each is admitted with the current "
+                        "weights at the next step and leaves when its job ends (`slurmrl status RUN_DIR` lists them)")
     for action in p._actions:  # the positional is a recipe, a run dir or a job script
         if action.dest == "recipe":
             action.metavar, action.help = "TARGET", "recipe TOML, run dir, or RUN_DIR/job.sbatch"
@@ -210,8 +216,11 @@ def _slurm_parsers(sub, recipe_args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     pydantic_plugins.skip_lookup()
+    argv = sys.argv[1:] if argv is None else argv
+    collecting = gc.isenabled()
+    if argv and argv[0] in QUICK_VERBS:
+        gc.disable()  # see QUICK_VERBS
     try:
-        argv = sys.argv[1:] if argv is None else argv
         args = _parser(argv[0] if argv and argv[0] in LOCAL_VERBS else None).parse_args(argv)
         verb = args.command.replace("-", "_")
         # the one import per verb, here for start-up time: `slurmrl plan` loads no jinja2, no Slurm code
@@ -225,12 +234,19 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `slurmrl plan x.toml | head`
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        if collecting:  # a caller in this process (a test, a script) gets its collector back
+            gc.enable()
 
 
 # verb -> its module under slurmrl/app/ (which defines cmd_<verb>). A new verb: app/<verb>.py, its parser above.
 VERBS = {"init": "build", "validate": "build", "plan": "plan", "render": "build", "templates": "build",
          "plot": "plot", "submit": "submit", "sweep": "sweep", "diff": "diff", "status": "status", "logs": "logs",
          "attach": "attach", "cancel": "cancel", "report": "report"}
+# Verbs that run for a moment and end: Python's cyclic garbage collector stays off while they run. Their
+# imports build ~50 pydantic model classes and their schemas, ~50,000 tracked objects that live to the end,
+# which each collection would walk again (~5% of a `slurmrl plan`); what they leave is freed at exit.
+QUICK_VERBS = ("init", "validate", "plan", "render", "templates")
 LOCAL_VERBS = ("init", "validate", "plan", "render", "templates", "plot", "report")  # parsed without the Slurm verbs' parsers
 
 if __name__ == "__main__":

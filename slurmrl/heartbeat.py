@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 
 ENV = job_env.HEARTBEAT_FILE
 _last = 0.0

@@ -4,14 +4,23 @@ The job script claims ``PORT_BASE`` at run time on every node of the job (see th
 of job.sbatch), starting at ``BASE_MIN + (SLURM_JOB_ID % SLOTS) * STRIDE`` and moving to another
 block when that one is claimed or in use on a node. Ports are per node, so the table does not
 grow with the node count.
+
+No block may overlap a node's ephemeral range (``net.ipv4.ip_local_port_range``: the ports its
+kernel hands to outgoing connections, 32768-60999 by default, from 9000 on some GB200 nodes):
+the script reads it on every node at claim time and tries only the blocks of ``STRIDE`` ports
+between ``LOWEST`` and ``TOP`` that lie outside all of them (``BASE_MIN`` upwards first, then the
+ones below it), and stops naming the node and its range when none does.
 """
 
 from __future__ import annotations
 
 BASE_MIN = 10000
-STRIDE = 100
-SLOTS = 227  # 10000 + 227*100 = 32700: the last block ends below Linux's ephemeral range (32768+)
+STRIDE = 200
+SLOTS = 113  # 10000 + 113*200 = 32600: the first tries end below Linux's default ephemeral range (32768+)
+LOWEST = 1024  # no block below: binding there needs privileges
+TOP = 65536  # every block ends below
 MAX_LOCAL = 16  # servers (and GPUs) per node the table has room for
+VLLM_EACH = 6  # ports per vLLM server from its VLLM_PORT up (vLLM scans upwards for its internal ones)
 
 _FIXED = {
     "router": 0,
@@ -38,6 +47,9 @@ _FIXED = {
 # Blocks sit at fixed offsets from one base, so server k's KV-event port is its HTTP port plus
 # offset("kv_events_0") - offset("server_0"): the router derives it from the server's URL.
 _BLOCKS = {"server": 16, "kv": 32, "nixl": 48, "dprpc": 64, "kv_events": 80}
+# Each vLLM server's VLLM_PORT (vllm_K: its internal ports, found scanning upwards from it): VLLM_EACH
+# apart, so servers on one node never race for the same ones.
+VLLM_BLOCK = 100
 
 
 def offset(name: str) -> int:
@@ -46,6 +58,8 @@ def offset(name: str) -> int:
     block, _, idx = name.rpartition("_")
     if block in _BLOCKS and idx.isdigit() and int(idx) < MAX_LOCAL:
         return _BLOCKS[block] + int(idx)
+    if block == "vllm" and idx.isdigit() and int(idx) < MAX_LOCAL:
+        return VLLM_BLOCK + VLLM_EACH * int(idx)
     raise KeyError(f"no port {name!r} in the port table")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 
 ENV = job_env.SECRET_FILE
 FILE = "secret"

@@ -1,22 +1,27 @@
-"""Shared test setup. The real local Slurm cluster fixture lives in tests/slurm_cluster.py.
+"""Shared test setup. The real local Slurm cluster fixture lives in tests/support/slurm_cluster.py.
 
 Marks, set here at collection so that no file can forget them:
 - a test that uses ``slurm_cluster`` is marked ``cluster`` (``slurm_debug2`` also ``debug2``: its jobs
   go to the local cluster's second partition); one that uses ``smollm2_dir`` ``slow``
   (building SmolLM2 costs ~25 s): ``-m "not cluster and not vllm and not slow"`` is the fast tier
   (``bash scripts/test.sh --fast``);
-- under pytest-xdist the heavy tests run in three groups, each on one worker (tests/xdist_groups.py).
+- under pytest-xdist the heavy tests run in three groups, each on one worker (tests/support/xdist_groups.py).
 """
 
 import fcntl
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 from vllm_python import VllmPython
 
 from slurmrl import secret
+from slurmrl.runtime.fixtures import smollm2
 
 pytest_plugins = ["slurm_cluster", "xdist_groups"]
 
@@ -34,29 +39,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory, worker_id):
-    """SmolLM2-135M-Instruct as a safetensors folder, built once per session (dequantizing the GGUF
-    costs ~25 s on two cores), shared by the session's xdist workers (the first to need it builds it,
-    under a lock); tests read it and never write into it. Built in a process of its own: a worker
-    that built it in-process kept ~1.5 GB of it for the rest of the session, beside the cluster's
-    jobs and vLLM servers on a 24 GiB machine."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if worker_id != "master" else base  # pytest-N/, the workers' common folder
-    out, done = shared / "smollm2" / "model", shared / "smollm2" / "DONE"
-    done.parent.mkdir(exist_ok=True)
-    with open(shared / "smollm2" / "lock", "w") as lock:
+def smollm2_dir():
+    """SmolLM2-135M-Instruct as a safetensors folder, built once per machine (dequantizing the GGUF
+    costs ~25 s on two cores, minutes beside other jobs) and kept like pip's cache, in
+    ``$XDG_CACHE_HOME/slurmrl-tests`` (~/.cache), under a name that changes with what it is built from
+    (the builder's source, the GGUF, transformers' version); the first session or xdist worker to need
+    it builds it, under a lock; tests read it and never write into it. Built in a process of its own: a
+    worker that built it in-process kept ~1.5 GB of it for the rest of the session, beside the
+    cluster's jobs and vLLM servers on a 24 GiB machine."""
+    gguf = smollm2.gguf_file()
+    key = hashlib.sha256(b"\0".join([Path(smollm2.__file__).read_bytes(), str(gguf.stat().st_size).encode(),
+                                      metadata.version("transformers").encode()])).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "slurmrl-tests"
+    out = cache / f"smollm2-{key}"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "smollm2.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
-            r = subprocess.run([sys.executable, "-m", "slurmrl.runtime.fixtures.smollm2", str(out)],
+        if not out.exists():
+            tmp = cache / f".smollm2-{key}.{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            r = subprocess.run([sys.executable, "-m", "slurmrl.runtime.fixtures.smollm2", str(tmp)],
                                capture_output=True, text=True, timeout=900)
             assert r.returncode == 0, r.stdout + r.stderr
-            done.touch()
+            tmp.rename(out)  # whole or not at all
     return out
 
 
 @pytest.fixture(scope="session")
 def vllm_python(tmp_path_factory):
-    """One process with vLLM imported that runs the parser checks' scripts (tests/vllm_python.py):
+    """One process with vLLM imported that runs the parser checks' scripts (tests/support/vllm_python.py):
     ``vllm_python.run(SCRIPT, *argv, input=...)`` answers like ``subprocess.run``."""
     proc = VllmPython(tmp_path_factory.mktemp("vllm_python") / "stderr.log")
     yield proc

@@ -4,8 +4,8 @@
 
 Two jobs, each shared by the tests of this module (module-scoped fixtures, cancelled at the end):
 - inference-debug (a plain job: two servers on two nodes, vllm-router in front) with a Pyxis
-  container (tests/pyxis_double applies its mounts and workdir) and a container name; the
-  servers are tests/ok_server.py, put in place of the vLLM program in job.sbatch with vLLM's
+  container (tests/support/pyxis_double applies its mounts and workdir) and a container name; the
+  servers are tests/support/ok_server.py, put in place of the vLLM program in job.sbatch with vLLM's
   flags left on its command line (ok_server reads only the port), so the script still runs the
   servers with the job's auth middleware as far as `status` can tell;
 - rl-debug (a het job: trainer + orchestrator in group 0, inference in group 1) with the stand-in
@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from test_status_logs_cancel import FAKE_PYTHON
+from polling import wait_for
+from status_jobs import FAKE_PYTHON
 
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
@@ -34,16 +34,6 @@ ROOT = Path(__file__).resolve().parent.parent
 UP_TIMEOUT_S = 240  # the cluster is shared: a job may wait for nodes
 CONTAINER_NAME = "attach-test"
 VLLM_PROGRAM = re.compile(r"\S+ -m vllm\.entrypoints\.openai\.api_server \\\n")
-
-
-def wait_for(predicate, what: str, timeout: float = UP_TIMEOUT_S):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def status_json(cluster, run_dir: Path) -> dict:
@@ -88,7 +78,7 @@ def serving_job(slurm_cluster, tmp_path_factory):
     assert r.returncode == 0, r.stderr
     run_dir = tmp / "runs" / "inference-debug"
     script = run_dir / "job.sbatch"
-    text, n = VLLM_PROGRAM.subn(rf'{sys.executable} {ROOT}/tests/ok_server.py "${{port}}" \\\n', script.read_text())
+    text, n = VLLM_PROGRAM.subn(rf'{sys.executable} {ROOT}/tests/support/ok_server.py "${{port}}" \\\n', script.read_text())
     assert n == 1, "no vLLM command line in the script"
     script.write_text(text)
     r = slurm_cluster.slurmrl("submit", str(run_dir), cwd=tmp)
@@ -101,7 +91,7 @@ def serving_job(slurm_cluster, tmp_path_factory):
             up = "all components ready" in [p["what"] for p in rep["phases"]]
             return rep if rep["state"] == "RUNNING" and up else None
 
-        yield run_dir, wait_for(up, "the router to be ready")
+        yield run_dir, wait_for(up, "the router to be ready", UP_TIMEOUT_S)
     finally:
         slurm_cluster.run(["scancel", job_id])
 
@@ -129,7 +119,7 @@ def het_job(slurm_cluster, tmp_path_factory):
                   and "all components ready" in [p["what"] for p in rep["phases"]])
             return rep if ok else None
 
-        yield run_dir, wait_for(up, "the het job to be up")
+        yield run_dir, wait_for(up, "the het job to be up", UP_TIMEOUT_S)
     finally:
         slurm_cluster.run(["scancel", job_id])
 

@@ -1,12 +1,10 @@
 """The [benchmark] table without a cluster: the schema's refusals, the component the planner adds
 (its real command line in job.sbatch, expanded as its task would exec it), which components the
 job waits for, and slurmrl.runtime.bench's results from fake per-point results (no vLLM here:
-the real load generator runs in tests/test_benchmark_cluster.py)."""
+the real load generator runs in tests/test_restart_cluster.py, through a server's death)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import signal
@@ -18,10 +16,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from planner_jobs import RUN, B, P, make
+from benchmark_plans import fake_result, inference, per_point, validate_err
+from planner_jobs import RUN, B, P
 
 from slurmrl import charts, cli
-from slurmrl.app import job_outputs, status
+from slurmrl.app import job_outputs
+from slurmrl.app.status_text import benchmark_lines
+from slurmrl.contract.bench_summary import BenchSummary
 from slurmrl.errors import UserError
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.bench import runner as bench
@@ -29,27 +30,6 @@ from slurmrl.runtime.bench import runner as bench
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_ENDPOINT = bench.check_endpoint  # the real one (a fixture patches it for the runs below)
 GRID = {"concurrencies": [1, 4], "input_lens": [32], "output_lens": [16], "num_prompts": 8, "timeout": 600}
-
-
-def inference(benchmark: dict | None = None, nodes: int = 2, **inf) -> dict:
-    """An inference job on nodes of 4 GPUs and 8 CPUs, one GPU per server (the local cluster's shape)."""
-    d = make("inference", gpus=4, cpus=8, inference={"nodes": nodes, "gpus_per_node": 1, **inf})
-    d["slurm"]["time"] = "02:00:00"
-    if benchmark is not None:
-        d["benchmark"] = benchmark
-    return d
-
-
-def validate_err(*sets: str, recipe: str = "inference-debug") -> str:
-    out, err = io.StringIO(), io.StringIO()
-    argv = ["validate", str(ROOT / "recipes" / f"{recipe}.toml")]
-    for s in sets:
-        argv += ["--set", s]
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main(argv)
-    assert rc == 2 and out.getvalue() == "", (sets, rc, err.getvalue())
-    assert len(err.getvalue().splitlines()) == 1, err.getvalue()
-    return err.getvalue()
 
 
 # ---- the schema --------------------------------------------------------------------------------
@@ -177,17 +157,6 @@ def test_a_preflight_probes_the_benchmark_too(tmp_path):
 # ---- slurmrl.runtime.bench ---------------------------------------------------------------------
 
 
-def fake_result(c: int, i: int, o: int, n: int = 8, failed: int = 0, error: str = "") -> dict:
-    return {
-        "num_prompts": n, "completed": n - failed, "failed": failed, "duration": 2.0,
-        "request_throughput": c * 1.5, "output_throughput": c * o * 1.5, "total_token_throughput": c * (i + o) * 1.5,
-        "max_concurrency": c, "total_output_tokens": (n - failed) * o,
-        "median_ttft_ms": 10.0 * c, "p99_ttft_ms": 20.0 * c, "median_tpot_ms": 1.0, "p99_tpot_ms": 2.0,
-        "median_itl_ms": 1.0, "p99_itl_ms": 3.0, "median_e2el_ms": 30.0, "p99_e2el_ms": 50.0,
-        "ttfts": [0.01] * n, "generated_texts": ["x" * o] * n, "errors": [error] * failed + [""] * (n - failed),
-    }
-
-
 def run_bench(tmp_path, runner, *extra: str, timeout: int = 60, concurrencies=("1", "4")) -> tuple[int, dict]:
     args, vllm_args = bench.parse([
         "--out", str(tmp_path / "benchmark"), "--concurrencies", *concurrencies, "--input-lens", "32", "64",
@@ -202,19 +171,6 @@ def no_endpoint_check(monkeypatch):
     monkeypatch.setattr(bench, "check_endpoint", lambda *a, **k: None)
     monkeypatch.delenv("SLURMRL_RUN_DIR", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-
-
-def per_point(fn):
-    """A runner: vLLM's argv -> fn(concurrency, input len, output len)."""
-    calls = []
-
-    def runner(argv):
-        c, i, o = (int(bench.value_after(argv, f)) for f in ("--max-concurrency", "--input-len", "--output-len"))
-        calls.append((c, i, o))
-        return fn(c, i, o)
-
-    runner.calls = calls
-    return runner
 
 
 def test_the_summary_has_one_line_per_point_and_a_plot(tmp_path, capsys):
@@ -238,8 +194,9 @@ def test_the_summary_has_one_line_per_point_and_a_plot(tmp_path, capsys):
     assert point["output_throughput"] == 96.0 and "generated_texts" not in point and "ttfts" not in point
     out = capsys.readouterr().out
     assert "best 96.0 output tok/s at concurrency 4 (in 32, out 16)" in out
-    assert job_outputs.read_benchmark(tmp_path) == s
-    rows = charts.benchmark_rows(s)
+    assert job_outputs.read_benchmark(tmp_path) == BenchSummary.from_json(s, "s")
+    assert BenchSummary.from_json(s, "s").to_json() == s and s["mode"] == "grid"
+    rows = charts.benchmark_rows(BenchSummary.from_json(s, "s"))
     assert rows[0][:4] == ["conc", "in", "out", "req/s"] and rows[2][:6] == ["4", "32", "16", "6.00", "96.0", "288.0"]
 
 
@@ -329,8 +286,8 @@ def test_check_endpoint_names_a_refused_secret_and_a_wrong_model():
 def test_then_serve_waits_after_its_results_until_the_job_stops_it(tmp_path):
     driver = f"""
 import sys
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-from test_benchmark import fake_result, per_point
+sys.path.insert(0, {str(Path(__file__).parent / 'support')!r})
+from benchmark_plans import fake_result, per_point
 from slurmrl.runtime.bench import runner as bench
 bench.check_endpoint = lambda *a, **k: None
 bench.vllm_runner = lambda: per_point(fake_result)
@@ -361,13 +318,13 @@ sys.exit(bench.main(["--out", {str(tmp_path / "benchmark")!r}, "--concurrencies"
 def test_status_and_plot_show_the_results(tmp_path, capsys):
     rc, s = run_bench(tmp_path, per_point(fake_result))
     capsys.readouterr()
-    lines = status.benchmark_lines({"benchmark": job_outputs.read_benchmark(tmp_path)})
+    lines = benchmark_lines(job_outputs.read_benchmark(tmp_path))
     text = "\n".join(lines)
     assert "benchmark: done, 4/4 point(s) against http://front:1" in text
     assert "TTFT p50/p99" in text and "40.0/80.0" in text
-    assert status.benchmark_lines({"benchmark": None}) == []
+    assert benchmark_lines(None) == []
     s["status"], s["error"] = "failed", "at point 3/4 (concurrency 1, in 64, out 16): ValueError: x"
-    assert "    error: at point 3/4" in "\n".join(status.benchmark_lines({"benchmark": s}))
+    assert "    error: at point 3/4" in "\n".join(benchmark_lines(BenchSummary.from_json(s, "s")))
     (tmp_path / "benchmark" / "benchmark.png").unlink()
     assert cli.main(["plot", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -10,12 +10,13 @@ import subprocess
 import sys
 
 import pytest
+from benchmark_plans import inference, validate_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from planner_jobs import B
-from test_benchmark import inference, validate_err
 
 from slurmrl import charts
+from slurmrl.contract.bench_summary import BenchSummary
 from slurmrl.errors import UserError
 from slurmrl.rundir.benchmark import read_summary
 from slurmrl.runtime.bench import runner as bench
@@ -162,13 +163,14 @@ def test_the_runner_replays_every_request_of_the_trace_once_per_cap(tmp_path_fac
         assert bench.run(*bench.parse(argv), runner=runner) == 0
     assert seen == [(None if c is None else str(c), str(requests), None) for c in caps or [None]]
     summary = read_summary(tmp)
-    assert summary is not None and summary.data["trace"] == trace and summary.data["num_prompts"] == requests
+    assert summary is not None and summary.trace == trace and summary.num_prompts == requests
+    assert summary.mode == "trace"
     files = sorted(p.name for p in (tmp / "benchmark").glob("trace*.json"))
     assert files == sorted("trace.json" if c is None else f"trace-c{c}.json" for c in caps or [None])
     for p in summary.points:
         assert p["request_goodput"] == (requests // 2) / 2.0
         assert p["good_share"] == pytest.approx((requests // 2) / requests)
-    rows = charts.text_table(charts.benchmark_rows(summary.data))
+    rows = charts.text_table(charts.benchmark_rows(summary))
     assert "good req/s" in rows[0] and all("trace" in row for row in rows[2:])
 
 
@@ -180,6 +182,24 @@ def test_an_unreadable_trace_fails_the_benchmark_with_its_path(tmp_path, no_chec
     assert summary["status"] == "failed" and "missing.jsonl" in summary["error"]
 
 
+@settings(max_examples=20, deadline=None)
+@given(lines=st.lists(st.sampled_from(["", " ", "\t", "  \t "]), max_size=6), crlf=st.booleans())
+def test_an_empty_trace_is_named_before_the_first_point(tmp_path_factory, lines, crlf):
+    """Empty, or blank lines only: the benchmark fails naming the file, and no point is run."""
+    tmp = tmp_path_factory.mktemp("empty")
+    trace = tmp / "t.jsonl"
+    trace.write_bytes("".join(line + ("\r\n" if crlf else "\n") for line in lines).encode())
+    argv = ["--out", str(tmp / "b"), "--", "--base-url", "http://front:1", "--dataset-name", "timed_trace",
+            "--dataset-path", str(trace)]
+    ran = []
+    with pytest.MonkeyPatch.context() as mp:
+        no_endpoint(mp)
+        assert bench.run(*bench.parse(argv), runner=lambda argv: ran.append(argv) or result(1, None)) == 1
+    summary = json.loads((tmp / "b" / "summary.json").read_text())
+    assert ran == [] and summary["status"] == "failed" and summary["points"] == []
+    assert summary["error"].endswith(f"the trace {trace} has no request (it is empty, or only blank lines)")
+
+
 @pytest.mark.parametrize("own", [["--input-lens", "8"], ["--output-lens", "8"]])
 def test_the_runner_refuses_lengths_for_a_trace_and_a_grid_without_them(own, capsys):
     with pytest.raises(SystemExit):
@@ -189,10 +209,10 @@ def test_the_runner_refuses_lengths_for_a_trace_and_a_grid_without_them(own, cap
 
 
 def test_a_trace_plot_draws_an_uncapped_point_across_the_axis(tmp_path):
-    summary = {"points": [bench.point_summary(None, None, None, result(5, 4)),
-                          bench.point_summary(8, None, None, result(5, 5))]}
-    assert charts.benchmark_png(summary, tmp_path / "b.png", "trace")
-    assert (tmp_path / "b.png").stat().st_size > 0
+    summary = BenchSummary(mode="trace", points=(bench.point_summary(None, None, None, result(5, 4)),
+                                                 bench.point_summary(8, None, None, result(5, 5))))
+    png = charts.benchmark_png(summary, "trace")
+    assert png is not None and png.startswith(b"\x89PNG")
 
 
 def test_a_summary_with_a_goodput_that_is_not_a_number_is_refused(tmp_path):

@@ -21,14 +21,19 @@ import sys
 import time
 
 import pytest
+from supervised_commands import PY, probe, supervise
+from supervised_processes import free_port
 
-from slurmrl.app import status
 from slurmrl.app.plot import training_line
+from slurmrl.app.status_report import ComponentStatus, DeadTask
+from slurmrl.app.status_text import shown_state
+from slurmrl.contract import attempt_end
 from slurmrl.contract.metrics import OrchestratorRow
 from slurmrl.rundir import ended
+from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime import exposition
 from slurmrl.runtime.steps import guard, killed
-from tests.test_failure_probes import PY, probe, supervise
+from slurmrl.slurm.watch import Step
 
 THREAD_TRACEBACK = '''Exception in thread metrics-0 (serve):
 Traceback (most recent call last):
@@ -125,6 +130,24 @@ def test_a_process_killed_with_9_is_named_by_the_signal_not_its_threads_tracebac
     assert rec.cause == "exited with code 137 (SIGKILL)", rec.cause
 
 
+def test_a_command_the_kernel_killed_with_sigbus_names_its_node_bad(tmp_path, monkeypatch):
+    """A real SIGBUS (how the kernel ends a task whose memory a machine check took away): the task failed,
+    and its node is named in the attempt's NODE_FAULTS, which the script excludes and requeues without."""
+    monkeypatch.setenv("SLURMD_NODENAME", "n3")
+    code, log, rec = supervise(tmp_path, "trainer", [PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGBUS)"])
+    assert code == 135 and rec is not None and rec.state == "failed"
+    assert rec.cause == "exited with code 135 (SIGBUS)", rec.cause
+    faults = attempt_end.read_faults(RunDir(tmp_path / "run").node_faults(0))
+    assert list(faults) == ["n3"], faults
+    assert faults["n3"].startswith("trainer.0 killed by the kernel for a hardware error (SIGBUS"), faults
+    assert "n3: trainer.0 killed by the kernel for a hardware error" in log
+
+
+def test_a_command_killed_otherwise_names_no_node(tmp_path):
+    code, _, rec = supervise(tmp_path, "trainer", [PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"])
+    assert code == 139 and rec is not None and not RunDir(tmp_path / "run").node_faults(0).exists()
+
+
 def test_a_torchrun_worker_killed_with_9_is_named_by_the_signal(tmp_path):
     """Real torchrun (CPU, one worker): the worker's thread dies with a traceback, then the worker is
     killed with -9; torchrun exits 1 and its record of the worker is the cause."""
@@ -135,12 +158,6 @@ def test_a_torchrun_worker_killed_with_9_is_named_by_the_signal(tmp_path):
     assert "BrokenPipeError" in log and "Root Cause" in log, log[-3000:]
     assert code == 1 and rec is not None and rec.state == "failed"
     assert rec.cause.startswith("worker rank 0 (pid ") and rec.cause.endswith(") killed by SIGKILL"), rec.cause
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -199,9 +216,10 @@ def test_metrics_prints_nothing_when_a_scraper_goes_away(tmp_path):
 
 
 # ---- a planned stop is not a failure (issue 36 item 2), status of an RL job (item 5) -----------------------
-def component(state: str | None, torn_down: bool = False, stopped: bool = False, dead: bool = False) -> dict:
-    return {"step": {"state": state, "exit_code": "15:0"} if state else None, "ready": [], "torn_down": torn_down,
-            "stopped": stopped, "dead": [{"task": 0}] if dead else []}
+def component(state: str | None, torn_down: bool = False, stopped: bool = False, dead: bool = False) -> ComponentStatus:
+    step = Step("7.0", "x", 0, state, "15:0", "", "") if state else None
+    return ComponentStatus("x", 0, step=step, torn_down=torn_down, stopped=stopped,
+                           dead=[DeadTask(0, 1, "x")] if dead else [])
 
 
 @pytest.mark.parametrize(("c", "shown"), [
@@ -214,7 +232,7 @@ def component(state: str | None, torn_down: bool = False, stopped: bool = False,
     (component(None), "not started"),
 ])
 def test_a_planned_stop_reads_as_stopped_never_failed(c, shown):
-    assert status.shown_state(c) == shown
+    assert shown_state(c) == shown
 
 
 def test_every_task_asked_to_stop_is_a_planned_stop():

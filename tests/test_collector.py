@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from supervised_processes import free_port
 
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
@@ -146,12 +146,6 @@ def test_our_programs_serve_their_step_as_prometheus_text(use_client):
     assert got["slurmrl_orchestrator_steps_total"] == 1.0 and got["slurmrl_orchestrator_step"] == 3.0
     assert "slurmrl_orchestrator_time" not in got and "slurmrl_orchestrator_hybrid" not in got
     assert "slurmrl_orchestrator_reward_mean" not in got
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_registered_program_is_scraped_and_nothing_is_served_without_the_port(tmp_path):

@@ -15,7 +15,8 @@ from dataclasses import replace
 import pytest
 
 from slurmrl.app.preflight import Mount, check_container, container_plan
-from slurmrl.contract.probe_report import ContainerObservation, ReportError
+from slurmrl.contract.probe_report import ContainerObservation
+from slurmrl.contract.reader import ContractError
 from slurmrl.runtime.steps import container
 
 RUN = "/cluster/runs/rl"
@@ -37,7 +38,7 @@ def real(**kw) -> ContainerObservation:
 
 
 def double(**kw) -> ContainerObservation:
-    """A step under tests/pyxis_double: the host's root, no /.lock, the double's marker."""
+    """A step under tests/support/pyxis_double: the host's root, no /.lock, the double's marker."""
     return real(enroot_lock=False, rootfs="/", test_double="tests/pyxis_double", readonly_root=False,
                 uid=0, job_uid="0", uid_map="0 0 4294967295", **kw)
 
@@ -94,7 +95,7 @@ def test_a_step_outside_any_container_says_the_flags_are_missing():
         cell, problems = check_container(FLAGS, obs)
         assert cell == "none" and len(problems) == 1
         assert problems[0].startswith("container flags missing"), problems
-    with pytest.raises(ReportError, match="^old.json: key 'errors' is missing$"):  # a report of another shape
+    with pytest.raises(ContractError, match="^old.json: key 'errors' is missing$"):  # a report of another shape
         ContainerObservation.from_json({"PYXIS_VERSION": "0.20"}, "old.json")
 
 

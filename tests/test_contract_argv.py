@@ -1,6 +1,6 @@
 """Command lines that cross from the planner to a program, defined once (``slurmrl.contract.argv``,
 ``slurmrl.contract.programs``): each dataclass reads back what it writes, and the words the planner
-renders for every gallery recipe, expanded by real bash (tests/task_expand.py), are read by the
+renders for every gallery recipe, expanded by real bash (tests/support/task_expand.py), are read by the
 program's own parser."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from task_expand import expand
 
 from slurmrl.app.build import build
 from slurmrl.contract.argv import AuthGate, Guard, Stage, Supervise
-from slurmrl.contract.programs import Bench, Collector, Orchestrator, Trainer, WeightServers
+from slurmrl.contract.programs import BenchArgs, CollectorArgs, OrchestratorArgs, TrainerArgs, WeightServers
 from slurmrl.runtime.bench import runner
 from slurmrl.runtime.orchestrator import loop
 from slurmrl.runtime.steps import guard, supervise
@@ -36,20 +36,20 @@ guards = st.builds(Guard, command=command, ended=maybe, serves=st.booleans(), fa
 gates = st.builds(AuthGate, listen=word, upstream=small, command=command)
 stages = st.builds(Stage, src=word, stage_dir=word, key=word)
 trainers = st.one_of(
-    st.builds(Trainer, config=word),
-    st.builds(Trainer, config=word, weight_servers=st.lists(st.builds(WeightServers, ranks=small, urls=words),
+    st.builds(TrainerArgs, config=word),
+    st.builds(TrainerArgs, config=word, weight_servers=st.lists(st.builds(WeightServers, ranks=small, urls=words),
                                                             min_size=1, max_size=3).map(tuple),
               weight_master=st.tuples(word.filter(lambda w: ":" not in w), small).map(lambda t: f"{t[0]}:{t[1]}"),
               weight_world_size=small),
 )
-orchestrators = st.builds(Orchestrator, config=word, requests_url=words.map(lambda ws: tuple(w.rstrip("/") or "u" for w in ws)),
+orchestrators = st.builds(OrchestratorArgs, config=word, requests_url=words.map(lambda ws: tuple(w.rstrip("/") or "u" for w in ws)),
                           admin_urls=words.map(lambda ws: tuple(w.rstrip("/") or "u" for w in ws)),
                           judge_urls=st.lists(word, max_size=2).map(tuple))
 targets = st.tuples(st.from_regex(r"[a-z]{1,6}", fullmatch=True), word).map(lambda t: f"{t[0]}=http://{t[1]}")
-collectors = st.builds(Collector, interval=st.integers(1, 3600).map(float), max_mb=small,
+collectors = st.builds(CollectorArgs, interval=st.integers(1, 3600).map(float), max_mb=small,
                        ready=st.lists(word, max_size=3).map(tuple), targets=st.lists(targets, max_size=2).map(tuple))
 lens = st.lists(small, min_size=1, max_size=3).map(tuple)
-benches = st.builds(Bench, out=word, concurrencies=lens, input_lens=lens, output_lens=lens, timeout=small,
+benches = st.builds(BenchArgs, out=word, concurrencies=lens, input_lens=lens, output_lens=lens, timeout=small,
                     then=st.sampled_from(("stop", "serve")), vllm_args=command)
 
 
@@ -66,9 +66,9 @@ def test_the_guards_command_line_reads_back(value):
 
 
 def test_bad_command_lines_are_usage_errors(capsys):
-    for cls, argv in ((Supervise, ["x"]), (Supervise, ["x", "--"]), (Trainer, ["--config", "c", "--weight-servers", "u"]),
-                      (Trainer, ["--config", "c", "--weight-master", "nohost"]), (Bench, ["--out", "o"]),
-                      (Collector, ["--target", "x"]), (AuthGate, ["--listen", "h:1", "--upstream", "2", "--"])):
+    for cls, argv in ((Supervise, ["x"]), (Supervise, ["x", "--"]), (TrainerArgs, ["--config", "c", "--weight-servers", "u"]),
+                      (TrainerArgs, ["--config", "c", "--weight-master", "nohost"]), (BenchArgs, ["--out", "o"]),
+                      (CollectorArgs, ["--target", "x"]), (AuthGate, ["--listen", "h:1", "--upstream", "2", "--"])):
         with pytest.raises(SystemExit) as e:
             cls.parse(argv)
         assert e.value.code == 2, (cls, argv)
@@ -78,8 +78,8 @@ def test_bad_command_lines_are_usage_errors(capsys):
 
 # ---- the planner's words into the programs' parsers, for every gallery recipe -----------------
 GALLERY_SETS = {"inference-debug": ["collector.interval=5", "benchmark.concurrencies=[1, 2]"]}
-OURS = {Trainer.MODULE: Trainer, Orchestrator.MODULE: Orchestrator, Collector.MODULE: Collector,
-        Bench.MODULE: Bench, AuthGate.MODULE: AuthGate}
+OURS = {TrainerArgs.MODULE: TrainerArgs, OrchestratorArgs.MODULE: OrchestratorArgs, CollectorArgs.MODULE: CollectorArgs,
+        BenchArgs.MODULE: BenchArgs, AuthGate.MODULE: AuthGate}
 
 
 def read_program(argv: list[str]) -> tuple[str, object] | None:
@@ -115,23 +115,23 @@ def test_the_planners_words_are_read_by_the_programs(recipe, tmp_path):
             continue
         module, value = found
         seen.add(module)
-        if isinstance(value, Orchestrator):  # the orchestrator's own parser reads the same words the same way
+        if isinstance(value, OrchestratorArgs):  # the orchestrator's own parser reads the same words the same way
             args = loop.arguments(e.command[e.command.index(module) + 1:])
             assert (tuple(args.requests_url), tuple(args.admin_urls), tuple(args.judge_urls)) == \
                    (value.requests_url, value.admin_urls, value.judge_urls)
             assert value.admin_urls == tuple(u for c2 in out.plan.components if c2.role == "inference"
                                              for u in urls.get(f"URLS_{c2.name.upper()}", "").split())
-        if isinstance(value, Trainer) and value.weight_servers:
+        if isinstance(value, TrainerArgs) and value.weight_servers:
             assert value.weight_world_size == 1 + sum(g.ranks * len(g.urls) for g in value.weight_servers)
             assert value.master[1] > 0
         if isinstance(value, AuthGate):
             assert {"vllm-router", "slurmrl.runtime.gates.router_key"} & set(value.command)
-        if isinstance(value, Bench):
+        if isinstance(value, BenchArgs):
             args, vllm_args = runner.parse(e.command[e.command.index(module) + 1:])
             assert args == value and ("--url" if value.aiperf is not None else "--base-url") in vllm_args
-    expected = {"rl": {Trainer.MODULE, Orchestrator.MODULE}, "sft": {Trainer.MODULE}}
+    expected = {"rl": {TrainerArgs.MODULE, OrchestratorArgs.MODULE}, "sft": {TrainerArgs.MODULE}}
     want = {m for k, mods in expected.items() if recipe.startswith(k) for m in mods}
-    want |= {Collector.MODULE, Bench.MODULE} if recipe in GALLERY_SETS else set()
+    want |= {CollectorArgs.MODULE, BenchArgs.MODULE} if recipe in GALLERY_SETS else set()
     assert want <= seen, (recipe, seen)
 
 

@@ -1,4 +1,4 @@
-"""The job's environment variable names (``slurmrl.contract.env``): the templates export only names
+"""The job's environment variable names (``slurmrl.contract.job_env``): the templates export only names
 the contract defines, the contract's exported names are exported by the templates, and no module
 spells a ``SLURMRL_*`` name of its own."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 
 PACKAGE = Path(__file__).resolve().parent.parent / "slurmrl"
 WORD = re.compile(r"SLURMRL_[A-Z0-9_]*[A-Z0-9]")
@@ -46,7 +46,7 @@ def test_no_module_spells_a_job_variable_of_its_own():
         for line, text in code_strings(p):
             for w in set(WORD.findall(text)) - NOT_THE_JOBS.get(rel, set()):
                 spelled.append(f"{rel}:{line}: {w}")
-    assert not spelled, "use slurmrl.contract.env:\n" + "\n".join(spelled)
+    assert not spelled, "use slurmrl.contract.job_env:\n" + "\n".join(spelled)
 
 
 def test_readers():

@@ -89,16 +89,12 @@ def test_eval_rows_survive_json(pass_at, reward):
 
 
 def trainer_record_keys() -> set[str]:
-    """The keys ``trainer.loop`` spells in its step record (read from its source with ``ast``)."""
+    """The keys ``trainer.loop`` names in the ``TrainerRow`` it writes (read from its source with ``ast``)."""
     tree = ast.parse((ROOT / "slurmrl" / "runtime" / "trainer" / "loop.py").read_text())
     keys: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "record" for t in node.targets) \
-                and isinstance(node.value, ast.Dict):
-            keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "record" \
-                and isinstance(node.slice, ast.Constant) and isinstance(node.ctx, ast.Store):
-            keys.add(node.slice.value)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "TrainerRow":
+            keys |= {k.arg for k in node.keywords if k.arg is not None}
     return keys
 
 
@@ -109,10 +105,12 @@ def test_every_key_the_trainer_writes_is_a_field_of_its_row():
     stats = rl_metrics.RLStats(torch.device("cpu"))
     written = {**stats.finish(1), **rl_metrics.reward_stats([0.0, 1.0]), **rl_metrics.memory(torch.device("cpu")),
                **rl_metrics.Flops(10, 1, 1e12).record(100, 0, 1.0),
-               **{k: 0.0 for k in trainer_record_keys()}, "tokens": 1, "target_tokens": 1, "samples": 1,
+               **{k: 0.0 for k in trainer_record_keys() - {"step"}}, "tokens": 1, "target_tokens": 1, "samples": 1,
                "policy_step": 0, "epoch": 0}
     assert {"grad_norm", "sync_share", "off_policy_lag", "kind"} <= set(written)
     row = TrainerRow.from_json(written, 1)
+    measured = {k: v for k, v in written.items() if v is not None}  # what a step did not measure is left out
+    assert TrainerRow(step=1, **written).to_json() == {"step": 1, **measured}
     assert row.extra == {} and row.mfu is not None and row.ratio_mean is not None
     cuda = {k: 1.0 for k in ("cuda_mem_allocated_gib", "cuda_mem_reserved_gib", "cuda_mem_peak_gib")}
     assert TrainerRow.from_json(cuda, 1).extra == {}

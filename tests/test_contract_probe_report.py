@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurmrl.contract.probe_report import ContainerObservation, NodeFabric, ProbeReport, ReportError, read
+from slurmrl.contract.probe_report import ContainerObservation, NodeFabric, ProbeReport, read
+from slurmrl.contract.reader import ContractError
 from slurmrl.runtime.steps import container
 
 text = st.text(max_size=8)
@@ -110,7 +111,7 @@ def test_what_observe_writes_is_what_the_reader_reads():
 def test_a_report_that_breaks_the_contract_is_one_line_naming_the_file_and_key(change, words):
     data = json.loads(json.dumps(WRITTEN))
     change(data)
-    with pytest.raises(ReportError) as e:
+    with pytest.raises(ContractError) as e:
         ProbeReport.from_json(data, "f.json")
     assert str(e.value) == words
     assert ProbeReport.from_json(WRITTEN, "f.json").container.cwd == "/work/run"
@@ -121,9 +122,9 @@ def test_reading_a_file(tmp_path):
     path.write_text(json.dumps(WRITTEN, indent=1))
     assert read(path).to_json() == WRITTEN
     path.write_text('{"component": ')
-    with pytest.raises(ReportError) as e:
+    with pytest.raises(ContractError) as e:
         read(path)
     assert str(e.value).startswith(f"{path}: not JSON: Expecting value") and "\n" not in str(e.value)
     path.write_text("[]")
-    with pytest.raises(ReportError, match=r"key '\(top\)' must be an object, got list$"):
+    with pytest.raises(ContractError, match=r"key '\(top\)' must be an object, got list$"):
         read(path)

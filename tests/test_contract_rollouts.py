@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurmrl.contract.rollouts import BatchError, RolloutBatch, Sample, read
+from slurmrl.contract.reader import ContractError
+from slurmrl.contract.rollouts import RolloutBatch, Sample
 from slurmrl.runtime import step_files
 from slurmrl.runtime.orchestrator import batch
 
@@ -70,7 +71,7 @@ GOOD = {"step": 2, "policy_step": 1, "samples": [
 def test_a_batch_that_breaks_the_contract_is_one_line_naming_the_file_and_key(change, words):
     data = json.loads(json.dumps(GOOD))
     change(data)
-    with pytest.raises(BatchError) as e:
+    with pytest.raises(ContractError) as e:
         RolloutBatch.from_json(data, "f.json")
     assert str(e.value).startswith(words) and "\n" not in str(e.value)
     assert RolloutBatch.from_json(GOOD, "f.json").samples[0].completion_ids == (3,)
@@ -94,7 +95,7 @@ def test_the_orchestrators_written_batch_is_what_the_trainers_reader_trains_on(t
                                      "completion_mask": [1, 0, 1], "reward": 1.0,
                                      "advantage": pytest.approx(1.0, abs=1e-3)}
     got = rollouts.read_batch(written)
-    assert got == read(written) and (got.step, got.policy_step, len(got.samples)) == (4, 2, 4)
+    assert got == RolloutBatch.read(written) and (got.step, got.policy_step, len(got.samples)) == (4, 2, 4)
     assert [s.advantage for s in got.samples] == pytest.approx([1.0, -1.0, 1.0, -1.0], abs=1e-3)
     (row,) = rollouts.split(got.samples, 0, 1, micro=4, seq_len=64)
     assert row.input_ids[0].tolist() == [5, 6, 7, 8, 5, 6, 9, 1, 2, 3, 4, 1, 2]

@@ -1,5 +1,5 @@
 """Dynamo workers with data parallelism, without a cluster: what each rank's task really execs
-(tests/task_expand.py) for DP local to a node and DP spanning nodes, the mocker's simulated ranks,
+(tests/support/task_expand.py) for DP local to a node and DP spanning nodes, the mocker's simulated ranks,
 TRT-LLM's attention DP, and every rendered argv checked by the engines' own argument parsers
 (Dynamo's in .venv-dynamo; vLLM's engine arguments in .venv, marked ``vllm``). The mocker's DP
 shape runs for real in tests/test_dynamo_cluster.py.
@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from dynamo_plans import RECIPES, base, engine_argv, parse, port, render, srun, tasks
 from planner_jobs import B, assert_tasks_match_instances
-from test_dynamo_plan import RECIPES, base, engine_argv, parse, port, render, srun, tasks
 
 
 def sup_gpus(e) -> str:
@@ -193,7 +193,7 @@ def test_dp_per_node_with_pd_gives_each_rank_its_own_nixl_port(tmp_path):
          decode={"replicas": 1, "dp": 2}),
 ], ids=["per-rank-local", "per-node-spanning", "pd-per-rank", "pd-per-node"])
 def test_every_rank_listens_where_its_instance_says(case):
-    """The planner's invariant (tests/planner_jobs.py): each task's GPU slice and the ports it
+    """The planner's invariant (tests/support/planner_jobs.py): each task's GPU slice and the ports it
     listens on (system, DP RPC on rank 0, a NIXL side channel per rank) are its instance's."""
     job = B(case)
     for c in job.plan.components:

@@ -12,7 +12,7 @@ import time
 import urllib.request
 
 import pytest
-from test_dynamo_cluster import DYNAMO_PY, READY_S, Job, chat
+from dynamo_jobs import DYNAMO_PY, READY_S, Job, chat
 
 from slurmrl.runtime.fixtures.tiny_model import build_no_weights
 

@@ -9,10 +9,10 @@ import json
 import subprocess
 
 import pytest
-from test_dynamo_plan import base, dynamo_python, engine_argv, render, tasks
+from dynamo_plans import base, dynamo_python, engine_argv, render, tasks
 
 from slurmrl.errors import UserError
-from slurmrl.plan.engines.dynamo_frontend import OPTIONS
+from slurmrl.plan.engines.dynamo.frontend import OPTIONS
 from slurmrl.recipe.dynamo import Dynamo
 
 # the FrontendConfig attribute Dynamo parses each option into (the others are named alike)

@@ -13,7 +13,7 @@ import json
 import time
 
 import pytest
-from test_dynamo_cluster import READY_S, Job, mocker_setup, post
+from dynamo_jobs import READY_S, Job, mocker_setup, post
 
 pytestmark = pytest.mark.cluster
 

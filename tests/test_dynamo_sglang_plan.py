@@ -1,8 +1,8 @@
 """Dynamo's SGLang workers (``[inference.dynamo] engine = "sglang"``) without a cluster: the worker
 shapes (aggregated, data-parallel attention, spanning nodes, prefill/decode), what each task really
-execs (tests/task_expand.py), the settings refused (one line naming the field), and every rendered
+execs (tests/support/task_expand.py), the settings refused (one line naming the field), and every rendered
 ``dynamo.sglang`` line parsed by Dynamo 1.4.2's own parser and SGLang's ServerArgs
-(tests/sglang_parsers.py). dynamo.sglang needs GPUs: it has not run here (the mocker stands in for
+(tests/support/sglang_parsers.py). dynamo.sglang needs GPUs: it has not run here (the mocker stands in for
 the DP shape on the local Slurm: tests/test_dynamo_dp_cluster.py).
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import sglang_parsers
+from sglang_plans import refusal, render
 from task_expand import JOB_ID, expand
-from test_sglang_plan import refusal, render
 
 from slurmrl import ports
 

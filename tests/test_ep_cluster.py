@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_rl_cluster import lines, requeue_and_complete, wait_until
+from cluster_jobs import lines, requeue_and_complete, wait_until
 
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 

@@ -154,7 +154,8 @@ def write_run(run: Path) -> None:
 
 
 def test_reader_plot_and_status_show_eval_rows(tmp_path, capsys):
-    from slurmrl.app.status import latest_training, training_lines
+    from slurmrl.app.status_read import latest_training
+    from slurmrl.app.status_text import training_lines
 
     run = tmp_path / "run"
     write_run(run)
@@ -169,7 +170,7 @@ def test_reader_plot_and_status_show_eval_rows(tmp_path, capsys):
     assert table[0].split() == ["eval", "step", "reward", "pass@1", "pass@4"]
     assert table[3].split() == ["6", "0.750", "0.500", "0.750"]
     assert (run / "reward.png").stat().st_size > 0
-    lines = training_lines({"training": latest_training(run)})
+    lines = training_lines(latest_training(run))
     assert lines[-1] == "  latest eval step 6: reward 0.750, pass@1 0.500, pass@4 0.750 (6 prompts x 4)"
 
 
@@ -208,14 +209,14 @@ def chat_settings(tmp_path, *sets: str):
 def test_eval_of_a_chat_environment_runs_conversations(tmp_path):
     """A chat environment's held-out split is evaluated by training's multi-turn sampler; another chat environment
     gets its own over the same servers; a text eval environment has none."""
+    from slurmrl.runtime.orchestrator.members import alone
     from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
-    from slurmrl.runtime.vllm.client import Server
 
     s = chat_settings(tmp_path)
     env = envs.load(s.environment, s.environment_args)
     metrics = Metrics(tmp_path, "orchestrator", {}, print, enabled=False)
-    servers = [Server("http://127.0.0.1:9")]
-    chat = ChatSampler([x.base for x in servers], None, s, env)
+    servers = alone(["http://127.0.0.1:9"], 1.0)
+    chat = ChatSampler(servers.front, None, s, env, servers)
     ev = attach(s, env, None, [], servers, None, metrics, print, chat)
     assert ev is not None and ev.chat is chat
     assert ev.tasks and all("messages" in t for t in ev.tasks)
@@ -223,6 +224,7 @@ def test_eval_of_a_chat_environment_runs_conversations(tmp_path):
     other = chat_settings(tmp_path, "eval.environment='guess_number'", "eval.environment_args={low=1, high=100}")
     ev = attach(other, env, None, [], servers, None, metrics, print, chat)
     assert ev.chat is not chat and ev.chat.env is ev.env and ev.chat.servers[0].base == "http://127.0.0.1:9"
+    assert ev.chat.members is servers  # one live set: a dead server is routed around in evaluations too
     assert len(ev.tasks) == 32 and max(t["secret"] for t in ev.tasks) > 10
     text = chat_settings(tmp_path, "eval.environment='arithmetic'")
     assert attach(text, env, None, [], servers, None, metrics, print, chat).chat is None

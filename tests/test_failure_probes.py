@@ -16,40 +16,23 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from supervised_commands import PY, ROOT, probe, supervise
 
 from slurmrl.app import status as status_mod
+from slurmrl.app import status_text
+from slurmrl.app.status_read import report
+from slurmrl.app.status_report import StatusReport
 from slurmrl.errors import UserError
 from slurmrl.rundir import ended
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
-from slurmrl.runtime.steps.probes import Probes, user_probes
 from slurmrl.slurm.watch import Snapshot
-
-ROOT = Path(__file__).resolve().parent.parent
-PY = sys.executable
-
-
-def probe(text: str, patterns: tuple[str, ...] = (), chunks: list[int] | None = None) -> tuple[Probes, list[str]]:
-    fired: list[str] = []
-    p = Probes(user_probes(patterns), on_fatal=fired.append)
-    s = p.stream()
-    data = text.encode()
-    cuts = sorted({0, len(data), *(c % (len(data) + 1) for c in chunks or [])})
-    for a, b in zip(cuts, cuts[1:]):
-        s.feed(data[a:b])
-    s.flush()
-    return p, fired
-
 
 TRACEBACK = '''Traceback (most recent call last):
   File "/work/my-rl/run.py", line 12, in <module>
@@ -188,25 +171,6 @@ def test_the_first_failure_is_the_earliest_failed_record_and_the_first_writer_wi
 
 
 # ---- the real supervisor and guard, no Slurm ----------------------------------------------------------
-def supervise(tmp_path: Path, name: str, command: list[str], *opts: str, stop_after: float | None = None,
-              wait_for: str | None = None) -> tuple[int, str, ended.Ended | None]:
-    run_dir = tmp_path / "run"
-    env = {**os.environ, "SLURMRL_RUN_DIR": str(run_dir), "SLURMRL_ATTEMPT": "0", "SLURM_PROCID": "0",
-           "PYTHONPATH": str(ROOT)}
-    log = tmp_path / f"{name}.log"
-    with open(log, "wb") as out:  # a file, as srun --output gives: the guard reads the output
-        proc = subprocess.Popen([PY, "-m", "slurmrl.runtime.steps.supervise", name, *opts, "--", *command],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
-        if stop_after is not None:
-            deadline = time.monotonic() + 60
-            # a line of its own: the supervisor's echo of the command line holds the same word
-            while wait_for and wait_for not in log.read_text().splitlines() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=120)
-    return code, log.read_text(), ended.read_ended(RunDir(run_dir).ended_file(0, name, 0))
-
-
 def test_a_program_that_raises_is_failed_with_its_exception(tmp_path):
     env_py = tmp_path / "env.py"
     env_py.write_text("import sys\n\n\ndef reward(x):\n    return 1 / x\n\n\nprint('step 1', flush=True)\nreward(0)\n")
@@ -281,7 +245,7 @@ def replicas(tmp_path_factory) -> Path:
     return run_dir
 
 
-def serving_report(run_dir: Path, records: dict[int, ended.Ended], state: str = "RUNNING") -> dict:
+def serving_report(run_dir: Path, records: dict[int, ended.Ended], state: str = "RUNNING") -> StatusReport:
     paths = RunDir(run_dir)
     for task in range(16):
         write_ready(paths.ready_file(0, "inference", task), f"http://n{task // 4 + 1}:{8100 + task % 4}", 16, 100 + task)
@@ -292,19 +256,20 @@ def serving_report(run_dir: Path, records: dict[int, ended.Ended], state: str = 
         ended.write_ended(paths.ended_file(0, "inference", task), rec)
     paths.add_phase(0, "allocation: job 7 attempt 0")
     snap = Snapshot("7", state, parts=[])
-    return status_mod.report(snap, run_dir, status_mod.load_plan(run_dir))
+    return report(snap, run_dir, status_mod.load_plan(run_dir))
 
 
 def test_a_dead_server_is_shown_dead_and_left_out_of_the_endpoints(replicas):
     killed = ended.Ended(10, 137, "failed", 16, "exited with code 137 (SIGKILL)")
     quiet = ended.Ended(20, 0, "failed", 16, "vLLM's engine process died")
-    rep = serving_report(replicas, {2: killed, 5: quiet})
+    typed = serving_report(replicas, {2: killed, 5: quiet})
+    rep = typed.to_json()  # what --json prints
     urls = {e["url"] for e in rep["endpoints"] if e["component"] == "inference"}
     assert len(urls) == 14 and "http://n1:8102" not in urls and "http://n2:8101" not in urls
     inference = {c["name"]: c for c in rep["components"]}["inference"]
     assert 2 not in inference["ready"] and 5 not in inference["ready"] and len(inference["ready"]) == 14
     assert [(d["task"], d["cause"]) for d in inference["dead"]] == [(2, killed.cause), (5, quiet.cause)]
-    shown = status_mod.text(rep)
+    shown = status_text.text(typed)
     assert "  dead: inference.2 exited with code 137 (SIGKILL)" in shown
     assert "  dead: inference.5: vLLM's engine process died" in shown
     assert "14/16 (ranks 0,1,3,4,6,7,8,9,10,11,12,13,14,15; dead: 2,5)" in shown
@@ -312,12 +277,12 @@ def test_a_dead_server_is_shown_dead_and_left_out_of_the_endpoints(replicas):
 
 
 def test_a_stopped_task_is_not_dead_but_serves_no_more(replicas):
-    rep = serving_report(replicas, {0: ended.Ended(10, 143, "stopped", 16, "")})
-    inference = {c["name"]: c for c in rep["components"]}["inference"]
-    assert inference["dead"] == [] and 0 not in inference["ready"]
-    assert "dead:" not in status_mod.text(rep)
-    rep = serving_report(replicas, {})
-    assert rep["serving_url"] == "http://n1:8000" and len(rep["endpoints"]) == 17
+    typed = serving_report(replicas, {0: ended.Ended(10, 143, "stopped", 16, "")})
+    inference = {c.name: c for c in typed.components}["inference"]
+    assert inference.dead == [] and 0 not in inference.ready
+    assert "dead:" not in status_text.text(typed)
+    typed = serving_report(replicas, {})
+    assert typed.serving_url == "http://n1:8000" and len(typed.endpoints) == 17
 
 
 @pytest.mark.parametrize(("state", "failed", "stopped", "done"), [
@@ -329,7 +294,7 @@ def test_a_stopped_task_is_not_dead_but_serves_no_more(replicas):
     ("CANCELLED", None, None, False),
 ])
 def test_watch_exits_0_only_for_a_run_that_finished(state, failed, stopped, done):
-    assert status_mod.finished({"state": state, "failed": failed, "stopped": stopped}) is done
+    assert StatusReport(Snapshot("7", state), failed=failed, stopped=stopped).finished() is done
 
 
 # ---- our own programs' last line, and environments that do not load ------------------------------------
@@ -341,6 +306,10 @@ def test_watch_exits_0_only_for_a_run_that_finished(state, failed, stopped, done
     ("slurmrl: orchestrator: sampling failed: http://n1:8000: connection refused",
      "sampling failed: http://n1:8000: connection refused"),
     ("slurmrl: orchestrator: scoring failed: judge answered 500", "scoring failed: judge answered 500"),
+    ("slurmrl: orchestrator: fewer than inference.min_servers = 1 servers live for 300s: http://n2:8001 (task 0) dead: "
+     "/health: [Errno 111] Connection refused; http://n2:8002 (task 1) dead: /health: [Errno 111] Connection refused",
+     "fewer than inference.min_servers = 1 servers live for 300s: http://n2:8001 (task 0) dead: /health: [Errno 111] "
+     "Connection refused; http://n2:8002 (task 1) dead: /health: [Errno 111] Connection refused"),
     ("slurmrl: trainer stopped on signal 15 as asked (a planned stop); its 2 SignalException traceback(s) left out", None),
     ("slurmrl: orchestrator.0 on n1: exec: python -m x", None),
 ])

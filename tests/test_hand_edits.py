@@ -5,7 +5,7 @@ doubles the servers per node by editing the srun line (tasks, CPUs and GPUs per 
 group's ``#SBATCH --gpus-per-node``: ports and GPU slices follow ``SLURM_LOCALID`` in the task
 function, the readiness wait counts the tasks the step really runs, and the router gets all four
 URLs. The vLLM command line is replaced by a test
-double (tests/ok_server.py) in the script itself: this test is about the script, not the engine.
+double (tests/support/ok_server.py) in the script itself: this test is about the script, not the engine.
 """
 
 from __future__ import annotations

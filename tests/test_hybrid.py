@@ -3,7 +3,7 @@ as vLLM's own parser reads it, and the step sequence (generate -> sleep -> train
 wake -> reload) driven by the real orchestrator.
 
 vLLM's sleep mode needs CUDA: the CPU build here refuses --enable-sleep-mode (checked below), so
-the servers are a loopback test double (tests/sleep_mode_double.py) that keeps vLLM's sleep-mode
+the servers are a loopback test double (tests/support/sleep_mode_double.py) that keeps vLLM's sleep-mode
 state rules; the run on a GPU is not verified here.
 """
 
@@ -68,10 +68,10 @@ def test_servers_start_with_sleep_mode_and_admin_routes_and_the_programs_know():
     assert task.command.count("--enable-sleep-mode") == 1
     assert task.env["VLLM_SERVER_DEV_MODE"] == "1"  # /sleep, /wake_up, /is_sleeping
     settings = {c.name: c.settings for c in plan.components}
-    assert settings["orchestrator"]["hybrid"] is True and settings["trainer"]["hybrid"] is True
+    assert settings["orchestrator"].hybrid is True and settings["trainer"].hybrid is True
     plain, plan1 = server_task(['placement.colocate=true', "orchestrator.max_off_policy_steps=1"])
     assert "--enable-sleep-mode" not in plain.command
-    assert {c.name: c.settings for c in plan1.components}["orchestrator"]["hybrid"] is False
+    assert plan1.component("orchestrator").settings.hybrid is False
 
 
 VLLM_PARSE = """

@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from cluster_jobs import node_address, status
 from live_components import post_json
 
 from slurmrl import secret
@@ -31,21 +32,6 @@ from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def node_address(cluster, host: str) -> str:
-    """The cluster's hosts file maps n1..n4 to addresses inside its network namespaces."""
-    for line in (cluster.state_dir / "etc" / "hosts").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and host in parts[1:]:
-            return parts[0]
-    raise KeyError(host)
-
-
-def status(cluster, run_dir, cwd) -> dict:
-    r = cluster.slurmrl("status", str(run_dir), "--json", cwd=cwd)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def ready_pids(run_dir: Path) -> dict[str, int]:

@@ -30,7 +30,6 @@ from slurmrl.runtime.vllm import client
 pytestmark = pytest.mark.vllm
 
 
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
@@ -55,6 +54,7 @@ class Servers:
         self.urls = [f"http://127.0.0.1:{self.base + 16 + i}" for i in range(2)]
         for proc, url in zip(self.procs, self.urls):
             proc.wait_http(f"{url}/health", timeout=600)
+            proc.wait_ready(timeout=120)  # /health answers before the supervisor writes the ready file
 
     def request_counts(self) -> list[float]:
         counts = []
@@ -250,7 +250,7 @@ def test_a_trace_replays_at_its_own_times_with_goodput_through_vllms_load_genera
             "--disable-tqdm"]
     assert bench.run(*bench.parse(argv)) == 0
     summary = read_summary(tmp_path)
-    assert summary is not None and summary.status == "done" and summary.data["num_prompts"] == len(stamps)
+    assert summary is not None and summary.status == "done" and summary.num_prompts == len(stamps)
     (p,) = summary.points
     assert p["file"] == "trace.json" and p["completed"] == len(stamps) and p["failed"] == 0, p
     assert p["duration_s"] >= 1.5, p  # the last request went out at its timestamp, 1.5 s in
@@ -266,7 +266,7 @@ def test_multi_turn_sessions_replay_through_aiperf_with_the_history_after_each_a
     its delay after the previous answer arrived and carries the conversation so far (the server counts a
     longer prompt than the previous turn's prompt plus its answer); the summary has the trace's figures
     and goodput (tests/test_benchmark_multiturn.py's check_replay)."""
-    from test_benchmark_multiturn import check_replay, replay_argv, write_sessions
+    from session_replay import check_replay, replay_argv, write_sessions
 
     from slurmrl.runtime.bench import runner as bench
 

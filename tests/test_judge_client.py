@@ -29,7 +29,7 @@ class FakeJudge:
     """A loopback HTTP server answering like vLLM's judge routes (test double); ``script`` is a list of
     actions for the next requests: ("ok", delay_s) or ("http", code)."""
 
-    def __init__(self, reply=None):
+    def __init__(self, reply=None, port: int = 0):
         self.requests: list[dict] = []
         self.headers: list[dict] = []
         self.script: list[tuple] = []
@@ -40,6 +40,9 @@ class FakeJudge:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
+
+            def do_GET(self):  # noqa: N802 - /health
+                send_json(self, 200, {})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -58,7 +61,7 @@ class FakeJudge:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
@@ -173,6 +176,24 @@ def test_a_judge_that_is_down_fails_naming_it():
         c.score_texts(["x", "y"])
     assert url in str(e.value) and "after 3 tries" in str(e.value) and "ConnectionRefusedError" in str(e.value)
     assert time.perf_counter() - t < 10
+
+
+def test_a_judge_that_goes_away_is_waited_for_and_its_scores_resume(judge):
+    port = judge.server.server_address[1]
+    judge.close()  # the judge's server died; its supervisor brings it back on the same port
+    back: list[FakeJudge] = []
+    threading.Timer(1.5, lambda: back.append(FakeJudge(port=port))).start()
+    c = JudgeClient([judge.url], settings(retries=1, wait_s=30), backoff_s=0.01)
+    try:
+        assert c.score_texts(["x" * 3, "y" * 5]) == [0.3, 0.5]  # " 3 points", " 5 points" out of 10
+        assert len(back[0].requests) == 1 and c.take_stats().retries == 1
+    finally:
+        for j in back:
+            j.close()
+    gone = closed_port_url()
+    with pytest.raises(JudgeError) as e:  # not back within the deadline: the judge is named, as before
+        JudgeClient([gone], settings(retries=0, wait_s=1), backoff_s=0.01).score_texts(["x"])
+    assert gone in str(e.value)
 
 
 def test_template_fields_come_from_the_task():

@@ -7,20 +7,22 @@ Two small jobs at once (the tiny policy learns nothing here: the point is where 
   latency reach metrics/orchestrator.jsonl;
 - a reward model: a tiny LlamaForSequenceClassification this test creates, served by vLLM's pooling
   runner in a het group of its own; every reward in the first batch equals transformers' score of
-  the same text. Then its vLLM is killed: the job fails at once, naming the judge.
+  the same text. Then its engine is SIGKILLed mid-run (judge.max_restarts = 1): its supervisor restarts
+  it in place (same URL, a new pid), status shows the restart, and the judge's scores resume (steps
+  after the restart have every sample scored). Killed again with no restart left, the job fails at
+  once, naming the judge.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 
 import pytest
-from test_rl_cluster import job_state, lines, wait_until
+from cluster_jobs import job_state, kill_engine, lines, wait_until
 
+from slurmrl.contract import events
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
@@ -63,7 +65,7 @@ def submit(cluster, cwd: Path, sets: list[str]) -> tuple[Path, str]:
 
 def common(policy: Path) -> list[str]:
     return [
-        f'model.path="{policy}"', f'python.executable="{sys.executable}"', 'slurm.time="00:10:00"',
+        f'model.path="{policy}"', f'python.executable="{sys.executable}"', 'slurm.time="00:20:00"',
         "placement.colocate=true", "trainer.gpus_per_node=1",  # few nodes: the cluster is shared
         'orchestrator.environment="judge"', 'orchestrator.environment_args={prompts_from="arithmetic"}',
         "orchestrator.prompts_per_step=2", "orchestrator.rollouts_per_prompt=4", "orchestrator.max_tokens=4",
@@ -78,7 +80,8 @@ def test_rewards_from_an_llm_judge_and_a_reward_model(slurm_debug2, tmp_path, re
     rm_dir, rm_job = submit(slurm_debug2, tmp_path / "rm", common(policy) + [
         "trainer.max_steps=1000",
         f'judge={{kind="reward_model", template="{{prompt}}{{completion}}", enforce_eager=true, batch_size=3, '
-        f'startup_timeout=400, env={judge_env}, model={{path="{reward_model}", dtype="float32"}}}}',
+        f'startup_timeout=400, max_restarts=1, restart_backoff_s=1, env={judge_env}, '
+        f'model={{path="{reward_model}", dtype="float32"}}}}',
     ])
     smol = request.getfixturevalue("smollm2_dir")  # built (once a session) while the reward-model job starts
     llm_dir, llm_job = submit(slurm_debug2, tmp_path / "llm", common(policy) + [
@@ -91,19 +94,38 @@ def test_rewards_from_an_llm_judge_and_a_reward_model(slurm_debug2, tmp_path, re
         # the reward model: the first batch's rewards are the model's scores of "{prompt}{completion}"
         rm_metrics = rm_dir / "metrics" / "orchestrator.jsonl"
         wait_until(lambda: lines(rm_metrics), 900, "the reward-model job's first batch", rm_dir)
-        # a judge that goes away fails the job at once, naming it: killed first, while the job runs
-        # (its 1000 steps take minutes); the first batch's scores are checked after, from its file
-        _, _, pid = read_ready(RunDir(rm_dir).ready_file(0, "judge", 0))
-        os.kill(pid, signal.SIGKILL)
+        # the judge's engine is killed mid-run (its 1000 steps take minutes): restarted in place, scores resume
+        ready = RunDir(rm_dir).ready_file(0, "judge", 0)
+        url, _, pid = read_ready(ready)
+        killed = kill_engine(pid)
+        at_kill = len(lines(rm_metrics))
+        wait_until(lambda: ready.exists() and read_ready(ready)[2] not in (None, pid), 600,
+                   f"the judge ready again after the kill of {killed}", rm_dir)
+        assert read_ready(ready)[0] == url  # in place: same node, same port
+        restarted = len(lines(rm_metrics))
+        wait_until(lambda: len(lines(rm_metrics)) >= restarted + 2, 300, "two steps scored after the restart", rm_dir)
+        for row in lines(rm_metrics)[restarted:]:
+            assert row["judge/scored"] == row["samples"] == 8 and row["judge/requests"] == 3, row
+        steps = [r["step"] for r in lines(rm_metrics)]
+        assert steps == list(range(1, len(steps) + 1)) and len(steps) > at_kill, steps  # no step lost or doubled
+        assert [(e.kind, e.component) for e in events.read(RunDir(rm_dir).events)] == [
+            ("died", "judge"), ("restarted", "judge")]
+        st = json.loads(slurm_debug2.slurmrl("status", str(rm_dir), "--json", cwd=tmp_path / "rm").stdout.splitlines()[-1])
+        judge = {c["name"]: c for c in st["components"]}["judge"]
+        assert st["state"] == "RUNNING" and judge["restarts"] == 1 and judge["dead"] == [], st
+        # killed again with no restart left: the job fails at once, naming the judge
+        kill_engine(read_ready(ready)[2])
         batch = json.loads((rm_dir / "rollouts" / "step-000001.json").read_text())
         first = lines(rm_metrics)[0]
         assert first["judge/scored"] == first["samples"] == 8 and first["judge/requests"] == 3, first
         assert first["judge/latency_mean_s"] > 0 and first["judge/retries"] == 0, first
         check_reward_model_scores(reward_model, batch["samples"])
-        wait_until(lambda: job_state(slurm_debug2, rm_job) in ENDED, 120, "the reward-model job to fail", rm_dir)
+        wait_until(lambda: job_state(slurm_debug2, rm_job) in ENDED, 300, "the reward-model job to fail", rm_dir)
         assert job_state(slurm_debug2, rm_job) == "FAILED"
         reason = RunDir(rm_dir).failed_file(0).read_text()
-        assert reason.startswith("judge exited"), reason
+        assert reason.startswith("judge: vLLM's engine process died"), reason  # the cause its guard saw
+        assert [e.kind for e in events.read(RunDir(rm_dir).events) if e.component == "judge"] == [
+            "died", "restarted", "died", "dead"]
 
         # the LLM judge: the job completes with every reward from SmolLM2's replies, and its latency logged
         wait_until(lambda: job_state(slurm_debug2, llm_job) in ENDED, 900, "the LLM-judge job to end", llm_dir)

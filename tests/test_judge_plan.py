@@ -67,8 +67,8 @@ def test_own_group_command_line_and_orchestrator_urls(tmp_path):
     assert task.supervisor[task.supervisor.index("--gpus") + 1] == "2:2"  # its second server's GPUs
     orch = expand(out.script, p, "orchestrator", env={"URLS_INFERENCE": "http://a:1", "URLS_JUDGE": "http://j:1 http://j:2"})
     assert orch.command[orch.command.index("--judge-urls") + 1:] == ["http://j:1", "http://j:2"]
-    settings = p.component("orchestrator").settings["judge"]
-    assert settings["served_model_name"] == "judge-model" and "{completion}" in settings["template"]
+    settings = p.component("orchestrator").settings.judge
+    assert settings.served_model_name == "judge-model" and "{completion}" in settings.template
 
 
 def test_sharing_the_inference_node(tmp_path):
@@ -85,7 +85,7 @@ def test_the_gallery_recipe_places_its_judge_beside_inference_and_the_trainer():
     with tempfile.TemporaryDirectory() as run_dir:
         p = build(GALLERY, run_dir=run_dir).plan
     assert p.component("judge").instances[0].gpus == (6, 7)
-    assert "{reference}" in p.component("orchestrator").settings["judge"]["template"]
+    assert "{reference}" in p.component("orchestrator").settings.judge.template
 
 
 BAD = [

@@ -1,10 +1,12 @@
 """Nothing survives a kill at any level, on the real local Slurm.
 
-inference-debug with tests/ok_server.py in place of vLLM (a test double: this is about process
+inference-debug with tests/support/ok_server.py in place of vLLM (a test double: this is about process
 trees and the script, not the engine) and the real vllm-router. For each level of one replica's
 tree (supervisor, guard, the server itself) and for the router, `kill -9` it: the replica's whole
 tree ends (servers have kill-on-bad-exit=0, so the job serves on) or the job fails naming the
 router; after the job ends no process of the job is left on any node and no port of it answers.
+The job runs with `restart = "never"` (servers and router): this is about what a kill leaves behind;
+tests/test_restart_cluster.py restarts them in place.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cluster_jobs import node_address
 from script_edits import serve_with_ok_server
 
 from slurmrl.rundir.paths import RunDir
@@ -26,14 +29,6 @@ from slurmrl.rundir.ready import read_ready
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def node_address(cluster, host: str) -> str:
-    for line in (cluster.state_dir / "etc" / "hosts").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and host in parts[1:]:
-            return parts[0]
-    raise KeyError(host)
 
 
 def answers(address: str, port: int) -> bool:
@@ -55,7 +50,8 @@ def wait(predicate, what: str, timeout: float = 60):
 
 def start_job(cluster, tmp_path: Path) -> tuple[Path, str]:
     r = cluster.slurmrl("render", str(ROOT / "recipes" / "inference-debug.toml"), "--set",
-                        f'python.executable="{sys.executable}"', "--set", "slurm.grace_seconds=3", cwd=tmp_path)
+                        f'python.executable="{sys.executable}"', "--set", "slurm.grace_seconds=3",
+                        "--set", 'inference.restart="never"', "--set", 'inference.router.restart="never"', cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     run_dir = tmp_path / "runs" / "inference-debug"
     script = run_dir / "job.sbatch"

@@ -1,4 +1,4 @@
-"""Real tests against the local Slurm cluster (fixture ``slurm_cluster``, tests/slurm_cluster.py)."""
+"""Real tests against the local Slurm cluster (fixture ``slurm_cluster``, tests/support/slurm_cluster.py)."""
 
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def test_tcp_between_nodes_by_hostname(slurm_cluster):
 
 
 def test_pyxis_double_applies_container_flags_like_pyxis(slurm_cluster, tmp_path):
-    """The Pyxis test double (tests/pyxis_double) applies what Pyxis + enroot make observable, as far
+    """The Pyxis test double (tests/support/pyxis_double) applies what Pyxis + enroot make observable, as far
     as it can without an image: mounts in the task's own mount namespace (read-only with :ro), the
     workdir as cwd (else /), / read-only with --container-readonly (/tmp stays writable), no LANG;
     its marker stands in for enroot's /.lock. It applies nothing to steps without the flags."""

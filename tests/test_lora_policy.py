@@ -18,15 +18,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from test_trainer import (  # noqa: F401
-    Trainer,
-    logprob_fn,
-    metrics,
-    run_dir_for,
-    tiny,
-    tokenizer,
-    write_rollouts,
-)
+from trainer_runs import Trainer, logprob_fn, metrics, run_dir_for, tiny, tokenizer, write_rollouts  # noqa: F401 - tiny, tokenizer: fixtures
 
 torch = pytest.importorskip("torch")
 
@@ -69,7 +61,7 @@ def test_plan_sets_max_lora_rank_from_the_rank(rank, servers):
     assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True" in script
     assert load_recipe(recipe, [f"trainer.lora={{rank={rank}}}"]).inference.max_lora_rank is None  # the recipe as given
     trainer = next(c for c in out.plan.components if c.name == "trainer")
-    assert trainer.settings["lora"]["rank"] == rank
+    assert trainer.settings.lora.rank == rank
     # a recipe that names a large enough rank keeps it
     kept = build(recipe, run_dir="/cluster/runs/x", overrides=[f"trainer.lora={{rank={rank}}}",
                                                                "inference.max_lora_rank=512"]).script

@@ -7,23 +7,29 @@ first node, rank 1 headless on the second (`--headless --data-parallel-start-ran
 engines in one deployment behind the leader's API. This machine has no NIXL, so the user's hand
 edit removes the KV-transfer flag from the script (the script is theirs to edit); everything else
 is as rendered. Checked: all servers start, the follower is headless and serves no API, requests
-through the router are answered by both of the decode worker's engines, cancel leaves nothing.
+through the router are answered by both of the decode worker's engines. Then the follower's process
+is SIGKILLed: the worker restarts as a whole (the leader's tasks ended too, both relaunched on the same
+nodes and ports, new pids, ready again), events and status say so once, and both engines answer
+through the router again. Cancel leaves nothing.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from cluster_jobs import node_address
 from live_components import post_json
-from test_inference_cluster import node_address
 
 from slurmrl import secret
+from slurmrl.contract import events
 from slurmrl.ports import base_for_job
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
@@ -76,7 +82,7 @@ def test_pd_decode_worker_spans_two_nodes_and_serves(slurm_cluster, tmp_path):
         "slurm.partition": '"debug"', "slurm.gpus_per_node": "1", "slurm.cpus_per_node": "8",
         "slurm.time": '"00:20:00"', "slurm.grace_seconds": "5", "slurm.exclusive": "false",
         "inference.enforce_eager": "true", "inference.startup_timeout": "900",
-        "inference.env": '{VLLM_CPU_KVCACHE_SPACE="1"}',
+        "inference.env": '{VLLM_CPU_KVCACHE_SPACE="1"}', "inference.restart_backoff_s": "1",
         "inference.prefill": "{replicas=1, tp=1}",
         "inference.decode": "{replicas=1, tp=1, dp=2}",
         "inference.router.policy": '"round_robin"',
@@ -147,6 +153,38 @@ def test_pd_decode_worker_spans_two_nodes_and_serves(slurm_cluster, tmp_path):
             time.sleep(3)
         assert bench_status(summary) == "done", summary.read_text() if summary.exists() else "no summary"
         scraped = wait_for_scrapes(run_dir, {"prefill.0.jsonl", "decode.0.jsonl"}, served=8)
+
+        # the follower dies (SIGKILL by pid): the worker restarts as a whole, on the same nodes and ports
+        _, _, lead_pid = read_ready(ready_dir / "decode.0")
+        os.kill(follow_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 900
+        pids: dict[str, int | None] = {}
+        while time.monotonic() < deadline:
+            pids = {t: read_ready(ready_dir / t)[2] if (ready_dir / t).exists() else None for t in ("decode.0", "decode.1")}
+            if pids["decode.0"] not in (None, lead_pid) and pids["decode.1"] not in (None, follow_pid):
+                break
+            failed = run_dir / "logs" / "attempt-0" / "FAILED"
+            assert not failed.exists(), failed.read_text()
+            time.sleep(3)
+        assert pids["decode.0"] not in (None, lead_pid) and pids["decode.1"] not in (None, follow_pid), pids
+        assert read_ready(ready_dir / "decode.0")[0] == lead_url  # same node, same port
+        rows = [e for e in events.read(RunDir(run_dir).events) if e.component == "decode"]
+        assert [(e.kind, e.task) for e in rows] == [("died", 1), ("restarted", 1)], rows
+        assert rows[0].detail["tasks"] == [0, 1] and "137" in rows[0].cause, rows[0]
+        st = json.loads(slurm_cluster.slurmrl("status", str(run_dir), "--json", cwd=tmp_path).stdout.splitlines()[-1])
+        decode = {c["name"]: c for c in st["components"]}["decode"]
+        assert st["state"] == "RUNNING" and decode["restarts"] == 1 and decode["dead"] == [], decode
+        host, port = lead_url.removeprefix("http://").split(":")
+        again: dict[str, float] = {}
+        deadline = time.monotonic() + 300  # the router takes the restarted leader back after its health checks
+        while time.monotonic() < deadline and not (set(again) >= {"0", "1"} and all(again.values())):
+            try:
+                post_json(f"{router}/v1/completions", body, auth, timeout=120)
+            except OSError:  # the router has not taken the worker back yet (urllib's errors are OSErrors)
+                time.sleep(2)
+            again = engine_requests(urllib.request.urlopen(
+                f"http://{node_address(slurm_cluster, host)}:{port}/metrics", timeout=30).read().decode())
+        assert set(again) >= {"0", "1"} and all(v > 0 for v in again.values()), again  # both engines, new processes
     finally:
         c = slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
     assert c.returncode == 0, c.stdout + c.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_no_silent_knobs import leaves
+from recipe_leaves import leaves
 
 from slurmrl.errors import UserError
 from slurmrl.plan import plan

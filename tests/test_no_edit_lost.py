@@ -107,7 +107,7 @@ def test_the_lock_hashes_the_helper_file_and_diff_names_an_edit_to_it(tmp_path, 
     helper = run_dir / "slurmrl-functions.sh"
     lock = tomllib.loads((run_dir / "lock.toml").read_text())["lock"]
     assert "slurmrl-functions.sh" in lock["files"]
-    assert 'source -- "${RUN_DIR}/slurmrl-functions.sh" 1' in (run_dir / "job.sbatch").read_text()
+    assert 'source -- "${RUN_DIR}/slurmrl-functions.sh" 2' in (run_dir / "job.sbatch").read_text()
     helper.write_text(helper.read_text().replace("sleep 1\n", "sleep 5\n", 1))
     rc, out, _ = run(capsys, "diff", str(run_dir))
     assert rc == 1

@@ -7,24 +7,18 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from slurmrl.app import status
+from script_helper import run_helper
+
 from slurmrl.app.build import build
+from slurmrl.app.status_report import ComponentStatus, StatusReport
+from slurmrl.app.status_text import text
+from slurmrl.slurm.watch import Snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
-HELPER = (ROOT / "sbatch" / "slurmrl-functions.sh").read_text()
 
 
 def run(tmp_path: Path, body: str) -> tuple[subprocess.CompletedProcess, Path]:
-    bin_dir, log_dir = tmp_path / "bin", tmp_path / "logs" / "attempt-0"
-    bin_dir.mkdir(exist_ok=True)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    (bin_dir / "squeue").write_text('#!/bin/bash\necho "RUNNING 0"\n')  # the job runs on
-    (bin_dir / "squeue").chmod(0o755)
-    (tmp_path / "f.sh").write_text(HELPER)
-    script = (f'set -euo pipefail\nPATH={str(bin_dir)!r}:"$PATH"\nRUN_DIR={str(tmp_path)!r}\n'
-              f'LOG_DIR={str(log_dir)!r}\nATTEMPT=0\nSLURM_JOB_ID=42\nWARN_SIGNAL=USR1\n'
-              f'GRACE_SECONDS=1\nsource "$RUN_DIR/f.sh" 1\nstop_components() {{ :; }}\n{body}\n')
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60), log_dir
+    return run_helper(tmp_path, body, 'echo "RUNNING 0"')  # the job runs on
 
 
 def test_a_noncritical_step_that_fails_leaves_the_job_running_to_its_end(tmp_path):
@@ -60,9 +54,9 @@ def test_critical_false_is_planned_and_rendered_visibly(tmp_path):
 
 
 def test_status_marks_a_noncritical_component():
-    rep = {"job_id": "7", "state": "RUNNING", "run_dir": None, "parts": [], "steps": [], "failed": None, "components": [
-        {"name": "collector", "group": 0, "main": False, "critical": False, "instances": 1, "step": None, "ready": [0]},
-        {"name": "trainer", "group": 0, "main": True, "critical": True, "instances": 1, "step": None, "ready": []}]}
-    rows = [line.split("  ")[1] for line in status.text(rep).splitlines() if line.startswith("  collector")
+    rep = StatusReport(Snapshot("7", "RUNNING"), components=[
+        ComponentStatus("collector", 0, main=False, critical=False, instances=1, ready=[0]),
+        ComponentStatus("trainer", 0, main=True, critical=True, instances=1, ready=[])])
+    rows = [line.split("  ")[1] for line in text(rep).splitlines() if line.startswith("  collector")
             or line.startswith("  trainer")]
     assert rows == ["collector (critical = false)", "trainer"]

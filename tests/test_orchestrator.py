@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from orchestrator_servers import serve, stop, wait_health
+from supervised_processes import free_port
 
 from slurmrl import envs
 from slurmrl.envs.heldout import heldout_tasks
@@ -28,12 +27,6 @@ from slurmrl.runtime.orchestrator.batch import advantages
 from slurmrl.runtime.orchestrator.loop import arguments
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_group_relative_advantages():
@@ -79,41 +72,6 @@ def test_command_line_names_where_requests_and_reloads_go():
     assert args.requests_url == ["http://r:1"] and args.admin_urls == ["http://a:2", "http://b:3"]
     with pytest.raises(SystemExit):
         arguments(["--config", "c.toml", "--admin-urls", "http://a:2"])  # no --requests-url
-
-
-def serve(model: Path, port: int, log: Path) -> subprocess.Popen:
-    """One real vLLM server on loopback, the way the job script's inference task runs it."""
-    # the OpenAI server module, as the planner writes it (`vllm serve` needs the `vllm` distribution)
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-            "--served-model-name", str(model),
-            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "256",
-            "--enforce-eager"]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"}
-    return subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-
-
-def stop(proc: subprocess.Popen | None) -> None:
-    if proc is not None and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def wait_health(url: str, proc: subprocess.Popen, log: Path, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-4000:]
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise AssertionError(f"{url} not healthy after {timeout}s:\n{log.read_text()[-4000:]}")
 
 
 @pytest.mark.vllm

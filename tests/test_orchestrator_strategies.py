@@ -1,6 +1,6 @@
 """The orchestrator picks its rollout style and its weight-update strategy once, as it starts: one factory
 each (``rollout_style.pick``, ``weights.pick``) is the only place that asks what kind of environment or which
-weight-sync mode the job has; the strategies against a loopback vLLM double (tests/sleep_mode_double.py)."""
+weight-sync mode the job has; the strategies against a loopback vLLM double (tests/support/sleep_mode_double.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sleep_mode_double import SleepModeDouble
 
 from slurmrl import envs
 from slurmrl.runtime.orchestrator import rollout_style, weights
+from slurmrl.runtime.orchestrator.members import alone
 from slurmrl.runtime.orchestrator.rollout_chat import ChatRollouts
 from slurmrl.runtime.orchestrator.rollout_text import TextRollouts
 from slurmrl.settings.orchestrator import OrchestratorSettings
@@ -40,7 +41,7 @@ class Adapter:
     ({"lora": True}, weights.AdapterHotLoad),
 ])
 def test_the_weight_update_strategy_is_the_jobs_mode(over, kind):
-    assert type(weights.pick(settings(**over), ["http://x"], [Adapter()], print)) is kind
+    assert type(weights.pick(settings(**over), alone(["http://x"], 1.0), [Adapter()], print)) is kind
 
 
 def reads(path: Path, names: set[str]) -> list[int]:
@@ -74,16 +75,16 @@ def test_the_rollout_style_is_the_environments_kind():
 def test_each_strategy_takes_up_weights_its_own_way(job_secret, tmp_path):
     said: list[str] = []
     with SleepModeDouble(job_secret) as a:
-        plain = weights.pick(settings(), [a.url], [], said.append)
+        plain = weights.pick(settings(), alone([a.url], 1.0), [], said.append)
         assert plain.take(3, tmp_path / "step-000003") >= 0 and plain.hand_over() is None
         assert a.events == [("pause",), ("reload_weights", str(tmp_path / "step-000003")), ("reset_prefix_cache",),
                             ("resume",)]
         assert said[-1].startswith("servers now on weights of step 3 (")
         a.events.clear()
-        sent = weights.pick(settings(weight_sync=NCCL), [a.url], [], said.append)
+        sent = weights.pick(settings(weight_sync=NCCL), alone([a.url], 1.0), [], said.append)
         assert sent.take(4, tmp_path / "step-000004") == 0.0 and a.events == [] and sent.hand_over() is None
         assert said[-1] == "servers now on weights of step 4 (broadcast by the trainer, nccl)"
-        turns = weights.pick(settings(hybrid=True), [a.url], [], said.append)
+        turns = weights.pick(settings(hybrid=True), alone([a.url], 1.0), [], said.append)
         turns.resume(2, 2)  # every batch written was trained on: the servers stay awake
         assert a.events == [] and not a.sleeping
         assert turns.hand_over() >= 0 and a.sleeping
@@ -99,5 +100,5 @@ def test_a_failed_update_says_so(job_secret, tmp_path):
 
     with SleepModeDouble("another job's secret") as other:
         with pytest.raises(VLLMError) as e:
-            weights.pick(settings(), [other.url], [], print).take(1, tmp_path)
+            weights.pick(settings(), alone([other.url], 1.0), [], print).take(1, tmp_path)
     assert str(e.value).startswith("weight update failed: ") and other.url in str(e.value)

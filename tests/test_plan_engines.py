@@ -207,6 +207,10 @@ def fake_engine(calls: list[str]) -> types.ModuleType:
         if r.env.get("ECHO") == "bad":
             raise UserError("env.ECHO", "echo refuses 'bad'")
 
+    def resolve(r):
+        calls.append("resolve")
+        return r
+
     def serves(r):
         return r.kind == "rl"
 
@@ -222,17 +226,17 @@ def fake_engine(calls: list[str]) -> types.ModuleType:
                      instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={}),),
                      task=ctx.task(Supervisor("echo", ready="started"), command=("echo", "hello"))))
 
-    m.check, m.serves, m.place, m.build = check, serves, place, build
+    m.check, m.resolve, m.serves, m.place, m.build = check, resolve, serves, place, build
     return m
 
 
-def test_a_new_engine_family_is_one_module_registered_in_one_place(monkeypatch):
+def test_a_new_engine_family_is_one_package_registered_in_one_place(monkeypatch):
     calls: list[str] = []
     echo = fake_engine(calls)
     assert isinstance(echo, Engine)
     monkeypatch.setattr(engines, "ENGINES", (*engines.ENGINES, echo))
     p: Plan = plan(validate(rl(inference={"nodes": 1}, trainer={"nodes": 1})), RUN)
-    assert calls == ["check", "place", "build"]
+    assert calls == ["check", "resolve", "place", "build"]
     c = p.component("echo")
     assert c.task.command == ("echo", "hello") and c.stage == 2 and c.srun[-2] == "--kill-on-bad-exit=1"
     assert "echo" in p.stages[[s.title for s in p.stages].index("inference servers")].components

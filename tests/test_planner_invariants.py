@@ -1,6 +1,6 @@
 """Planner invariants that hold for every shape: unique ports per plan and node, CPU splits that fit,
 a deterministic and frozen plan that leaves the recipe alone, and every gallery recipe's tasks
-expanding (the harness: tests/planner_jobs.py; one shape at a time: tests/test_planner_shapes.py).
+expanding (the harness: tests/support/planner_jobs.py; one shape at a time: tests/test_planner_shapes.py).
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ def test_ports_unique_per_plan_and_per_node(data):
     assert set(re.findall(r"\bPORT_([A-Z0-9_]+)\b", task_functions(job.script))) <= set(table)
     per_node: dict[tuple[int, int], list[int]] = {}
     nixl: dict[tuple[int, int], list[range]] = {}
+    internal: dict[tuple[int, int], list[int]] = {}
     for c in p.components:
         for i, e in job.tasks(c.name):
             assert e.env["PORT_BASE"] == str(base(p))
@@ -105,11 +106,18 @@ def test_ports_unique_per_plan_and_per_node(data):
             per_node.setdefault(key, []).extend(heard.values())
             if "VLLM_NIXL_SIDE_CHANNEL_PORT" in e.env:  # one side channel per engine (data-parallel rank)
                 nixl.setdefault(key, []).extend(v for k, v in heard.items() if k.startswith("kv"))
+            if "VLLM_PORT" in e.env:  # where this vLLM's upward scan for its internal ports starts
+                internal.setdefault(key, []).append(int(e.env["VLLM_PORT"]))
     for key, used in per_node.items():
         assert len(used) == len(set(used)), (key, used)  # engines of two servers never share a port
     for key, used in nixl.items():
         assert base(p) + ports.offset("nixl_0") <= min(used), used
         assert max(used) < base(p) + ports.offset("dprpc_0"), used  # stays inside the NIXL block
+    for key, starts in internal.items():  # each vLLM server of a node its own VLLM_PORT..+VLLM_EACH
+        starts.sort()
+        assert all(b - a >= ports.VLLM_EACH for a, b in zip(starts, starts[1:])), (key, starts)
+        assert base(p) + ports.offset("vllm_0") <= starts[0], starts
+        assert starts[-1] + ports.VLLM_EACH <= base(p) + ports.STRIDE, starts
 
 
 def test_nixl_ranges_do_not_overlap_with_mixed_tp():

@@ -1,5 +1,5 @@
 """Planner tests, one deployment shape at a time: recipe -> plan -> job.sbatch, and what every task
-of every component really execs (the harness: tests/planner_jobs.py). The invariants every shape
+of every component really execs (the harness: tests/support/planner_jobs.py). The invariants every shape
 keeps (ports, CPUs, determinism, the gallery) are in tests/test_planner_invariants.py.
 """
 
@@ -27,7 +27,7 @@ from planner_jobs import (
     values_after,
 )
 
-from slurmrl.plan.model import Plan
+from slurmrl.plan.model import Plan, dump_settings
 
 # ---- SFT ---------------------------------------------------------------------------------------
 
@@ -50,7 +50,7 @@ def test_sft_one_node_torchrun_uses_every_gpu():
     # the trainer is what the job waits for; on TERM its workers get the grace period to checkpoint
     assert t.main and f"--shutdown-timeout={p.grace_seconds}" in e.command
     assert e.command[-2:] == ["--config", f"{RUN}/components/trainer.toml"]
-    assert "checkpoint_every" in t.settings and "components/trainer.toml" in job.out.files
+    assert "checkpoint_every" in dump_settings(t.settings) and "components/trainer.toml" in job.out.files
 
 
 def test_sft_multinode_nnodes_and_one_agent_per_node():
@@ -60,7 +60,7 @@ def test_sft_multinode_nnodes_and_one_agent_per_node():
     assert t.nodes == 4 and len(t.instances) == 4
     assert sorted(i.node for i in t.instances) == [0, 1, 2, 3]
     assert "--ntasks=4" in srun_strs(t) and "--nodes=4" in srun_strs(t)
-    assert t.settings["world_size"] == 32
+    assert t.settings.world_size == 32
     endpoints = set()
     for inst, e in job.tasks("trainer"):
         assert "--nnodes=4" in e.command and "--nproc-per-node=8" in e.command, inst

@@ -53,7 +53,8 @@ def test_plot_without_metrics_is_one_line(tmp_path, capsys):
 def test_second_panel_and_status_row_from_the_trainer_metrics(tmp_path, capsys):
     import matplotlib.pyplot as plt
 
-    from slurmrl.app.status import latest_training, training_lines
+    from slurmrl.app.status_read import latest_training
+    from slurmrl.app.status_text import training_lines
 
     run = tmp_path / "run"
     write_metrics(run, [{"step": s, "reward_mean": s / 4, "reward_std": 0.25, "reward_min": 0.0, "reward_max": 1.0,
@@ -78,9 +79,9 @@ def test_second_panel_and_status_row_from_the_trainer_metrics(tmp_path, capsys):
         assert [line.get_label() for line in fig.axes[2].get_lines()] == ["entropy"]
     finally:
         plt.close(fig)
-    lines = training_lines({"training": latest_training(run)})
+    lines = training_lines(latest_training(run))
     assert len(lines) == 2 and lines[1].startswith("  latest batch 3: reward 0.750") and "kl max 0.2" in lines[1]
-    assert training_lines({"training": latest_training(tmp_path / "nothing")}) == []
+    assert training_lines(latest_training(tmp_path / "nothing")) == []
 
 
 def test_a_kl_spike_does_not_flatten_the_kl_panel():

@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from test_trainer import Trainer, metrics, run_dir_for  # noqa: E402
+from trainer_runs import Trainer, metrics, run_dir_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = 4_000_000
@@ -44,7 +44,7 @@ def publish_with_ranks(tmp: Path, ranks: int, replicate: int = 1) -> Path:
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
-                           str(ROOT / "tests" / "publish_ranks.py"), str(model), str(out), str(BUCKET),
+                           str(ROOT / "tests" / "support" / "publish_ranks.py"), str(model), str(out), str(BUCKET),
                            str(replicate)], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
@@ -292,7 +292,8 @@ def test_gpu_a_publish_beside_the_next_step_writes_the_snapshot_not_the_moving_w
     from safetensors.torch import load_file
 
     from slurmrl.runtime.trainer import numerics
-    from slurmrl.runtime.trainer.loop import Dist, load_model
+    from slurmrl.runtime.trainer.dist import Dist
+    from slurmrl.runtime.trainer.model import load_model
     from slurmrl.runtime.trainer.publish import FolderWriter, Publisher
 
     if dist.is_initialized():

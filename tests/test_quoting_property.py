@@ -2,11 +2,11 @@
 
 (a) ``shq`` round-trips any string through bash.
 (b) Recipes whose free-text fields are full of shell syntax render into scripts that pass
-    ``bash -n`` (the harness: tests/quoting_harness.py), and the ``#SBATCH`` lines, read the way sbatch reads them, carry the exact values.
+    ``bash -n`` (the harness: tests/support/quoting_harness.py), and the ``#SBATCH`` lines, read the way sbatch reads them, carry the exact values.
     End to end, two ways: running a stubbed copy of the batch script (srun/scontrol replaced by
     recorders, PATH limited to a few harmless binaries) shows what every ``srun`` line gets
     (container flags, log paths) and what the batch shell exports; running each component's task
-    function (``tests/task_expand.py``: the script's own prologue, then the function, with the
+    function (``tests/support/task_expand.py``: the script's own prologue, then the function, with the
     exec'd programs replaced by a recorder) shows the argv and environment each task really
     execs, byte for byte: model path, extra args, env values, router args, interpreter, venv.
     A field may reject a character it cannot carry (the recipe then fails with a UserError:
@@ -60,7 +60,6 @@ nonempty = nasty.filter(lambda s: s != "")
 no_colon = nonempty.map(lambda s: s.replace(":", "_"))  # ':' separates SRC:DST:FLAGS; it cannot be in a path
 leaf = nonempty.map(lambda s: s.replace("/", "_")).filter(lambda s: s not in (".", ".."))  # one file name
 rel_path = st.lists(leaf, min_size=1, max_size=2).map("/".join)  # a relative path the test can create
-
 
 
 def bash_printf(values_sh: list[str], prelude: str = "") -> list[str]:

@@ -2,7 +2,7 @@
 behind it and one real completion through it returns a token.
 
 Real processes on loopback: the task supervisor, real vllm-router, and two test doubles for a vLLM
-server: tests/ok_server.py (answers every completion with one token) and tests/no_tokens_server.py
+server: tests/support/ok_server.py (answers every completion with one token) and tests/support/no_tokens_server.py
 (passes /health, fails every completion: HTTP 500, or 200 with 0 tokens). A server that passes
 /health but does not serve keeps the component from ready, and the reason the batch shell quotes
 in FAILED names it. The planner's side: which supervisors get the check (every gallery recipe).
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_supervise import free_port, start, wait_for
+from supervised_processes import free_port, start, wait_for
 
 from slurmrl.plan import plan
 from slurmrl.recipe.load import load_recipe
@@ -25,8 +25,8 @@ from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.steps import ready_check
 
 ROOT = Path(__file__).resolve().parent.parent
-OK = [sys.executable, str(ROOT / "tests" / "ok_server.py")]
-BROKEN = [sys.executable, str(ROOT / "tests" / "no_tokens_server.py")]
+OK = [sys.executable, str(ROOT / "tests" / "support" / "ok_server.py")]
+BROKEN = [sys.executable, str(ROOT / "tests" / "support" / "no_tokens_server.py")]
 ROUTER = shutil.which("vllm-router", path=str(Path(sys.executable).parent))
 
 

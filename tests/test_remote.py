@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from polling import wait_for
 
 from slurmrl import cli
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
@@ -206,16 +207,6 @@ def job_environ_has(job_id: str, entry: str) -> bool:
     return False
 
 
-def wait_for(predicate, what: str, timeout: float, detail=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}\n{detail()}")
-
-
 def log_tails(run_dir: Path) -> str:
     logs = sorted((run_dir / "logs").rglob("*.log")) + sorted((run_dir / "logs").glob("batch-*"))
     return "\n".join(f"== {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]) for p in logs[-6:])
@@ -319,8 +310,8 @@ persist_s = 0
             # metrics come back with the logs: the trainer is past its first steps
             return rep if ok and (local_run / "metrics" / "trainer.jsonl").exists() else None
 
-        rep = wait_for(trainer_runs, "the trainer to run and its metrics to come back", 150,
-                       lambda: f"{json.dumps(last.get('status'))[:3000]}\n{log_tails(remote_run)}")
+        rep = wait_for(trainer_runs, "the trainer to run and its metrics to come back", 150, poll=1,
+                       detail=lambda: f"{json.dumps(last.get('status'))[:3000]}\n{log_tails(remote_run)}")
         node = rep["parts"][0]["nodes"]
         mark("the trainer runs and its metrics came back")
         # the WANDB key reached the job (sbatch's environment), over ssh's stdin

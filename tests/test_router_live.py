@@ -1,6 +1,6 @@
 """The real vllm-router takes every rendered command line: its own parser (it is a Python entry
 point, ``vllm_router.launch_router``) and the Rust router's configuration from it, and it starts
-with the rendered kv_aware and cache_aware flags on 127.0.0.1 in front of tests/ok_server.py
+with the rendered kv_aware and cache_aware flags on 127.0.0.1 in front of tests/support/ok_server.py
 stand-ins, reads the KV events published where the servers would publish them, and routes a
 request. The vLLM side's flags go through vLLM's own server parser (marked ``vllm``: it imports vLLM).
 Rendering and refusals: tests/test_router_policies.py.
@@ -167,7 +167,7 @@ def test_the_router_starts_with_the_rendered_flags_and_routes(policy, tmp_path):
     ctx = zmq.Context()
     try:
         for u in worker_urls:
-            procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "ok_server.py"), str(host_port(u)[1]),
+            procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "support" / "ok_server.py"), str(host_port(u)[1]),
                                            "127.0.0.1"]))
         if policy == "kv_aware":  # the KV events each server's vLLM would publish, where its command line says
             for cmd in commands:

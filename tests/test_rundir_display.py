@@ -12,7 +12,8 @@ import pytest
 from slurmrl import cli
 from slurmrl.app.job_outputs import latest_metrics, typed
 from slurmrl.app.plot import training_line
-from slurmrl.app.status import benchmark_lines, latest_training, training_lines
+from slurmrl.app.status_read import latest_training
+from slurmrl.app.status_text import benchmark_lines, training_lines
 from slurmrl.contract.metrics import OrchestratorRow, TrainerRow
 
 NAN, INF = float("nan"), float("inf")
@@ -52,7 +53,7 @@ def test_status_and_plot_with_runtime_values(tmp_path, capsys):
     run = tmp_path / "run"
     write(run, "orchestrator", ORCH, tail='{"step": 5, "reward_me')  # cut by a kill
     write(run, "trainer", TRAINER)
-    lines = training_lines({"training": latest_training(run)})
+    lines = training_lines(latest_training(run))
     assert lines[1].startswith("  latest batch 4: reward 0.750") and "trainer step 2: loss 0.5, kl -inf" in lines[1]
     assert cli.main(["plot", str(run)]) == 0
     out = capsys.readouterr().out
@@ -107,7 +108,7 @@ def test_benchmark_summary_with_null_and_nan_numbers(tmp_path, capsys):
     assert "benchmark: failed, 1/2 point(s)" in out and "4/4" in out
     from slurmrl.app.job_outputs import read_benchmark
 
-    lines = benchmark_lines({"benchmark": read_benchmark(run)})
+    lines = benchmark_lines(read_benchmark(run))
     assert "error: all requests failed" in lines[-1]
 
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from status_jobs import FAKE_PYTHON
 
 from slurmrl.app import preflight
 from slurmrl.app.build import render
@@ -75,7 +76,6 @@ def test_slurmrl_cancel_inside_salloc_reads_as_a_cancel(slurm_cluster, tmp_path)
     """Inside salloc no TERM reaches the script when the job is cancelled: its steps end (code 143)
     and the script saw "router exited with code 143", a failure. Now it asks the controller, which
     is ending the job: STOPPED, and `status` says cancelled."""
-    from tests.test_status_logs_cancel import FAKE_PYTHON
 
     fake = tmp_path / "fake-python"
     fake.write_text(FAKE_PYTHON)
@@ -110,7 +110,12 @@ def test_slurmrl_cancel_inside_salloc_reads_as_a_cancel(slurm_cluster, tmp_path)
     assert not (attempt / "FAILED").exists(), text
     assert "as Slurm ended the job" in (attempt / "STOPPED").read_text(), text
     assert code != 0 and "exited with code 143" not in text, text
-    st = slurm_cluster.slurmrl("status", str(out.run_dir), cwd=tmp_path)
+    deadline = time.monotonic() + 60  # sacct lags the controller: wait for the job's end there, with a deadline
+    while True:
+        st = slurm_cluster.slurmrl("status", str(out.run_dir), cwd=tmp_path)
+        if "STOPPED: cancelled" in st.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert "STOPPED: cancelled" in st.stdout and "FAILED:" not in st.stdout, st.stdout + st.stderr
     table = st.stdout.split("\n  component ", 1)[1].split("\n\n", 1)[0]  # the components' rows
     assert "FAILED" not in table and "stopped" in table, table  # a cancel is a planned stop: no step FAILED

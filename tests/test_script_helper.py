@@ -9,11 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from script_helper import HELPER, run_helper
 
 from slurmrl.app.build import build
 
 ROOT = Path(__file__).resolve().parent.parent
-HELPER = (ROOT / "sbatch" / "slurmrl-functions.sh").read_text()
 
 
 def refusal(tmp_path: Path, own: int = 0, **env: str) -> str:
@@ -25,7 +25,7 @@ def refusal(tmp_path: Path, own: int = 0, **env: str) -> str:
         (tmp_path / "logs" / f"attempt-{a}" / "PREEMPTED").write_text(f"warning signal: requeued as attempt {a + 1}\n")
     (tmp_path / "f.sh").write_text(HELPER)
     sets = "".join(f"{k}={v!r}\n" for k, v in env.items())
-    body = f'RUN_DIR={str(tmp_path)!r}\nsource "$RUN_DIR/f.sh" 1\n{sets}requeue_refusal\necho "[$REFUSAL]"\n'
+    body = f'RUN_DIR={str(tmp_path)!r}\nsource "$RUN_DIR/f.sh" 2\n{sets}requeue_refusal\necho "[$REFUSAL]"\n'
     r = subprocess.run(["bash", "-c", body], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
@@ -61,25 +61,10 @@ def test_the_script_sets_what_the_requeue_decision_reads(tmp_path):
 
 def test_a_helper_of_another_version_refuses_to_load(tmp_path):
     (tmp_path / "f.sh").write_text(HELPER)
-    r = subprocess.run(["bash", "-c", f'set -e\nsource {str(tmp_path / "f.sh")!r} 2\necho loaded'],
+    r = subprocess.run(["bash", "-c", f'set -e\nsource {str(tmp_path / "f.sh")!r} 1\necho loaded'],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "loaded" not in r.stdout
-    assert r.stderr.strip() == "slurmrl: job.sbatch asks for slurmrl-functions.sh version 2; this is version 1"
-
-
-# ---- Slurm ending the job: a stop, not a failure --------------------------------------------------
-def run_helper(tmp_path: Path, body: str, squeue: str, attempt: int = 0) -> tuple[subprocess.CompletedProcess, Path]:
-    """``body`` after sourcing the helper, with a squeue double that prints ``squeue`` (a shell line)."""
-    bin_dir, log_dir = tmp_path / "bin", tmp_path / "logs" / f"attempt-{attempt}"
-    bin_dir.mkdir(exist_ok=True)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    (bin_dir / "squeue").write_text(f"#!/bin/bash\n{squeue}\n")
-    (bin_dir / "squeue").chmod(0o755)
-    (tmp_path / "f.sh").write_text(HELPER)
-    script = (f'set -euo pipefail\nPATH={str(bin_dir)!r}:"$PATH"\nRUN_DIR={str(tmp_path)!r}\n'
-              f'LOG_DIR={str(log_dir)!r}\nATTEMPT={attempt}\nSLURM_JOB_ID=42\nWARN_SIGNAL=USR1\n'
-              f'GRACE_SECONDS=1\nsource "$RUN_DIR/f.sh" 1\nstop_components() {{ :; }}\n{body}\n')
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60), log_dir
+    assert r.stderr.strip() == "slurmrl: job.sbatch asks for slurmrl-functions.sh version 1; this is version 2"
 
 
 @pytest.mark.parametrize(("squeue", "ending"), [
@@ -196,6 +181,25 @@ def test_a_dead_replica_of_a_step_that_serves_on_is_not_blamed_for_what_fails_la
     r, log_dir = run_helper(tmp_path, body, 'echo "RUNNING 0"')
     assert (log_dir / "FAILED").read_text().strip() == "inference.2: vLLM's engine process died", r.stderr
 
+
+def test_an_rl_jobs_servers_that_all_ended_are_logged_and_the_job_goes_on(tmp_path):
+    """launch --orchestrated (an RL job's servers): their step's end is a phase naming each task's cause,
+    not the job's end; the orchestrator, not a dead server, is named when the job then fails."""
+    _, log_dir = run_helper(tmp_path, "true", 'echo "RUNNING 0"')
+    end_record(log_dir, "inference.1", "100 137 failed 2 exited with code 137 (SIGKILL)")
+    body = ("launch --orchestrated inference bash -c 'exit 137' --kill-on-bad-exit=0\n"
+            "launch trainer bash -c 'sleep 1'\nsupervise trainer")
+    r, log_dir = run_helper(tmp_path, body, 'echo "RUNNING 0"')
+    assert r.returncode == 0 and "trainer finished" in r.stdout, r.stdout + r.stderr
+    phases = (log_dir / "phases").read_text()
+    assert "inference: every task has ended (srun code 137; inference.1 exited with code 137 (SIGKILL))" in phases
+    assert not (log_dir / "FAILED").exists()
+    end_record(log_dir, "orchestrator.0", "200 1 failed 1 RuntimeError in loop.py:9: 0 servers alive, min_servers 1")
+    body = ("launch --orchestrated inference bash -c 'exit 137' --kill-on-bad-exit=0\n"
+            "launch orchestrator bash -c 'sleep 1; exit 1'\nsupervise orchestrator")
+    r, log_dir = run_helper(tmp_path, body, 'echo "RUNNING 0"')
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (log_dir / "FAILED").read_text().strip() == "orchestrator: RuntimeError in loop.py:9: 0 servers alive, min_servers 1"
 
 
 def test_a_noncritical_component_that_died_earlier_is_never_the_cause(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from slurmrl.app.plan import planned
 from slurmrl.errors import UserError
+from slurmrl.plan.model import dump_settings
 from slurmrl.rundir import tomlw
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.steps import probe
@@ -45,7 +46,7 @@ def test_plan_refuses_a_url_as_the_dataset():
                                      "~/data/sft.jsonl", "train", "data/part-1.json.gz"])
 def test_plan_takes_local_dataset_paths(dataset):
     r, p, _ = planned(SFT, [override("trainer.dataset", dataset)], run_dir=RUN_DIR)
-    assert p.component("trainer").settings["dataset"] == dataset
+    assert p.component("trainer").settings.dataset == dataset
 
 
 def test_the_trainer_and_the_preflight_probe_look_for_the_dataset_file(tmp_path, monkeypatch):
@@ -54,7 +55,7 @@ def test_the_trainer_and_the_preflight_probe_look_for_the_dataset_file(tmp_path,
     r, p, _ = planned(SFT, [override("trainer.dataset", "sft.jsonl")], run_dir=run_dir)
     config = RunDir(run_dir).component_config("trainer")
     config.parent.mkdir(parents=True)
-    config.write_text(tomlw.dumps(p.component("trainer").settings))
+    config.write_text(tomlw.dumps(dump_settings(p.component("trainer").settings)))
     [why] = probe.dataset_problems(run_dir)
     assert why.startswith("dataset 'sft.jsonl' not found (looked for ") and "local JSONL file" in why, why
     (tmp_path / "sft.jsonl").mkdir()

@@ -1,7 +1,7 @@
 """SGLang's prefill/decode disaggregation on its own (``backend = "sglang"``, ``mode = "pd"``) without a
-cluster: the het groups, what each server and sglang-router really exec (tests/task_expand.py, with
+cluster: the het groups, what each server and sglang-router really exec (tests/support/task_expand.py, with
 the URLs the batch shell exports), the settings refused (one line naming the field), and every
-rendered line parsed by its program's own parser (tests/sglang_parsers.py: SGLang's ServerArgs,
+rendered line parsed by its program's own parser (tests/support/sglang_parsers.py: SGLang's ServerArgs,
 sglang-router's parse_router_args). SGLang's P/D needs GPUs and RDMA/NVLink NICs: it has not run here.
 """
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import sglang_parsers
+from sglang_plans import refusal, render
 from task_expand import JOB_ID, expand
-from test_sglang_plan import refusal, render
 
 from slurmrl import ports
 

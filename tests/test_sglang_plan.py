@@ -1,6 +1,6 @@
 """Plain SGLang servers (``inference.backend = "sglang"``) without a cluster: the shapes the planner
 makes (replicas behind vllm-router, one server alone, a server spanning nodes, data-parallel
-attention), what each task really execs (tests/task_expand.py), the combinations refused (one line
+attention), what each task really execs (tests/support/task_expand.py), the combinations refused (one line
 naming the field, exit 2), and every rendered server argv parsed by SGLang's own server-args parser.
 
 The parser: sglang 0.5.23's ``sglang.srt.server_args`` imports on a CPU-only machine (the wheel
@@ -19,12 +19,11 @@ from pathlib import Path
 
 import pytest
 import sglang_parsers
+from sglang_plans import refusal, render, write
 from task_expand import JOB_ID, expand
 
 from slurmrl import ports
-from slurmrl.app.build import Rendered, build
-from slurmrl.errors import UserError
-from slurmrl.rundir import tomlw
+from slurmrl.app.build import Rendered
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
@@ -36,26 +35,6 @@ def base(gpus: int = 4, **inference) -> dict:
         "model": {"path": "/models/m", "served_name": "m"},
         "inference": {"backend": "sglang", "auth": "none", **inference},
     }
-
-
-def write(tmp_path: Path, data: dict) -> Path:
-    path = tmp_path / "recipe.toml"
-    path.write_text(tomlw.dumps(data))
-    return path
-
-
-def render(tmp_path: Path, recipe: dict | Path) -> Rendered:
-    """What ``slurmrl render`` builds from the recipe (a gallery file or a table)."""
-    (tmp_path / "run").mkdir(exist_ok=True)  # the run dir, made by the CLI
-    return build(recipe if isinstance(recipe, Path) else write(tmp_path, recipe), [], run_dir=tmp_path / "run")
-
-
-def refusal(tmp_path: Path, recipe: dict) -> str:
-    with pytest.raises(UserError) as e:
-        render(tmp_path, recipe)
-    msg = str(e.value)
-    assert "\n" not in msg
-    return msg
 
 
 def tasks(out: Rendered, name: str = "inference"):

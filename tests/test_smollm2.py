@@ -246,23 +246,27 @@ def test_tools_reach_the_chat_endpoint_with_the_recipes_parser(model_dir, server
     assert x["reward"] == float(bool(called))
 
 
-VERIFIERS_ENVS = str(__import__("pathlib").Path(__file__).parent / "verifiers_envs")
+VERIFIERS_ENVS = str(__import__("pathlib").Path(__file__).parent / "support" / "verifiers_envs")
 
 
-def recorded(sampler) -> list[dict]:
-    """The body of every chat request the sampler's servers are sent (each still goes to the real server)."""
+def recorded(monkeypatch) -> list[dict]:
+    """The body of every chat request sent to a server (each still goes to the real server). The live set
+    of servers (slurmrl.runtime.orchestrator.members) makes a ``Server`` per request, so the class is wrapped."""
+    from slurmrl.runtime.vllm.client import Server
+
     bodies: list[dict] = []
-    for server in sampler.servers:
-        def send(body, headers=None, _send=server.chat_completions):
-            bodies.append(body)
-            return _send(body, headers=headers)
-        server.chat_completions = send
+    plain = Server.chat_completions
+
+    def send(self, body, timeout=None, headers=None):
+        bodies.append(body)
+        return plain(self, body, timeout=timeout, headers=headers)
+    monkeypatch.setattr(Server, "chat_completions", send)
     return bodies
 
 
 @pytest.mark.vllm
 def test_a_verifiers_tool_env_calls_its_tool_through_the_servers(model_dir, server, monkeypatch):
-    """A verifiers ToolEnv (tests/verifiers_envs/slurmrl_vf_tools.py): its tools reach every chat request,
+    """A verifiers ToolEnv (tests/support/verifiers_envs/slurmrl_vf_tools.py): its tools reach every chat request,
     the model's parsed call is answered by the environment's env_response, whose tool message is the
     environment's tokens (mask 0), and the rubric gives the reward."""
     from transformers import AutoTokenizer
@@ -275,7 +279,7 @@ def test_a_verifiers_tool_env_calls_its_tool_through_the_servers(model_dir, serv
     env = envs.load("verifiers:slurmrl_vf_tools")
     sampler = ChatSampler([server], tok, chat_settings(model_dir, max_tokens=40, temperature=0.0, rollouts_per_prompt=1,
                                                        prompts_per_step=1), env)
-    bodies = recorded(sampler)
+    bodies = recorded(monkeypatch)
     [[x]] = sampler.sample([env.obj.task(0)], step=1)
     stats = sampler.take_stats()
     assert stats.errors == stats.timeouts == 0
@@ -314,7 +318,7 @@ def test_a_verifiers_single_turn_env_is_scored_by_its_rubric(model_dir, server, 
 
 @pytest.mark.vllm
 def test_a_verifiers_v1_taskset_is_sampled_token_exact_and_scored_by_its_rewards(model_dir, server, monkeypatch):
-    """A verifiers v1 taskset (tests/verifiers_envs/slurmrl_vf1_sums.py, in .venv-verifiers' own process): one
+    """A verifiers v1 taskset (tests/support/verifiers_envs/slurmrl_vf1_sums.py, in .venv-verifiers' own process): one
     model turn under max_tokens, the engine's token ids and logprobs (the trainer's forward gives the same),
     the reward the taskset's functions give the conversation."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -352,7 +356,7 @@ def test_a_verifiers_v1_taskset_is_sampled_token_exact_and_scored_by_its_rewards
 
 
 @pytest.mark.vllm
-def test_a_chat_environment_is_evaluated_on_its_heldout_split(model_dir, server, tmp_path):
+def test_a_chat_environment_is_evaluated_on_its_heldout_split(model_dir, server, tmp_path, monkeypatch):
     """[eval] of guess_number: eval's own sampling reaches every chat request (greedy, eval.max_tokens per turn, the
     name it is given, no seed), each held-out task is played out against the environment's answers, and the row in
     metrics/eval.jsonl holds the environment's rewards of those conversations."""
@@ -376,7 +380,7 @@ def test_a_chat_environment_is_evaluated_on_its_heldout_split(model_dir, server,
     env = envs.load("guess_number", args)
     tok = AutoTokenizer.from_pretrained(model_dir)
     chat = ChatSampler([server], tok, s, env)
-    bodies = recorded(chat)
+    bodies = recorded(monkeypatch)
     metrics = Metrics(tmp_path, "orchestrator", {}, print, tracking_settings=WandbSettings(mode="disabled"))
     ev = evaluate.attach(s, env, None, [], [Server(server)], tok, metrics, print, chat)
     scored: list[tuple[dict, list[dict]]] = []

@@ -2,14 +2,14 @@
 
 Two inference-debug jobs at once (2 servers + vllm-router each) with
 - ``container.cache``: a registry image imported once into a shared cache folder by
-  ``enroot import`` under a lock. enroot is tests/pyxis_double/enroot, a TEST DOUBLE (it writes a
+  ``enroot import`` under a lock. enroot is tests/support/pyxis_double/enroot, a TEST DOUBLE (it writes a
   small file and logs each import; no enroot can run here), put on PATH by ``python.setup`` as a
   site's ``module load enroot`` would; the Pyxis test double records each step's flags;
 - ``model.stage = "node-local"``: the tiny model's real directory, copied once per node.
 
-Job A's servers are tests/ok_server.py (a test double answering a completion with one token) in
+Job A's servers are tests/support/ok_server.py (a test double answering a completion with one token) in
 place of vLLM's program, with vLLM's flags left on its command line; job B's are
-tests/no_tokens_server.py (a test double that passes /health and fails every completion).
+tests/support/no_tokens_server.py (a test double that passes /health and fails every completion).
 Checks, one pair of jobs for all: one import between the two jobs (the other a cache hit, after
 waiting for the lock), each step given the .sqsh; each node's copy made with its checksum and
 named in the servers' --model; A ready through the router; B never ready, its FAILED naming the
@@ -37,7 +37,7 @@ IMAGE = "registry.example.org#team/llm-serving:1.0"
 
 
 def render(cluster, tmp: Path, name: str, model: Path, cache: Path, stage: Path, double: str) -> Path:
-    setup = [f"export PATH={ROOT}/tests/pyxis_double:$PATH", "export ENROOT_DOUBLE_SECONDS=4"]
+    setup = [f"export PATH={ROOT}/tests/support/pyxis_double:$PATH", "export ENROOT_DOUBLE_SECONDS=4"]
     r = cluster.slurmrl(
         "render", str(ROOT / "recipes" / "inference-debug.toml"), "--set", f'name="{name}"',
         "--set", f'model.path="{model}"', "--set", 'model.stage="node-local"', "--set", f'model.stage_dir="{stage}"',
@@ -47,7 +47,7 @@ def render(cluster, tmp: Path, name: str, model: Path, cache: Path, stage: Path,
     assert r.returncode == 0, r.stdout + r.stderr
     run_dir = tmp / "runs" / name
     script = run_dir / "job.sbatch"
-    text, n = VLLM_PROGRAM.subn(rf'{sys.executable} {ROOT}/tests/{double} "${{port}}" \\\n', script.read_text())
+    text, n = VLLM_PROGRAM.subn(rf'{sys.executable} {ROOT}/tests/support/{double} "${{port}}" \\\n', script.read_text())
     assert n == 1, "no vLLM command line in the script"
     if double == "no_tokens_server.py":  # do not wait the router's 300 s for what will not come
         text, n = re.subn(r"^wait_ready router \d+$", "wait_ready router 25", text, flags=re.M)

@@ -20,28 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import wait_for
+from status_jobs import FAKE_PYTHON, cancel_until_gone, status_json
 
 ROOT = Path(__file__).resolve().parent.parent
 RL_DEBUG = ROOT / "recipes" / "rl-debug.toml"
 GRACE = 5
-
-FAKE_PYTHON = f"""#!/bin/bash
-# stand-in for python in job steps: every task function execs
-# `python -m slurmrl.runtime.steps.supervise NAME ... -- COMMAND`; run the probe for NAME instead
-[[ $1 == -m && $2 == slurmrl.runtime.steps.supervise ]] || {{ echo "unexpected: $*"; exit 9; }}
-name=$3
-if [[ $name == "${{SLURMRL_TEST_FAIL:-}}" ]]; then echo "$name: failing on purpose"; exit 3; fi
-if [[ $name == "${{SLURMRL_TEST_RAISE:-}}" ]]; then  # the real supervisor, running a program that raises
-    exec {sys.executable} -m slurmrl.runtime.steps.supervise "$name" -- {sys.executable} "$SLURMRL_TEST_PROGRAM"
-fi
-if [[ $name == "${{SLURMRL_TEST_STALL:-}}" ]]; then echo "$name: never ready"; exec sleep 600; fi
-if [[ $name == "${{SLURMRL_TEST_HOLD:-}}" ]]; then
-    {sys.executable} -m slurmrl.runtime.steps.probe "$name" || exit $?
-    echo "$name: holding"
-    exec sleep 600
-fi
-exec {sys.executable} -m slurmrl.runtime.steps.probe "$name"
-"""
 
 
 @pytest.fixture
@@ -65,35 +49,6 @@ def job(slurm_cluster, tmp_path):
     yield submit
     for job_id in submitted:
         cancel_until_gone(slurm_cluster, job_id)
-
-
-def cancel_until_gone(cluster, job_id: str, seconds: float = 90) -> None:
-    """scancel until the controller lists the job no more: a cancel that lands while Slurm requeues
-    the job (the warning signal's own requeue) is lost, and the job would start again later, taking
-    two nodes from the tests after this one."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        cluster.run(["scancel", str(job_id)])
-        left = cluster.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"]).stdout.split()
-        if not left or set(left) <= {"CANCELLED", "COMPLETED", "FAILED"}:
-            return
-        time.sleep(2)
-
-
-def status_json(cluster, run_dir: Path) -> dict:
-    r = cluster.slurmrl("status", str(run_dir), "--json", cwd=run_dir.parent)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
-
-
-def wait_for(predicate, what: str, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.cluster
@@ -123,7 +78,9 @@ def test_status_logs_cancel_on_a_running_job(slurm_cluster, job, tmp_path):
     assert lines[0].startswith(f"job {rep['job_id']}: RUNNING")
     assert any(ln.split()[:4] == ["0", "trainer", f"{rep['job_id']}+0", "RUNNING"] for ln in lines), r.stdout
     trainer = next(ln.split() for ln in lines if ln.split()[:1] == ["trainer"] and "+0." in ln)
-    assert trainer[3] == "RUNNING" and trainer[-1] == "1/1"
+    header = next(ln.split() for ln in lines if ln.split()[:1] == ["component"])
+    assert header[-2:] == ["ready", "restarts"], header
+    assert trainer[3] == "RUNNING" and trainer[-2:] == ["1/1", "0"], trainer
 
     # by job id, and from inside the run dir with no argument
     by_id = slurm_cluster.slurmrl("status", rep["job_id"], cwd=tmp_path)
@@ -345,13 +302,13 @@ def test_watch_into_a_log_reports_changes_not_clock_ticks():
 
 
 def test_a_ready_component_sacct_has_not_listed_reads_started():
-    from slurmrl.app.status import text
+    from slurmrl.app.status_report import ComponentStatus, PartStatus, StatusReport
+    from slurmrl.app.status_text import text
+    from slurmrl.slurm.watch import Part, Snapshot
 
-    part = {"group": 0, "name": "trainer", "id": "7+0", "state": "RUNNING", "nodes": "n1", "elapsed": "00:00:03",
-            "exit_code": "", "reason": ""}
-    comp = {"name": "inference", "group": 0, "main": False, "instances": 1, "step": None}
-    rep = {"job_id": "7", "state": "RUNNING", "run_dir": "/r", "attempt": 0, "failed": None, "parts": [part],
-           "components": [{**comp, "ready": [0]}, {**comp, "name": "trainer", "ready": []}]}
+    part = PartStatus(Part("7+0", 0, "RUNNING", "n1", "00:00:03"), "trainer")
+    rep = StatusReport(Snapshot("7", "RUNNING"), "/r", [part], attempt=0,
+                       components=[ComponentStatus("inference", 0, ready=[0]), ComponentStatus("trainer", 0)])
     rows = {ln.split()[0]: ln.split() for ln in text(rep).splitlines()[4:] if ln.strip()}
     assert rows["inference"][3] == "started" and rows["trainer"][3:5] == ["not", "started"]
 
@@ -375,9 +332,9 @@ def test_an_ended_het_job_is_asked_about_again(monkeypatch):
 
 
 def test_status_says_how_many_requeues_are_left():
-    from slurmrl.app.status import text
+    from slurmrl.app.status_report import StatusReport
+    from slurmrl.app.status_text import text
+    from slurmrl.slurm.watch import Snapshot
 
-    rep = {"job_id": "7", "state": "RUNNING", "run_dir": "/r", "attempt": 1, "max_requeues": 3, "parts": [],
-           "components": [], "steps": [], "phases": [], "failed": None, "stopped": None, "serving": None,
-           "serving_url": None, "endpoints": [], "model": None, "secret_file": None}
+    rep = StatusReport(Snapshot("7", "RUNNING"), "/r", attempt=1, max_requeues=3)
     assert text(rep).splitlines()[0] == "job 7: RUNNING  (attempt 1, 2 requeue(s) left, run dir /r)"

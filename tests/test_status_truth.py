@@ -1,4 +1,4 @@
-"""Truthful status without a cluster (issue 27 item 8): the Slurm test double (tests/fake_slurm/) knows
+"""Truthful status without a cluster (issue 27 item 8): the Slurm test double (tests/support/fake_slurm/) knows
 no job, so every job id a run dir names is one Slurm has never heard of.
 
 - `slurmrl status` of such a job (past the grace after its submission) is one line on stderr and exit 2,
@@ -15,12 +15,15 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from fake_slurm_runs import ROOT, error_text, rendered_run_dir, run
+from fake_slurm_runs import submitted as submitted_calls
 
 from slurmrl.app import status as status_mod
+from slurmrl.app.status_report import StatusReport
+from slurmrl.app.status_text import text
 from slurmrl.errors import UserError
 from slurmrl.rundir.paths import RunDir
-from tests.test_nothing_left_behind import ROOT, one_line_error, rendered_run_dir, run
-from tests.test_nothing_left_behind import submitted as submitted_calls
+from slurmrl.runtime.steps.attempts import requeues_used
 
 
 def write_jobs(run_dir, job_id: str, submitted_at: str | None) -> None:
@@ -36,7 +39,7 @@ def test_status_of_a_job_slurm_never_heard_of_is_an_error(tmp_path, form):
     args = {"dir": [str(run_dir)], "script": [str(RunDir(run_dir).script)], "json": [str(run_dir), "--json"],
             "cwd": []}[form]
     r, calls = run("status", *args, cwd=run_dir if form == "cwd" else tmp_path)
-    line = one_line_error(r)
+    line = error_text(r)
     assert "4242" in line and "not known to squeue or sacct" in line, line
     # what the run dir itself says still goes to stdout (the job's FAILED, metrics, ...)
     assert "4242" in r.stdout and "Traceback" not in r.stdout
@@ -49,13 +52,13 @@ def test_a_job_without_a_readable_submission_time_is_an_error_at_once(tmp_path, 
     write_jobs(run_dir, "4243", submitted_at)
     started = time.monotonic()
     r, _ = run("status", str(run_dir), cwd=tmp_path)
-    assert "4243" in one_line_error(r)
+    assert "4243" in error_text(r)
     assert time.monotonic() - started < status_mod.NOT_FOUND_AFTER_S
 
 
 def test_status_of_a_bare_unknown_job_id_is_an_error(tmp_path):
     r, _ = run("status", "987654", cwd=tmp_path)
-    assert "987654" in one_line_error(r)
+    assert "987654" in error_text(r)
 
 
 def test_within_the_grace_status_asks_again_until_the_grace_ends(tmp_path, monkeypatch):
@@ -126,18 +129,21 @@ def test_a_recipe_without_warnings_prints_none(tmp_path, verb):
     assert r.returncode == 0 and r.stderr == "", r.stderr
 
 
-# ---- a manual requeue uses no requeue ------------------------------------------------------------
-def test_only_the_jobs_own_requeues_count_against_max_requeues(tmp_path):
+# ---- every requeue the job used counts, a manual one none ---------------------------------------
+def test_the_warning_signals_and_node_faults_requeues_count_against_max_requeues(tmp_path):
     logs = tmp_path / "logs"
     for a, (name, note) in enumerate([("PREEMPTED", "warning signal: requeued as attempt 1"),
                                       ("STOPPED", "got SIGTERM from Slurm (requeued by Slurm (scontrol requeue, or a "
                                                   "preemption that requeues): attempt 2 follows)"),
+                                      ("END", "1765071000 node yes node(s) n2 bad (trainer exited with code 135 "
+                                              "(SIGBUS)); requeued as attempt 3 without them"),
+                                      ("END", "1765071300 node no node(s) n3 bad; not requeued: slurm.requeue is off"),
                                       ("PREEMPTED", "warning signal: slurm.requeue is off")]):
         (logs / f"attempt-{a}").mkdir(parents=True)
         (logs / f"attempt-{a}" / name).write_text(note + "\n")
-    assert status_mod.own_requeues(tmp_path, 3) == 1
-    assert status_mod.own_requeues(tmp_path, 1) == 1 and status_mod.own_requeues(tmp_path, 0) == 0
-    rep = {"job_id": "7", "state": "RUNNING", "run_dir": "/r", "attempt": 3, "max_requeues": 3, "requeues_used": 1,
-           "parts": [], "components": [], "steps": [], "phases": [], "failed": None, "stopped": None,
-           "serving": None, "serving_url": None, "endpoints": [], "model": None, "secret_file": None}
-    assert status_mod.text(rep).splitlines()[0] == "job 7: RUNNING  (attempt 3, 2 requeue(s) left, run dir /r)"
+    assert [requeues_used(tmp_path, a) for a in range(6)] == [0, 1, 1, 2, 2, 2]
+    rep = StatusReport(status_mod.Snapshot("7", "RUNNING"), "/r", attempt=3, max_requeues=3, requeues_used=1)
+    assert text(rep).splitlines()[0] == "job 7: RUNNING  (attempt 3, 2 requeue(s) left, run dir /r)"
+    # what status itself reads from the run dir: the node fault's requeue is one of them
+    rep.attempt, rep.requeues_used = 4, requeues_used(tmp_path, 4)
+    assert text(rep).splitlines()[0] == "job 7: RUNNING  (attempt 4, 1 requeue(s) left, run dir /r)"

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cli_errors import one_line_error
 
 from slurmrl.app.build import render
 from slurmrl.slurm import fit
@@ -27,14 +28,6 @@ def slurmrl(*args: str, cwd: Path, env: dict | None = None, cluster=None) -> sub
         return cluster.slurmrl(*args, cwd=cwd, env={"SLURMRL_PROBE_TIMEOUT": "30", **(env or {})}, timeout=240)
     return subprocess.run([sys.executable, "-m", "slurmrl", *args], cwd=cwd, capture_output=True, text=True,
                           env=env, timeout=60)
-
-
-def one_line_error(r: subprocess.CompletedProcess) -> str:
-    assert r.returncode == 2, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
-    assert "Traceback" not in r.stderr
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("slurmrl: error: "), r.stderr
-    return lines[0]
 
 
 # ---- on the cluster -------------------------------------------------------------------------

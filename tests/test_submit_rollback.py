@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rollback_runs import RECIPE, previous_job, tree
 
 from slurmrl import cli
 from slurmrl.app.build import render
@@ -26,35 +26,6 @@ from slurmrl.errors import UserError
 from slurmrl.rundir.paths import RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPE = ROOT / "slurmrl" / "recipes" / "sft-debug.toml"
-
-
-def tree(root: Path) -> dict[str, tuple[int, bytes | None]]:
-    """Every path under ``root``: (mode, bytes for a file)."""
-    out = {}
-    for p in sorted(root.rglob("*")):
-        st_ = p.lstat()
-        out[p.relative_to(root).as_posix()] = (st_.st_mode, p.read_bytes() if p.is_file() else None)
-    return out
-
-
-def previous_job(run_dir: Path, attempts: int, runtime: bool, outputs: list[str], kept_before: bool) -> None:
-    """What a run dir looks like after a job ran: jobs.json, logs per attempt, a lock with runtime entries."""
-    (run_dir / "jobs.json").write_text(json.dumps([{"job_id": "41"}]))
-    for a in range(attempts):
-        d = RunDir(run_dir).log_dir(a)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "trainer.0.log").write_text(f"attempt {a}\n")
-    for name in outputs:
-        (run_dir / name).mkdir(exist_ok=True)
-        (run_dir / name / "x").write_text(name)
-    if runtime:
-        lock = RunDir(run_dir).lock
-        lock.write_text(lock.read_text() + '\n[[lock.runtime]]\npython = "3.11"\n')
-    if kept_before:  # a set-aside folder of job 41 from an earlier try
-        keep = RunDir(run_dir).set_aside_dir("41")
-        (keep / "attempt-0").mkdir(parents=True)
-        (keep / "attempt-0" / "old.log").write_text("older\n")
 
 
 @pytest.fixture
@@ -71,18 +42,12 @@ def cluster_double(doubles):
     return doubles
 
 
-@pytest.fixture(scope="module")
-def rendered(tmp_path_factory) -> Path:
-    return render(RECIPE, [f"output_dir={tmp_path_factory.mktemp('r')}"]).run_dir
-
-
 @given(attempts=st.integers(0, 3), runtime=st.booleans(), kept_before=st.booleans(),
        outputs=st.lists(st.sampled_from(list(RunDir.JOB_OUTPUTS)), unique=True))
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_a_failed_sbatch_puts_the_run_dir_back(rendered, tmp_path_factory, cluster_double, attempts, runtime, kept_before,
+def test_a_failed_sbatch_puts_the_run_dir_back(tmp_path_factory, cluster_double, attempts, runtime, kept_before,
                                                outputs):
-    run_dir = tmp_path_factory.mktemp("run") / "x"
-    shutil.copytree(rendered, run_dir)
+    run_dir = render(RECIPE, [f"output_dir={tmp_path_factory.mktemp('run')}"]).run_dir  # rendered where it is
     previous_job(run_dir, attempts, runtime, outputs, kept_before)
     before = tree(run_dir)
     with pytest.raises(UserError, match="sbatch"):
@@ -123,12 +88,11 @@ def test_a_failed_sbatch_puts_a_rendered_sweep_back(tmp_path, cluster_double, ca
 # ---- the real sbatch fails ------------------------------------------------------------------------------
 @pytest.mark.cluster
 @pytest.mark.parametrize("runtime", [False, True])
-def test_the_real_sbatch_refusing_leaves_the_run_dir_as_it_was(slurm_cluster, rendered, tmp_path, monkeypatch,
+def test_the_real_sbatch_refusing_leaves_the_run_dir_as_it_was(slurm_cluster, tmp_path, monkeypatch,
                                                                 runtime):
     for k, v in {**slurm_cluster.cluster_vars, "SBATCH_PARTITION": "no-such-partition"}.items():
         monkeypatch.setenv(k, v)
-    run_dir = tmp_path / "x"
-    shutil.copytree(rendered, run_dir)
+    run_dir = render(RECIPE, [f"output_dir={tmp_path}"]).run_dir
     previous_job(run_dir, 2, runtime, ["ready"], False)
     (run_dir / "jobs.json").write_text(json.dumps([{"job_id": "1"}]))  # long gone: not in the queue
     before = tree(run_dir)

@@ -5,49 +5,18 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from supervised_processes import free_port, gone, start, wait_for
 
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
 
 ROOT = Path(__file__).resolve().parent.parent
-SUPERVISE = [sys.executable, "-m", "slurmrl.runtime.steps.supervise"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
-    full = {**os.environ, "SLURMRL_RUN_DIR": str(tmp_path), "SLURMRL_ATTEMPT": "0", "SLURM_PROCID": "0",
-            "SLURM_STEP_NUM_TASKS": "1", **(env or {})}
-    return subprocess.Popen([*SUPERVISE, *args], env=full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def wait_for(predicate, timeout: float = 20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out")
-
-
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def tree_with_grandchild(tmp_path: Path) -> list[str]:
@@ -92,7 +61,7 @@ def test_term_reaches_the_command_and_gives_its_code(tmp_path):
 def test_ready_file_has_url_task_count_and_the_servers_pid(tmp_path):
     port = free_port()
     p = start(tmp_path, "srv", "--ready", f"http://127.0.0.1:{port}", "--",
-              sys.executable, str(ROOT / "tests" / "ok_server.py"), str(port), env={"SLURM_STEP_NUM_TASKS": "3"})
+              sys.executable, str(ROOT / "tests" / "support" / "ok_server.py"), str(port), env={"SLURM_STEP_NUM_TASKS": "3"})
     try:
         f = RunDir(tmp_path).ready_file(0, "srv", 0)
         wait_for(f.exists)

@@ -18,7 +18,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from test_status_logs_cancel import wait_for
+from polling import wait_for
 
 from slurmrl.rundir import lockfile as lock
 from slurmrl.rundir.paths import RunDir

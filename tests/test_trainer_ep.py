@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from moe_families import config as moe_config  # noqa: E402
-from test_trainer import Trainer, logprob_fn, metrics, run_dir_for  # noqa: E402
+from trainer_runs import Trainer, logprob_fn, metrics, run_dir_for  # noqa: E402
 
 from slurmrl.rundir.paths import RunDir  # noqa: E402
 

@@ -29,6 +29,8 @@ from slurmrl.runtime.trainer import (
     rollouts,
     token_forward,
 )
+from slurmrl.runtime.trainer.mesh import TrainerMesh
+from slurmrl.settings.trainer import Parallel
 
 
 def tiny_qwen3(vocab=97, layers=2, seed=0):
@@ -306,7 +308,7 @@ def fsdp2_bf16_step_on_one_rank():
     model = tiny_qwen3().float()
     chunked_head.install(model)
     assert doc_attention.install(model)
-    numerics.shard(model, "cpu", 1, bf16=True)
+    numerics.shard(model, TrainerMesh(Parallel(), 1, 0).fsdp("cpu"), bf16=True)
     opt = numerics.optimizer(model.parameters(), 1e-3, 0.0, cuda=False)
     before = {n: p.detach().full_tensor().clone() for n, p in model.named_parameters()}
     row = packing.pack_documents([([1, 2, 3, 4, 5], [True] * 5), ([6, 7, 8], [True] * 3)])
@@ -369,7 +371,8 @@ def test_gpu_varlen_attention_equals_per_document_attention():
 def test_gpu_the_trainers_model_trains_in_bfloat16_under_fsdp2_with_fused_adamw_and_compiled_layers():
     import torch.distributed as dist
 
-    from slurmrl.runtime.trainer.loop import Dist, ready_model
+    from slurmrl.runtime.trainer.dist import Dist
+    from slurmrl.runtime.trainer.model import ready_model
 
     if dist.is_initialized():
         dist.destroy_process_group()

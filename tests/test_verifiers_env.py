@@ -1,6 +1,6 @@
 """verifiers environments (``verifiers:ENV_ID``) without a server: the adapter onto the chat protocol,
 driven with the messages the orchestrator would give it, on environments written in
-tests/verifiers_envs (a SingleTurnEnv and a ToolEnv; never a hub download). The real-vLLM rollouts are
+tests/support/verifiers_envs (a SingleTurnEnv and a ToolEnv; never a hub download). The real-vLLM rollouts are
 in tests/test_smollm2.py (they share its server)."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from slurmrl import envs
 from slurmrl.errors import UserError
 from slurmrl.plan.env_rules import check_environment
 
-ENVS = Path(__file__).parent / "verifiers_envs"
+ENVS = Path(__file__).parent / "support" / "verifiers_envs"
 NOWHERE = ["http://127.0.0.1:9"]  # the states' OpenAI client points there; these tests never sample
 
 
 @pytest.fixture
 def on_path(monkeypatch):
-    """tests/verifiers_envs importable, as an installed environment package is."""
+    """tests/support/verifiers_envs importable, as an installed environment package is."""
     monkeypatch.syspath_prepend(str(ENVS))
 
 

@@ -1,7 +1,8 @@
 """verifiers v1 tasksets (``verifiers-v1:TASKSET_ID``) without a server: the real verifiers 0.4 in its own
 virtualenv (.venv-verifiers, from scripts/install.sh), across the process boundary of
-``slurmrl.contract.envwire``, on the taskset written in tests/verifiers_envs/slurmrl_vf1_sums.py. The
-real-vLLM rollout is in tests/test_smollm2.py, the Slurm run in tests/test_verifiers_v1_cluster.py; plan's
+``slurmrl.contract.envwire``, on the taskset written in tests/support/verifiers_envs/slurmrl_vf1_sums.py. The
+real-vLLM rollout is in tests/test_smollm2.py, the Slurm run (a LoRA policy)
+in tests/test_lora_policy_cluster.py; plan's
 check of the name in tests/test_verifiers_env.py."""
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import pytest
 
 from slurmrl import envs
 from slurmrl.contract import envwire
+from slurmrl.contract.reader import ContractError
 from slurmrl.envs import verifiers_v1
 
-ENVS = Path(__file__).parent / "verifiers_envs"
+ENVS = Path(__file__).parent / "support" / "verifiers_envs"
 NEEDS_VENV = pytest.mark.skipif(not verifiers_v1.python().exists(), reason=(
     f"verifiers 0.4 is not installed in {verifiers_v1.python()}: run bash scripts/install.sh "
     f"(or set {verifiers_v1.PYTHON_VAR})"))
@@ -24,7 +26,7 @@ NEEDS_VENV = pytest.mark.skipif(not verifiers_v1.python().exists(), reason=(
 
 @pytest.fixture
 def on_path(monkeypatch):
-    """tests/verifiers_envs importable in the environment's process, as an installed taskset package is."""
+    """tests/support/verifiers_envs importable in the environment's process, as an installed taskset package is."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ENVS), os.environ.get("PYTHONPATH")) if p))
 
 
@@ -110,9 +112,11 @@ def test_the_wire_messages_round_trip_and_name_what_is_wrong():
     for m in msgs:
         line = envwire.to_json(m)
         assert "\n" not in line and envwire.from_json(line) == m
-    for line, why in [('{"op": "score", "index": 1}', "'score' has no 'messages'"),
-                      ('{"op": "tasks", "indices": [true]}', "'indices' must be whole numbers"),
-                      ('{"op": "loaded", "count": "3", "taskset": "T", "version": "v"}', "'count' is str"),
-                      ('{"op": "nope"}', "unknown op 'nope'"), ("[1]", "not an object"), ("{", "not JSON")]:
-        with pytest.raises(envwire.WireError, match=why):
+    for line, why in [('{"op": "score", "index": 1}', "'score': key 'messages' is missing"),
+                      ('{"op": "tasks", "indices": [true]}', r"key 'indices\[0\]' must be a whole number, got bool"),
+                      ('{"op": "loaded", "count": "3", "taskset": "T", "version": "v"}',
+                       "key 'count' must be a whole number, got str"),
+                      ('{"op": "nope"}', "key 'op' is none of load, .*: 'nope'"),
+                      ("[1]", "must be an object, got list"), ("{", "not JSON")]:
+        with pytest.raises(ContractError, match=why):
             envwire.from_json(line)

@@ -1,7 +1,7 @@
 """trainer.weight_sync by broadcast as the job script shows it: every server's command line names
 the backend, the trainer's gets each component's servers with their worker count, where it hosts
 the transfer group (the port table's weight_broadcast) and the group's size; in P/D both roles.
-The task functions run in real bash (tests/task_expand.py), so the argv is what srun would start."""
+The task functions run in real bash (tests/support/task_expand.py), so the argv is what srun would start."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Its lock (recipe.toml) is rendered for the new path, with every hand edit of the old run dir's
 job files carried over, and the two are linked (RUN_DIR/links.json, both ways). Everything is
-checked before anything is written; the new run dir is written whole or not at all."""
+checked before anything is written; the new run dir is written whole or not at all. The nodes the
+old run dir excluded are excluded events of the new one (its submit keeps them out)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 from slurmrl.app import diff
 from slurmrl.app.build import build
+from slurmrl.contract import events
+from slurmrl.contract.events import Event
 from slurmrl.errors import UserError
 from slurmrl.plan.stored import is_preflight, load_plan
 from slurmrl.rundir import jobs, lockfile
@@ -17,6 +20,7 @@ from slurmrl.rundir.links import Links, add_link, links_text, read_links
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.read import read_text
 from slurmrl.rundir.write import write_run_dir
+from slurmrl.runtime.steps.attempts import excluded_nodes
 
 
 def next_run_dir(old: Path) -> Path:
@@ -59,5 +63,8 @@ def again(target: str, new: str | None = None) -> Path:
                                           previous=lock.table, again_of=str(old), sweep=None, sweep_point=None)
     files[RunDir.LINKS] = links_text(Links(again_of=str(old)))
     write_run_dir(new_dir, files)
+    for node, reason in excluded_nodes(old).items():  # kept out here too: submit excludes them
+        events.append(RunDir(new_dir).events, Event(kind="excluded", component="job", node=node,
+                                                     cause=f"{reason} (excluded in {old})"))
     add_link(old, "again_as", str(new_dir))
     return new_dir

@@ -13,12 +13,15 @@ from pathlib import Path
 from slurmrl.app import sweep_grid
 from slurmrl.app.keep_edits import refuse_lost_edits
 from slurmrl.app.plan import plan_json, plan_recipe, templates_dir, warn
+from slurmrl.contract import slurmrl_check
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
+from slurmrl.plan.model import RoleSettings, dump_settings
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.rundir import lockfile as lock
 from slurmrl.rundir import tomlw
+from slurmrl.rundir.atomic import write_text
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.write import write_run_dir
 
@@ -37,9 +40,9 @@ class Rendered:
         return self.files[RunDir.SCRIPT]
 
 
-def component_config(c, run_dir: Path) -> str:
+def component_config(settings: RoleSettings) -> str:
     """components/<name>.toml: the typed settings of one of our own programs (trainer, orchestrator)."""
-    return tomlw.dumps(c.settings)
+    return tomlw.dumps(dump_settings(settings))
 
 
 def resolved_recipe(recipe: Recipe, recipe_path: Path) -> dict:
@@ -69,12 +72,13 @@ def build(
 
 
 def build_recipe(recipe: Recipe, recipe_path: Path, run_dir: str | Path | None = None, preflight: bool = False,
-                 source_name: str | None = None, place=None) -> Rendered:
-    """``build`` for a Recipe already loaded from ``recipe_path`` (a sweep's points: one load, many recipes)."""
+                 source_name: str | None = None, place=None, join: str | None = None) -> Rendered:
+    """``build`` for a Recipe already loaded from ``recipe_path`` (a sweep's points: one load, many recipes);
+    ``join``: a joiner job's (slurmrl.app.join)."""
     from slurmrl.render.script import FUNCTIONS, render_functions, render_script  # jinja2: only when rendering
 
     recipe_path = Path(recipe_path)
-    p, run_dir = plan_recipe(recipe, recipe_path, run_dir, preflight, place)
+    p, run_dir = plan_recipe(recipe, recipe_path, run_dir, preflight, place, join)
     files = {
         RunDir.SCRIPT: render_script(p, str(run_dir), source_name or recipe_path.name,
                                     templates_dir(recipe, recipe_path)),
@@ -83,9 +87,11 @@ def build_recipe(recipe: Recipe, recipe_path: Path, run_dir: str | Path | None =
         RunDir.RECIPE: "# The recipe as resolved (overrides applied, defaults filled in).\n"
         + tomlw.dumps(resolved_recipe(recipe, recipe_path)),
     }
+    if p.slurmrl_check is not None:  # the job's first step runs it in the container (slurmrl.contract.slurmrl_check)
+        files[RunDir.SLURMRL_CHECK] = Path(slurmrl_check.__file__).read_text(encoding="utf-8")
     for c in p.components:
         if c.settings is not None:
-            files[f"{RunDir.COMPONENTS}/{c.name}.toml"] = component_config(c, run_dir)
+            files[f"{RunDir.COMPONENTS}/{c.name}.toml"] = component_config(c.settings)
     return Rendered(recipe, p, run_dir, files)
 
 
@@ -124,9 +130,9 @@ def cmd_init(args) -> int:
         sys.stdout.write(text)
         return 0
     out = Path(args.output)
-    if out.exists():
+    if out.exists() or out.is_symlink():
         raise UserError(str(out), "exists; choose another file name")
-    out.write_text(text)
+    write_text(out, text, umask=None)  # its folder looked at first; nothing half-written
     print(out)
     return 0
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from slurmrl.contract.bench_summary import BenchSummary
 from slurmrl.contract.metrics import OrchestratorRow, TrainerRow, finite, number
 from slurmrl.errors import UserError
 from slurmrl.rundir import benchmark, evals, metrics
@@ -64,10 +65,9 @@ def read_evaluations(run_dir: Path) -> list[evals.Evaluation]:
     return evals.read_evals(RunDir(run_dir).eval_metrics)
 
 
-def read_benchmark(run_dir: Path) -> dict | None:
-    """RUN_DIR/benchmark/summary.json as data (checked by slurmrl.rundir.benchmark), or None when there is none."""
-    summary = benchmark.read_summary(run_dir)
-    return summary.data if summary else None
+def read_benchmark(run_dir: Path) -> BenchSummary | None:
+    """RUN_DIR/benchmark/summary.json, typed (checked by slurmrl.rundir.benchmark), or None when there is none."""
+    return benchmark.read_summary(run_dir)
 
 
 def failed_reason(run_dir: Path, attempt: int) -> str | None:

@@ -13,7 +13,9 @@ from slurmrl.plan import Plan, plan
 from slurmrl.recipe.load import load_recipe
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.render.summary import salloc_line, summary
+from slurmrl.rundir.atomic import folder_problem
 from slurmrl.rundir.paths import RunDir
+from slurmrl.settings.section import CONTROL
 
 
 def resolve_run_dir(recipe: Recipe, preflight: bool = False) -> Path:
@@ -22,11 +24,19 @@ def resolve_run_dir(recipe: Recipe, preflight: bool = False) -> Path:
 
 
 def check_run_dir(recipe: Recipe, run_dir: Path) -> None:
-    """The run dir path goes into comments, #SBATCH lines and Pyxis' mount list."""
+    """The run dir path goes into comments, #SBATCH lines and Pyxis' mount list; it, and the folders
+    above it, are folders or can be made."""
     text = str(run_dir)
     problem = RunDir.pattern_problem(text)
     if problem:
         raise UserError("output_dir", problem)
+    control = CONTROL.search(text)  # the rule every recipe string follows: the settings carry the path
+    if control:
+        raise UserError("output_dir", f"the run dir {text[:80]!r} holds a control character "
+                                      f"(U+{ord(control.group()):04X}); remove it")
+    blocked = folder_problem(run_dir, writable=False)
+    if blocked:
+        raise UserError("output_dir", f"{run_dir} cannot be made: {blocked[0]} {blocked[1]}")
     if recipe.container is not None and ("," in text or ":" in text):
         raise UserError("output_dir", f"the run dir {text!r} is mounted into the container; it cannot hold ',' or ':'")
 
@@ -59,12 +69,13 @@ def planned(
 
 
 def plan_recipe(recipe: Recipe, recipe_path: Path, run_dir: str | Path | None = None, preflight: bool = False,
-                place=None) -> tuple[Plan, Path]:
-    """Check and plan a Recipe read from ``recipe_path`` (paths in it are relative to that file)."""
+                place=None, join: str | None = None) -> tuple[Plan, Path]:
+    """Check and plan a Recipe read from ``recipe_path`` (paths in it are relative to that file); ``join``: the
+    run dir a joiner job's servers register in (``slurmrl.plan.join``)."""
     run_dir = Path(run_dir).resolve() if run_dir else resolve_run_dir(recipe, preflight)
     run_dir = place(run_dir) if place else run_dir
     check_run_dir(recipe, run_dir)
-    p = plan(recipe, str(run_dir), preflight=preflight)
+    p = plan(recipe, str(run_dir), preflight=preflight, join=join)
     templates_dir(recipe, recipe_path)  # a missing templates_dir is bad input for `plan` too
     return p, run_dir
 

@@ -20,8 +20,10 @@ from slurmrl.charts import (
     terminal_chart,
     text_table,
 )
+from slurmrl.contract.bench_summary import BenchSummary
 from slurmrl.contract.metrics import EnvStats, OrchestratorRow, TrainerRow
 from slurmrl.errors import UserError
+from slurmrl.rundir.atomic import check_target, write_bytes
 from slurmrl.rundir.evals import Evaluation
 from slurmrl.rundir.metrics import Row
 from slurmrl.rundir.paths import RunDir
@@ -98,22 +100,32 @@ def eval_table(found: list[Evaluation]) -> list[str]:
     return text_table(rows)
 
 
-def plot_benchmark(path: Path, summary: dict) -> int:
-    print(benchmark_status_line(summary))
-    if summary.get("error"):
-        print(f"error: {summary['error']}")
-    if not summary.get("points"):
-        raise UserError(str(path), "the benchmark has no results yet")
-    print("\n".join(text_table(benchmark_rows(summary))))
-    png = RunDir(path).benchmark_plot()
-    if benchmark_png(summary, png, f"{path.name}: benchmark"):
-        print(f"wrote {png}")
-    else:
+def write_png(png: Path, data: bytes | None) -> None:
+    if data is None:
         print("(install matplotlib for the PNG: pip install matplotlib)")
+        return
+    write_bytes(png, data, umask=None)
+    print(f"wrote {png}")
+
+
+def plot_benchmark(path: Path, summary: BenchSummary) -> int:
+    if not summary.points:
+        print(benchmark_status_line(summary))
+        if summary.error:
+            print(f"error: {summary.error}")
+        raise UserError(str(path), "the benchmark has no results yet")
+    png = RunDir(path).benchmark_plot()
+    check_target(png)
+    print(benchmark_status_line(summary))
+    if summary.error:
+        print(f"error: {summary.error}")
+    print("\n".join(text_table(benchmark_rows(summary))))
+    write_png(png, benchmark_png(summary, f"{path.name}: benchmark"))
     return 0
 
 
 def plot(run_dir: str) -> int:
+    """Everything it shows is read, and where it writes looked at, before a line is printed or drawn."""
     path = Path(run_dir)
     bench = read_benchmark(path)
     paths = RunDir(path)
@@ -122,26 +134,24 @@ def plot(run_dir: str) -> int:
     points = read_rewards(path)
     if not points:
         raise UserError(str(path), "metrics/orchestrator.jsonl has no steps yet")
+    line = training_line(typed(OrchestratorRow.from_json, last_record(paths.metrics("orchestrator"))),
+                         typed(TrainerRow.from_json, last_record(paths.metrics("trainer"))))
+    trainer = read_typed(TrainerRow.from_json, paths.metrics("trainer"))
+    found = read_evaluations(path)
+    png = paths.reward_plot()
+    check_target(png)
     print(terminal_chart(points))
     first, last = points[: max(1, len(points) // 4)], points[-max(1, len(points) // 4):]
     mean = lambda xs: sum(y / len(xs) for _, y in xs)  # noqa: E731  (each term first: no overflow near 1e308)
     print(f"first quarter mean {short_number(mean(first), 0)} -> last quarter mean {short_number(mean(last), 0)}")
-    png = paths.reward_plot()
-    line = training_line(typed(OrchestratorRow.from_json, last_record(paths.metrics("orchestrator"))),
-                         typed(TrainerRow.from_json, last_record(paths.metrics("trainer"))))
     if line:
         print(f"latest: {line}")
-    found = read_evaluations(path)
     if found:
         print(f"evaluations ({found[-1].row.split or '?'} split, metrics/eval.jsonl):")
         print("\n".join(eval_table(found)))
     curves = {"eval reward (mean)": [(e.step, e.reward_mean) for e in found if e.reward_mean is not None],
               "eval pass@1": [(e.step, e.pass_at[1]) for e in found if 1 in e.pass_at]}
-    if png_chart(points, png, f"{path.name}: reward", read_typed(TrainerRow.from_json, paths.metrics("trainer")),
-                 {label: xy for label, xy in curves.items() if xy}):
-        print(f"wrote {png}")
-    else:
-        print("(install matplotlib for the PNG: pip install matplotlib)")
+    write_png(png, png_chart(points, f"{path.name}: reward", trainer, {label: xy for label, xy in curves.items() if xy}))
     return 0
 
 

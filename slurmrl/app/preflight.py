@@ -11,12 +11,14 @@ from pathlib import Path
 
 from slurmrl.app.job_outputs import failed_reason
 from slurmrl.contract import probe_report
-from slurmrl.contract.probe_report import ContainerObservation, ProbeReport, ReportError
+from slurmrl.contract.probe_report import ContainerObservation, ProbeReport
+from slurmrl.contract.reader import ContractError
 from slurmrl.errors import UserError
 from slurmrl.plan import Plan
 from slurmrl.plan.model import Component, Instance
 from slurmrl.plan.stored import load_plan
 from slurmrl.render.summary import table
+from slurmrl.rundir.notes import read_note
 from slurmrl.rundir.paths import RunDir
 from slurmrl.slurm import tools, topology
 from slurmrl.slurm.watch import Snapshot, Watch
@@ -137,7 +139,7 @@ def check_container(flags: tuple[str, ...], obs: ContainerObservation | None) ->
     a read-only or writable / when the plan says which, uid 0 with --container-remap-root and the
     job's uid without it, the home directory mounted with --container-mount-home, and the
     container directory pyxis_[<jobid>_]<name> with --container-name. The Pyxis test double
-    (tests/pyxis_double) runs no image: there its marker replaces /.lock and the name is not checked."""
+    (tests/support/pyxis_double) runs no image: there its marker replaces /.lock and the name is not checked."""
     want = container_plan(flags)
     double = obs is not None and bool(obs.test_double)
     inside = obs is not None and (bool(obs.enroot_lock) or double)
@@ -207,7 +209,7 @@ def read_reports(run_dir: Path) -> Reports:
     for f in RunDir(run_dir).preflight_reports():
         try:
             rep = probe_report.read(f)
-        except (OSError, ReportError) as e:
+        except (OSError, ContractError) as e:
             reports.unreadable[f.name] = f"unreadable report: {e}"
             continue
         reports.by_task[rep.task] = rep
@@ -265,6 +267,13 @@ def report_table(rows: list[Row]) -> str:
     return "\n".join(table(cells))
 
 
+def ended_by_the_slurmrl_check(run_dir: Path, attempt: int, reason: str | None) -> bool:
+    """Whether the job's FAILED ``reason`` is the last line of its first step, the check of slurmrl in
+    the image (slurmrl.contract.slurmrl_check): then no probe ran."""
+    said = read_note(RunDir(run_dir).slurmrl_check_log(attempt))
+    return bool(reason and said and said.splitlines()[-1] == reason)
+
+
 def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
     plan = load_plan(run_dir)
     if plan is None:
@@ -291,6 +300,11 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
         tools.call(["scancel", "--", job_id], check=False)
         print(f"slurmrl: preflight job {job_id} still {snap.state} after {timeout_s:.0f}s; cancelled it")
     tools.transport().pull(run_dir)  # --cluster: the probes' reports, written there
+    attempt = (RunDir(run_dir).attempts() or [0])[-1]
+    reason = failed_reason(run_dir, attempt)
+    if ended_by_the_slurmrl_check(run_dir, attempt, reason):  # one line: no slurmrl, or another, in the image
+        print(f"preflight FAILED: job {job_id} ended {snap.state}: {reason}")
+        return 1
     reports = read_reports(run_dir)
     hosts.add_reports(reports)
     rows = check(run_dir, plan, job_id, hosts.complete(watch, len(plan.groups)))
@@ -301,8 +315,6 @@ def wait_and_check(run_dir: Path, job_id: str, timeout_s: float) -> int:
         print(line)
     for problem in fabric_problems:
         print(f"preflight FAILED: {problem}")
-    attempt = (RunDir(run_dir).attempts() or [0])[-1]
-    reason = failed_reason(run_dir, attempt)
     if snap.state != "COMPLETED":
         print(f"preflight FAILED: job {job_id} ended {snap.state}" + (f": {reason}" if reason else ""))
     for r in bad:

@@ -21,7 +21,9 @@ from slurmrl import charts
 from slurmrl.app import report_data as rd
 from slurmrl.app.job_outputs import failed_reason, read_benchmark
 from slurmrl.app.sweep_dir import is_sweep_dir
+from slurmrl.contract.bench_summary import BenchSummary
 from slurmrl.errors import UserError
+from slurmrl.rundir.atomic import check_target, write_bytes, write_text
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.read import read_bytes
 from slurmrl.rundir.sweep_index import read_index
@@ -109,48 +111,59 @@ LATENCY_NOTE = ("Each point is a window's mean: the mean over the requests that 
 
 
 class Drawn(NamedTuple):
-    png: Path
+    png: bytes  # the chart as PNG, written beside the page
     svg: str  # the same chart as SVG text, for the page
     panels: list[charts.Panel]  # what it draws: the numbers under it
 
 
-def draw(d: rd.RunData, out_dir: Path) -> dict[str, Drawn | None]:
-    """Every panel's PNG in ``out_dir`` and its SVG (None where there is nothing to draw)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def chart_path(out_dir: Path, key: str) -> Path:
+    return out_dir / (RunDir.BENCHMARK_PLOT if key == "benchmark" else f"{key}.png")
+
+
+def draw(d: rd.RunData, bench: BenchSummary | None) -> dict[str, Drawn | None]:
+    """Every panel's PNG and SVG, in memory (None where there is nothing to draw)."""
     name = d.run.name
     made: dict[str, Drawn | None] = {}
     rows = [(f"attempt {a}", [(d.x(t), what) for t, what in events]) for a, events in d.phases]
     fig = charts.timeline_figure(f"{name}: phases", rows, XLABEL)
     phases: list[charts.Panel] = [(label, [(what, [x], []) for x, what in ev], "line") for label, ev in rows]
-    made["phases"] = Drawn(out_dir / "phases.png", charts.save(fig, out_dir / "phases.png", "phases"), phases) if fig else None
+    made["phases"] = Drawn(*charts.save(fig, "phases"), phases) if fig else None
     for key, panels in {**serving_panels(d), **training_panels(d)}.items():
-        path = out_dir / f"{key}.png"
         xlabel = "step" if key in ("step-split", "curves", "weight-sync") else XLABEL
         fig = charts.panels_figure(f"{name}: {TITLES[key]}", panels, xlabel)
-        made[key] = Drawn(path, charts.save(fig, path, key), [p for p in panels if charts.has_data(p[1])]) if fig else None
-    bench = read_benchmark(d.run.path)
+        made[key] = Drawn(*charts.save(fig, key), [p for p in panels if charts.has_data(p[1])]) if fig else None
     made["benchmark"] = None
-    if bench and bench.get("points"):
-        path = out_dir / RunDir.BENCHMARK_PLOT
-        fig = charts.benchmark_figure(bench, f"{name}: benchmark")
-        made["benchmark"] = Drawn(path, charts.save(fig, path, "benchmark"), bench_panels(bench))
-    for key, drawn in made.items():
-        if drawn is None:
-            (out_dir / (RunDir.BENCHMARK_PLOT if key == "benchmark" else f"{key}.png")).unlink(missing_ok=True)  # an earlier report's chart of data now gone
+    if bench and bench.points:
+        made["benchmark"] = Drawn(*charts.save(charts.benchmark_figure(bench, f"{name}: benchmark"), "benchmark"),
+                                  bench_panels(bench))
     return made
 
 
-def bench_panels(summary: dict) -> list[charts.Panel]:
+def write_charts(made: dict[str, Drawn | None], out_dir: Path) -> None:
+    """Each chart beside the page; an earlier report's chart of data now gone is removed."""
+    for key, drawn in made.items():
+        if drawn is not None:
+            write_bytes(chart_path(out_dir, key), drawn.png, umask=None)
+        else:
+            chart_path(out_dir, key).unlink(missing_ok=True)
+
+
+def targets(run: RunDir) -> list[Path]:
+    """Every file a report of ``run`` writes (or removes): looked at before anything is drawn."""
+    return [*(chart_path(run.report_dir(), key) for key in TITLES), run.report_page()]
+
+
+def bench_panels(summary: BenchSummary) -> list[charts.Panel]:
     """The benchmark's numbers as drawn: per metric, one series per (input, output) length against concurrency."""
-    lengths = sorted({(p.get("input_len"), p.get("output_len")) for p in summary["points"]}, key=str)
+    lengths = sorted({(p.get("input_len"), p.get("output_len")) for p in summary.points}, key=str)
     out: list[charts.Panel] = []
     for key, label in charts.BENCH_PANELS:
         series: list[charts.Series] = []
         for i, o in lengths:
-            pts = sorted((p["concurrency"], float(p[key])) for p in summary["points"]
+            pts = sorted((p["concurrency"], float(p[key])) for p in summary.points
                          if (p.get("input_len"), p.get("output_len")) == (i, o) and isinstance(p.get(key), (int, float))
                          and isinstance(p.get("concurrency"), int))
-            name = "trace" if i is None and o is None else f"in {i} / out {o}"
+            name = summary.series_name(i, o)
             series.append((name, [float(c) for c, _ in pts], [v for _, v in pts]))
         out.append((label, series, "line"))
     return out
@@ -200,18 +213,22 @@ def page(title: str, body: list[str]) -> str:
 
 
 def run_report(run_dir: Path) -> Path:
-    """Draw and write RUN_DIR/report/index.html; returns its path."""
+    """Draw and write RUN_DIR/report/index.html; returns its path. What it reads is read, and where it
+    writes is looked at, before anything is drawn."""
     run = RunDir(run_dir)
     d = rd.read_run(run)
-    made = draw(d, run.report_dir())
+    bench = read_benchmark(run.path)
+    failed = [(a, failed_reason(run.path, a)) for a, _ in d.phases]
+    for path in targets(run):
+        check_target(path)
+    made = draw(d, bench)
     body = [f"<p>run dir <code>{html.escape(str(run.path))}</code>, report of "
             f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {len(d.phases)} attempt(s), "
             f"{len(d.servers)} vLLM server scrape file(s), {len(d.orchestrator)} orchestrator and "
             f"{len(d.trainer)} trainer step(s).</p>"]
-    for a, _ in d.phases:
-        why = failed_reason(run.path, a)
-        if why:
-            body.append(f'<p class="failed">attempt {a} FAILED: {html.escape(why)}</p>')
+    if d.through():
+        body.append(f'<p class="restarts" id="restarts">{html.escape(d.through() or "")}</p>')
+    body += [f'<p class="failed">attempt {a} FAILED: {html.escape(why)}</p>' for a, why in failed if why]
     missing = [NOT_COLLECTED[SAME_SOURCE.get(k, k)] for k in TITLES if made.get(k) is None]
     if missing:
         body.append(f'<p class="none" id="not-collected">Not collected: {html.escape("; ".join(dict.fromkeys(missing)))}.</p>')
@@ -223,33 +240,33 @@ def run_report(run_dir: Path) -> Path:
         if key == "latency":
             inner = f'<p class="note">{html.escape(LATENCY_NOTE)}</p>' + inner + latency_table(d)
         body.append(f'<section id="panel-{key}"><h2>{html.escape(title)}</h2>{inner}</section>')
+    write_charts(made, run.report_dir())
     out = run.report_page()
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(page(f"slurmrl report: {run.name}", body))
-    tmp.replace(out)
+    write_text(out, page(f"slurmrl report: {run.name}", body), umask=None)
     return out
 
 
 def sweep_report(sweep_dir: Path) -> Path:
-    """Each point's report, then the sweep's page: one column per point, one row per panel."""
+    """Each point's report, then the sweep's page: one column per point, one row per panel. Every
+    file any of them writes is looked at first."""
     index = read_index(sweep_dir)
-    dirs = index.point_dirs(sweep_dir)
+    dirs = [d for d in index.point_dirs(sweep_dir) if d.is_dir()]
+    out = RunDir(sweep_dir).report_page()
+    for path in [out, *(t for d in dirs for t in targets(RunDir(d)))]:
+        check_target(path)
     for d in dirs:
-        if d.is_dir():
-            run_report(d)
+        run_report(d)
     head = "".join(f"<th>{html.escape(p.name)}<br><small>{html.escape(str(p.values))}</small></th>"
                    for p in index.points)
     rows = []
     for key, title in TITLES.items():
         cells = []
-        for d in dirs:
-            png = RunDir(d).report_dir() / (RunDir.BENCHMARK_PLOT if key == "benchmark" else f"{key}.png")
+        for d in index.point_dirs(sweep_dir):
+            png = chart_path(RunDir(d).report_dir(), key)
             cells.append(f"<td>{_img(png, f'{d.name}: {title}') if png.is_file() else '<span class=none>-</span>'}</td>")
         rows.append(f'<tr id="panel-{key}"><th>{html.escape(title)}</th>{"".join(cells)}</tr>')
-    out = RunDir(sweep_dir).report_page()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page(f"slurmrl report: sweep {index.name}",
-                        [f"<table><tr><th></th>{head}</tr>{''.join(rows)}</table>"]))
+    write_text(out, page(f"slurmrl report: sweep {index.name}",
+                         [f"<table><tr><th></th>{head}</tr>{''.join(rows)}</table>"]), umask=None)
     return out
 
 

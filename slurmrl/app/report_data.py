@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from slurmrl.app.job_outputs import read_evaluations, read_typed
+from slurmrl.contract import events
 from slurmrl.contract.metrics import OrchestratorRow, TrainerRow
 from slurmrl.rundir.evals import Evaluation
 from slurmrl.rundir.paths import RunDir
@@ -122,6 +123,15 @@ class RunData:
     orchestrator: dict[int, OrchestratorRow] = field(default_factory=dict)
     trainer: dict[int, TrainerRow] = field(default_factory=dict)
     evals: list[Evaluation] = field(default_factory=list)  # metrics/eval.jsonl
+    events: list[events.Event] = field(default_factory=list)  # events.jsonl: deaths, restarts, joins
+
+    def through(self) -> str | None:
+        """A result produced through restarts or dead servers says so: one sentence, None when there were none."""
+        count = {k: sum(1 for e in self.events if e.kind == k) for k in ("restarted", "dead")}
+        if not any(count.values()):
+            return None
+        return (f"Produced through {count['restarted']} restart(s) in place and {count['dead']} task(s) that died "
+                "for good (events.jsonl, lock.toml's [[lock.restarts]]; in the phases below).")
 
     def x(self, t: float) -> float:
         return t - (self.t0 or 0.0)
@@ -129,8 +139,10 @@ class RunData:
 
 def read_run(run: RunDir) -> RunData:
     d = RunData(run)
+    d.events = events.read(run.events)
     for a in run.attempts():
         found = [(float(t), what) for t, what in run.read_phases(a)]
+        found = sorted(found + [(e.time, event_phase(e)) for e in d.events if e.attempt == a])
         if found:
             d.phases.append((a, found))
     for a in run.scrape_attempts():
@@ -150,6 +162,12 @@ def read_run(run: RunDir) -> RunData:
                                                                       *d.others.values()) if s.times]
     d.t0 = min(starts) if starts else None
     return d
+
+
+def event_phase(e: events.Event) -> str:
+    """An event as a phase of its attempt: ``restarted inference.1 on n2: exited with code 137 (SIGKILL)``."""
+    who = e.component + (f".{e.task}" if e.task is not None else "")
+    return f"{e.kind} {who}{' on ' + e.node if e.node else ''}{': ' + e.cause if e.cause else ''}"
 
 
 def step_field(records: dict[int, R], get: Callable[[R], Any]) -> tuple[list[float], list[float]]:

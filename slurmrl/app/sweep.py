@@ -29,7 +29,7 @@ from slurmrl.app import sweep_grid
 from slurmrl.app.build import build_recipe, lock_text
 from slurmrl.app.diff import is_edited
 from slurmrl.app.plan import warn
-from slurmrl.app.submit import check_not_running, group_names, set_aside
+from slurmrl.app.submit import check_in_place, check_not_running, group_names, set_aside
 from slurmrl.app.sweep_dir import (
     check_not_submitted,
     default_sweep_dir,
@@ -43,11 +43,11 @@ from slurmrl.errors import UserError
 from slurmrl.recipe.sweep import MAX_SWEEP_POINTS
 from slurmrl.render.quoting import sbatch_value, shq
 from slurmrl.rundir import jobs, lockfile
+from slurmrl.rundir.atomic import folder_problem, missing_folders, remove_empty, write_text
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.read import read_text
 from slurmrl.rundir.text import is_one_line
 from slurmrl.rundir.undo import Changes
-from slurmrl.rundir.write import missing_folders, remove_empty
 from slurmrl.slurm import fit, tools
 from slurmrl.slurm.sbatch import sbatch
 from slurmrl.slurm.script import SHORT, read_groups
@@ -89,8 +89,10 @@ def render_points(recipe_path: str | Path, grid_items: list[str], overrides: Seq
     base, grid = sweep_grid.grid_of(data, grid_items)
     out_dir = Path(sweep_dir).resolve() if sweep_dir else default_sweep_dir(base.output_dir, base.name)
     problem = RunDir.pattern_problem(out_dir)
-    if problem:
-        raise UserError("--sweep-dir" if sweep_dir else "output_dir", problem)
+    blocked = folder_problem(out_dir, writable=False)
+    if problem or blocked:
+        raise UserError("--sweep-dir" if sweep_dir else "output_dir",
+                        problem or f"{out_dir} cannot be made: {' '.join(map(str, blocked or ()))}")
     check_not_submitted(out_dir)
     max_running = max_running or (base.sweep.max_running if base.sweep else None)
     rendered: dict[str, dict[str, str]] = {}
@@ -253,6 +255,7 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
         if not (d / RunDir.SCRIPT).is_file():
             raise UserError(str(d), "has no job.sbatch; render the sweep again")
         scripts[d.name] = read_text(d / RunDir.SCRIPT)
+        check_in_place(d, scripts[d.name], d)  # a sweep dir moved elsewhere: its points write into the old place
     for d in dirs:
         check_not_running(d)
     how = check_submission(sweep_dir, index, scripts, {d.name: group_names(d) for d in dirs}, max_running)
@@ -270,8 +273,7 @@ def submit_sweep(sweep_dir: str | Path, max_running: int | None = None) -> dict:
             set_aside(d, changes)
         changes.file(script)
         if how.mode == "array":
-            script.write_text(array_text)
-            script.chmod(0o700)
+            write_text(script, array_text, executable=True)  # 0o700
             array_id = sbatch([str(script)])
             record.update(mode="array", array_job=array_id)
             ids = [f"{array_id}_{i}" for i in range(len(dirs))]
@@ -311,6 +313,10 @@ def cmd_sweep(args) -> int:
         if not args.render_only:  # refused here: nothing written, nothing submitted
             check_submission(sweep_dir, sweep.index, {n: f[RunDir.SCRIPT] for n, f in sweep.points.items()},
                              dict(sweep.groups), max_running or sweep.index["max_running"])
+        changes = Changes()  # a refused submission puts an earlier render back as it was
+        if not args.render_only:
+            changes.tree(sweep_dir, {RunDir.SWEEP_INDEX, *sweep.points,
+                                     *(p.name for p in (sweep_dir.iterdir() if sweep_dir.is_dir() else []))})
         write_sweep_dir(sweep_dir, sweep.points, sweep.index)
         print(f"{sweep_dir}: {len(sweep.points)} point(s), one run dir each (index: {RunDir(sweep_dir).sweep_index})")
         if args.render_only:
@@ -319,10 +325,12 @@ def cmd_sweep(args) -> int:
         try:
             record = submit_sweep(sweep_dir, max_running)
         except UserError:
+            changes.rollback()
             if fresh:  # this call wrote it: a refused submission leaves nothing behind
                 shutil.rmtree(sweep_dir, ignore_errors=True)
                 remove_empty(fresh)  # nor the output folders it made for it
             raise
+        changes.commit()
         announce(sweep_dir, record)
         return 0
     announce(sweep_dir, submit_sweep(sweep_dir, max_running))

@@ -15,6 +15,7 @@ from slurmrl.app.sweep_dir import latest_job_ids
 from slurmrl.errors import UserError
 from slurmrl.render.summary import table
 from slurmrl.rundir import strict_json
+from slurmrl.rundir.atomic import check_target, write_bytes
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.sweep_index import read_index
 from slurmrl.slurm import tools
@@ -109,13 +110,17 @@ def sweep_plot(target: str) -> int:
                      f"{pts[-1][1]:.3f}" if pts else "-"])
         if pts:
             curves.append((f"{p.name}: {label}", pts))
-    print("\n".join(table(rows)))
     if not curves:
+        print("\n".join(table(rows)))
         raise UserError(str(sweep_dir), "no point has reward metrics (metrics/orchestrator.jsonl) yet")
     png = RunDir(sweep_dir).reward_plot()
-    if not charts.curves_png(curves, png, f"sweep {index.name}: reward per point"):
+    check_target(png)
+    print("\n".join(table(rows)))
+    data = charts.curves_png(curves, f"sweep {index.name}: reward per point")
+    if data is None:
         print("(install matplotlib for the PNG: pip install matplotlib)", file=sys.stderr)
         return 0
+    write_bytes(png, data, umask=None)
     print(f"wrote {png}")
     return 0
 

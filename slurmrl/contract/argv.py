@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
+from slurmrl.contract import restart_policy
+
 W = TypeVar("W")
 
 
@@ -72,6 +74,10 @@ class Supervise(Generic[W]):
     ready_workers: W | int | None = None
     ready_completion: str | None = None
     fail_on: tuple[str, ...] = ()  # the recipe's failure probes for this component (regexes)
+    restart: str | None = None  # a serving component's restart policy (slurmrl.contract.restart_policy); None: not a server
+    max_restarts: int | None = None
+    restart_backoff: int | None = None
+    worker_tasks: int | None = None  # a server spanning nodes: its tasks (consecutive ids) restart as one worker
     command: tuple[W, ...] = ()  # the planner appends the command itself (``to_argv`` ends with ``--``)
 
     def to_argv(self) -> list[W | str]:
@@ -81,6 +87,8 @@ class Supervise(Generic[W]):
         argv += flag("--ready-model", self.ready_model) + flag("--ready-instances", self.ready_instances)
         argv += flag("--ready-workers", self.ready_workers) + flag("--ready-completion", self.ready_completion)
         argv += [w for p in self.fail_on for w in ("--fail-on", p)]
+        argv += flag("--restart", self.restart) + flag("--max-restarts", self.max_restarts)
+        argv += flag("--restart-backoff", self.restart_backoff) + flag("--worker-tasks", self.worker_tasks)
         return [*argv, "--", *self.command]
 
     @classmethod
@@ -104,6 +112,18 @@ class Supervise(Generic[W]):
                         "the cause")
         ap.add_argument("--cuda-runtime", action="store_true",
                         help="put the CUDA runtime of the nvidia-cuda-runtime wheel (when installed) on LD_LIBRARY_PATH")
+        ap.add_argument("--restart", choices=restart_policy.MODES,
+                        help="a server: relaunch the command in place when it ends (on-failure: when it failed), "
+                        "and record each death and restart in RUN_DIR/events.jsonl")
+        ap.add_argument("--max-restarts", type=int, metavar="N",
+                        help=f"with --restart: at most N relaunches, then the task ends, recorded as dead "
+                        f"(default {restart_policy.DEFAULT_MAX_RESTARTS})")
+        ap.add_argument("--restart-backoff", type=int, metavar="SECONDS",
+                        help=f"with --restart: wait SECONDS before the first relaunch (default "
+                        f"{restart_policy.DEFAULT_BACKOFF_S}), doubling for each one after (at most {restart_policy.BACKOFF_CAP_S}s)")
+        ap.add_argument("--worker-tasks", type=int, metavar="N",
+                        help="with --restart: this task is one of N consecutive tasks of one server spanning nodes; "
+                        "they restart as a whole (every task's command ended, then all relaunched)")
         return ap
 
     @classmethod
@@ -112,7 +132,18 @@ class Supervise(Generic[W]):
         options, command = split_command(ap, argv, "the command")
         a = ap.parse_args(options)
         return Supervise(a.name, a.gpus, a.ready, a.heartbeat, a.cuda_runtime, a.ready_model, a.ready_instances,
-                         a.ready_workers, a.ready_completion, tuple(a.fail_on), command)
+                         a.ready_workers, a.ready_completion, tuple(a.fail_on), a.restart, a.max_restarts,
+                         a.restart_backoff, a.worker_tasks, command)
+
+    def restart_policy(self) -> restart_policy.Policy | None:
+        """The parsed policy (None: not a server, no events); parsed words only (``Supervise[str]``)."""
+        if self.restart is None:
+            return None
+        return restart_policy.Policy(
+            self.restart,
+            restart_policy.DEFAULT_MAX_RESTARTS if self.max_restarts is None else int(self.max_restarts),
+            restart_policy.DEFAULT_BACKOFF_S if self.restart_backoff is None else int(self.restart_backoff),
+        )
 
 
 @dataclass(frozen=True)
@@ -146,6 +177,11 @@ class Guard:
         if unknown:
             return None
         return Guard(tuple(argv[cut + 1:]), a.ended, a.serves, tuple(a.fail_on))
+
+
+# vLLM's ``--middleware`` on every server that needs the job's secret (every path but /health and /metrics):
+# the planner writes it, ``slurmrl.runtime.gates.job_auth`` is it, `slurmrl status` finds it in job.sbatch
+AUTH_MIDDLEWARE = "slurmrl.runtime.gates.job_auth.RequireJobSecret"
 
 
 @dataclass(frozen=True)

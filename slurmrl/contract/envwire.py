@@ -20,7 +20,8 @@ object per line over the child's stdin and stdout:
 made some); a score request's are the conversation after the prompt. The model's tokens never cross
 this boundary: the orchestrator samples them (token ids and logprobs from the engine) and sends the
 environment only the text it scores. ``to_json`` writes one line; ``from_json`` reads one back and
-raises ``WireError`` naming the key that is missing or of the wrong type.
+raises the kit's ``ContractError`` (``slurmrl.contract.reader``) naming the key that is missing or of
+the wrong type.
 """
 
 from __future__ import annotations
@@ -29,25 +30,41 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from slurmrl.contract.reader import (
+    TEXT,
+    TOP,
+    WHOLE,
+    ContractError,
+    Reader,
+    Wrong,
+    kind,
+    list_of,
+    loads,
+    number,
+    table_of,
+)
 
-class WireError(ValueError):
-    """A line that is not one of these messages: one line naming the key."""
+SOURCE = "environment message"  # how an error names a line of the wire
 
 
-def _get(data: dict, key: str, kind: type | tuple[type, ...]) -> Any:
+def _get(data: dict, key: str, read: Reader) -> Any:
     if key not in data:
-        raise WireError(f"environment message {data.get('op')!r} has no {key!r}")
-    value = data[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise WireError(f"environment message {data.get('op')!r}: {key!r} is {type(value).__name__}")
+        raise Wrong(key, "is missing")
+    return read(data[key], key)
+
+
+def _table(value: Any, key: str) -> dict:
+    return table_of(lambda v, _: v)(value, key)
+
+
+def _message(value: Any, key: str) -> dict:
+    if not isinstance(value, dict) or not isinstance(value.get("role"), str):
+        raise Wrong(key, "must be an object with a 'role'")
     return value
 
 
-def _messages(data: dict) -> list[dict]:
-    msgs = _get(data, "messages", list)
-    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in msgs):
-        raise WireError(f"environment message {data.get('op')!r}: 'messages' must be objects with a 'role'")
-    return msgs
+def _score(value: Any, key: str) -> float | None:
+    return None if value is None else number(value, key)
 
 
 @dataclass(frozen=True)
@@ -105,6 +122,7 @@ class Failed:
 
 
 Message = Load | Loaded | Tasks | TaskList | Score | Scored | Failed
+OPS = (Load, Loaded, Tasks, TaskList, Score, Scored, Failed)
 
 
 def to_json(msg: Message) -> str:
@@ -112,40 +130,38 @@ def to_json(msg: Message) -> str:
     return json.dumps({"op": msg.op, **asdict(msg)}, separators=(",", ":"))
 
 
-def _task(data: Any) -> WireTask:
+def _task(data: Any, key: str) -> WireTask:
     if not isinstance(data, dict):
-        raise WireError("environment message 'task_list': each task must be an object")
-    data = {"op": "task_list", **data}
-    return WireTask(_get(data, "index", int), _get(data, "key", str), _messages(data))
+        raise Wrong(key, f"must be an object, got {kind(data)}")
+    return WireTask(_get(data, "index", WHOLE), _get(data, "key", TEXT),
+                    list(_get(data, "messages", list_of(_message))))
+
+
+def _read(op: Any, data: dict) -> Message:
+    if op == "load":
+        return Load(_get(data, "taskset", TEXT), _get(data, "args", _table))
+    if op == "loaded":
+        return Loaded(_get(data, "count", WHOLE), _get(data, "taskset", TEXT), _get(data, "version", TEXT))
+    if op == "tasks":
+        return Tasks(list(_get(data, "indices", list_of(WHOLE))))
+    if op == "task_list":
+        return TaskList([_task(t, f"tasks[{i}]") for i, t in enumerate(_get(data, "tasks", list_of(lambda v, _: v)))])
+    if op == "score":
+        return Score(_get(data, "index", WHOLE), list(_get(data, "messages", list_of(_message))))
+    if op == "scored":
+        return Scored(_get(data, "reward", number), _get(data, "rewards", table_of(_score)))
+    if op == "failed":
+        return Failed(_get(data, "error", TEXT))
+    raise Wrong("op", f"is none of {', '.join(m.op for m in OPS)}: {op!r}")
 
 
 def from_json(line: str) -> Message:
-    """The message on ``line``; ``WireError`` when it is none of them."""
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise WireError(f"environment message is not JSON ({e.msg}): {line[:120]!r}") from None
+    """The message on ``line``; the kit's ``ContractError`` naming the key when it is none of them."""
+    data = loads(line, SOURCE)
     if not isinstance(data, dict):
-        raise WireError(f"environment message is not an object: {line[:120]!r}")
+        raise ContractError(SOURCE, TOP, f"must be an object, got {kind(data)}")
     op = data.get("op")
-    if op == "load":
-        return Load(_get(data, "taskset", str), _get(data, "args", dict))
-    if op == "loaded":
-        return Loaded(_get(data, "count", int), _get(data, "taskset", str), _get(data, "version", str))
-    if op == "tasks":
-        indices = _get(data, "indices", list)
-        if not all(type(i) is int for i in indices):
-            raise WireError("environment message 'tasks': 'indices' must be whole numbers")
-        return Tasks(indices)
-    if op == "task_list":
-        return TaskList([_task(t) for t in _get(data, "tasks", list)])
-    if op == "score":
-        return Score(_get(data, "index", int), _messages(data))
-    if op == "scored":
-        rewards = _get(data, "rewards", dict)
-        if not all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in rewards.values()):
-            raise WireError("environment message 'scored': 'rewards' must map names to numbers")
-        return Scored(float(_get(data, "reward", (int, float))), rewards)
-    if op == "failed":
-        return Failed(_get(data, "error", str))
-    raise WireError(f"environment message has unknown op {op!r}")
+    try:
+        return _read(op, data)
+    except Wrong as e:
+        raise e.at(f"{SOURCE} {op!r}") from None

@@ -1,14 +1,15 @@
 """Metric rows: one JSON object per line in ``RUN_DIR/metrics/<role>.jsonl`` (standard library only).
 
 The orchestrator writes ``OrchestratorRow`` (``metrics/orchestrator.jsonl``) and ``EvalRow``
-(``metrics/eval.jsonl``); the trainer writes the keys of ``TrainerRow`` (``metrics/trainer.jsonl``);
+(``metrics/eval.jsonl``); the trainer writes ``TrainerRow`` (``metrics/trainer.jsonl``);
 `slurmrl status`, `plot` and `report` read them back through the same classes. Every key is spelled
 once, as a field name; a family of keys under one prefix is a typed group (``judge/...``: ``JudgeStats``,
 ``env/...``: ``EnvStats``) or a mapping (``trainer/...``: the trainer's newest row as the orchestrator
-saw it; ``pass@K``: pass@k by k).
+saw it; ``pass@K``: pass@k by k; ``served/URL``: rollouts by the URL that served them).
 
 Writing (``to_json``) keeps the files as they always were: fields in the writer's order, a field
-marked ``omit`` left out when None (``sleep_s`` of a run without the hybrid engine), every other None
+marked ``omit`` left out when None (``sleep_s`` of a run without the hybrid engine; every field of the
+trainer's row), every other None
 written as null, NaN and infinities as Python's json writes them. Reading (``from_json``) takes any row a
 run ever wrote: a number field holds the number as written (NaN and infinities too) or None (absent,
 null, not a number); a text field its text or None; keys no field names are kept in ``extra``.
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Self
 
 Number = int | float
-JUDGE, ENV, TRAINER, PASS = "judge/", "env/", "trainer/", "pass@"
+JUDGE, ENV, TRAINER, PASS, SERVED = "judge/", "env/", "trainer/", "pass@", "served/"
 _PASS_K = re.compile(r"^pass@([1-9][0-9]{0,5})$")
 
 
@@ -131,8 +132,9 @@ def _extra(cls, data: dict, families: tuple[str, ...]) -> dict:
 @dataclass(frozen=True)
 class OrchestratorRow:
     """One training batch (``metrics/orchestrator.jsonl``): its step, the policy that generated it and the
-    lag, the rewards, the size, where its time went, the judge's and the environment's figures, and the
-    trainer's newest row (``trainer/...``)."""
+    lag, the rewards, the size, where its time went, the judge's and the environment's figures, the servers
+    live when it was written, the requests sent again after a server failed, the rollouts each server (or the
+    router) served (``served/URL``), and the trainer's newest row (``trainer/...``)."""
 
     step: int
     policy_step: Number | None = _num()
@@ -150,69 +152,77 @@ class OrchestratorRow:
     reload_s: Number | None = _num()
     sleep_s: Number | None = _num(omit=True)
     score_s: Number | None = _num()
+    servers_live: Number | None = _num(omit=True)
+    resent: Number | None = _num(omit=True)
     judge: JudgeStats | None = None
     env: EnvStats | None = None
     time: Number | None = _num()
+    served: dict[str, Number | None] = field(default_factory=dict)
     trainer: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         flat = _flat(self)
         head = {k: v for k, v in flat.items() if k != "time"}
-        return {**head, **_groups(self), "time": self.time, **{TRAINER + k: v for k, v in self.trainer.items()},
-                **self.extra}
+        return {**head, **_groups(self), **{SERVED + k: v for k, v in self.served.items()}, "time": self.time,
+                **{TRAINER + k: v for k, v in self.trainer.items()}, **self.extra}
 
     @classmethod
     def from_json(cls, data: dict, step: int) -> OrchestratorRow:
         return cls(step=step, **{k: v for k, v in _fields_of(cls, data).items() if k != "step"},
                    judge=JudgeStats.from_json(data), env=EnvStats.from_json(data),
-                   trainer=_prefixed(data, TRAINER), extra=_extra(cls, data, (JUDGE, ENV, TRAINER)))
+                   served={k: number(v) for k, v in _prefixed(data, SERVED).items()},
+                   trainer=_prefixed(data, TRAINER), extra=_extra(cls, data, (JUDGE, ENV, TRAINER, SERVED)))
 
 
 @dataclass(frozen=True)
 class TrainerRow:
     """One optimizer step (``metrics/trainer.jsonl``). SFT rows carry ``epoch``; RL rows the KL, entropy,
-    clip and reward figures and the policy the batch came from; CUDA memory fields on a GPU only."""
+    clip and reward figures and the policy the batch came from; CUDA memory fields on a GPU only. The
+    trainer writes it through ``to_json``, which leaves out every field its step did not measure (None)."""
 
     step: int
     kind: str | None = _str()
-    loss: Number | None = _num()
-    kl: Number | None = _num()
-    kl_max: Number | None = _num()
-    kl_inference: Number | None = _num()
-    kl_inference_max: Number | None = _num()
-    entropy: Number | None = _num()
-    clip_frac: Number | None = _num()
-    masked_frac: Number | None = _num()
-    ratio_mean: Number | None = _num()
-    tokens: Number | None = _num()
-    target_tokens: Number | None = _num()
-    epoch: Number | None = _num()
-    samples: Number | None = _num()
-    reward_mean: Number | None = _num()
-    reward_std: Number | None = _num()
-    reward_min: Number | None = _num()
-    reward_max: Number | None = _num()
-    policy_step: Number | None = _num()
-    cpu_rss_gib: Number | None = _num()
-    cpu_rss_peak_gib: Number | None = _num()
-    cuda_mem_allocated_gib: Number | None = _num()
-    cuda_mem_reserved_gib: Number | None = _num()
-    cuda_mem_peak_gib: Number | None = _num()
-    model_tflops_per_device: Number | None = _num()
-    mfu: Number | None = _num()
-    grad_norm: Number | None = _num()
-    lr: Number | None = _num()
-    tokens_per_s: Number | None = _num()
-    step_time_s: Number | None = _num()
-    wait_s: Number | None = _num()
-    publish_s: Number | None = _num()
-    sync_s: Number | None = _num()
-    sync_background_s: Number | None = _num()  # seconds the previous step's publish ran beside this one
-    sync_share: Number | None = _num()
-    time: Number | None = _num()
-    off_policy_lag: Number | None = _num()
+    loss: Number | None = _num(omit=True)
+    kl: Number | None = _num(omit=True)
+    kl_max: Number | None = _num(omit=True)
+    kl_inference: Number | None = _num(omit=True)
+    kl_inference_max: Number | None = _num(omit=True)
+    entropy: Number | None = _num(omit=True)
+    clip_frac: Number | None = _num(omit=True)
+    masked_frac: Number | None = _num(omit=True)
+    ratio_mean: Number | None = _num(omit=True)
+    tokens: Number | None = _num(omit=True)
+    target_tokens: Number | None = _num(omit=True)
+    epoch: Number | None = _num(omit=True)
+    samples: Number | None = _num(omit=True)
+    reward_mean: Number | None = _num(omit=True)
+    reward_std: Number | None = _num(omit=True)
+    reward_min: Number | None = _num(omit=True)
+    reward_max: Number | None = _num(omit=True)
+    policy_step: Number | None = _num(omit=True)
+    cpu_rss_gib: Number | None = _num(omit=True)
+    cpu_rss_peak_gib: Number | None = _num(omit=True)
+    cuda_mem_allocated_gib: Number | None = _num(omit=True)
+    cuda_mem_reserved_gib: Number | None = _num(omit=True)
+    cuda_mem_peak_gib: Number | None = _num(omit=True)
+    model_tflops_per_device: Number | None = _num(omit=True)
+    mfu: Number | None = _num(omit=True)
+    grad_norm: Number | None = _num(omit=True)
+    lr: Number | None = _num(omit=True)
+    tokens_per_s: Number | None = _num(omit=True)
+    step_time_s: Number | None = _num(omit=True)
+    wait_s: Number | None = _num(omit=True)
+    publish_s: Number | None = _num(omit=True)
+    sync_s: Number | None = _num(omit=True)
+    sync_background_s: Number | None = _num(omit=True)  # seconds the previous step's publish ran beside this one
+    sync_share: Number | None = _num(omit=True)
+    time: Number | None = _num(omit=True)
+    off_policy_lag: Number | None = _num(omit=True)
     extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {**_flat(self), **self.extra}
 
     @classmethod
     def from_json(cls, data: dict, step: int) -> TrainerRow:

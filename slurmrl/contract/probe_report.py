@@ -14,94 +14,43 @@ for no NVLink domain or the node has no nvidia-smi), read by ``slurmrl.slurm.top
 
 Each key is spelled once, as a field name below: ``to_json`` writes every field in order (a null as
 null: nothing is left out), ``from_json`` reads them back and names the file and the key that is
-missing or of the wrong type in a one-line ``ReportError``.
+missing or of the wrong type in a one-line ``ContractError`` (``slurmrl.contract.reader``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
+from slurmrl.contract.reader import (
+    FLAG,
+    TEXT,
+    WHOLE,
+    ContractError,
+    Wrong,
+    fields_of,
+    kind,
+    list_of,
+    loads,
+    or_null,
+    parse,
+    spec,
+    table_of,
+)
 
-Reader = Callable[[Any, str], Any]
 JOB_ID = "SLURM_JOB_ID"
 # the job's variables a report's ``env`` holds (those set in the step)
 REPORTED_ENV = (JOB_ID, "SLURM_NODEID", "SLURM_LOCALID", "SLURM_PROCID", "SLURM_STEP_GPUS", job_env.PORT_BASE,
                 job_env.ATTEMPT)
 
 
-class ReportError(ValueError):
-    """A probe report that breaks the contract: one line naming the file and the key."""
-
-
-class _Bad(Exception):
-    def __init__(self, key: str, what: str):
-        super().__init__(key, what)
-        self.key, self.what = key, what
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _exactly(kind: type, words: str) -> Reader:
-    """A JSON scalar of exactly ``kind`` (a boolean is not a whole number, nor the other way round)."""
-    def read(value: Any, key: str) -> Any:
-        if type(value) is not kind:
-            raise _Bad(key, f"must be {words}, got {_kind(value)}")
-        return value
-    return read
-
-
-_TEXT, _WHOLE, _FLAG = _exactly(str, "a string"), _exactly(int, "a whole number"), _exactly(bool, "true or false")
-
-
-def _or_null(read: Reader) -> Reader:
-    return lambda value, key: None if value is None else read(value, key)
-
-
-def _list(item: Reader) -> Reader:
-    def read(value: Any, key: str) -> tuple:
-        if not isinstance(value, (list, tuple)):
-            raise _Bad(key, f"must be a list, got {_kind(value)}")
-        return tuple(item(x, f"{key}[{i}]") for i, x in enumerate(value))
-    return read
-
-
-def _table(item: Reader) -> Reader:
-    def read(value: Any, key: str) -> dict:
-        if not isinstance(value, dict):
-            raise _Bad(key, f"must be an object, got {_kind(value)}")
-        return {k: item(v, f"{key}.{k}") for k, v in value.items()}
-    return read
-
-
 def _mode(value: Any, key: str) -> str:
     if value not in ("ro", "rw"):
-        raise _Bad(key, f"must be \"ro\" or \"rw\", got {value!r}")
+        raise Wrong(key, f"must be \"ro\" or \"rw\", got {value!r}")
     return value
-
-
-def _spec(read: Reader) -> dict:
-    return {"read": read}
-
-
-def _fields_of(cls, data: Any, where: str) -> dict[str, Any]:
-    """``cls``'s fields from the JSON object ``data``: every key must be there (its value may be null
-    only where the field's reader allows it)."""
-    if not isinstance(data, dict):
-        raise _Bad(where or "(top)", f"must be an object, got {_kind(data)}")
-    values = {}
-    for f in fields(cls):
-        key = f"{where}.{f.name}" if where else f.name
-        if f.name not in data:
-            raise _Bad(key, "is missing")
-        values[f.name] = f.metadata["read"](data[f.name], key)
-    return values
 
 
 def _plain(value: Any) -> Any:
@@ -124,19 +73,19 @@ class ContainerObservation:
     """What a step sees of its container (``slurmrl.runtime.steps.container`` explains each key).
     A look that failed in the step is None here and a line in ``errors``."""
 
-    errors: tuple[str, ...] = field(default=(), metadata=_spec(_list(_TEXT)))
-    enroot_lock: bool | None = field(default=None, metadata=_spec(_or_null(_FLAG)))  # enroot's /.lock is there
-    rootfs: str | None = field(default=None, metadata=_spec(_or_null(_TEXT)))  # the root of the / mount
-    rootfs_type: str | None = field(default=None, metadata=_spec(_or_null(_TEXT)))
-    mounts: dict[str, str] = field(default_factory=dict, metadata=_spec(_table(_mode)))  # point -> "ro" | "rw"
-    readonly_root: bool | None = field(default=None, metadata=_spec(_or_null(_FLAG)))
-    cwd: str | None = field(default=None, metadata=_spec(_or_null(_TEXT)))
-    uid: int = field(metadata=_spec(_WHOLE))
-    gid: int = field(metadata=_spec(_WHOLE))
-    uid_map: str | None = field(default=None, metadata=_spec(_or_null(_TEXT)))  # first line of /proc/self/uid_map
-    job_uid: str | None = field(default=None, metadata=_spec(_or_null(_TEXT)))  # SLURM_JOB_UID
-    home: str | None = field(default=None, metadata=_spec(_or_null(_TEXT)))  # HOME
-    test_double: str | None = field(default=None, metadata=_spec(_or_null(_TEXT)))  # the Pyxis test double's marker
+    errors: tuple[str, ...] = field(default=(), metadata=spec(list_of(TEXT)))
+    enroot_lock: bool | None = field(default=None, metadata=spec(or_null(FLAG)))  # enroot's /.lock is there
+    rootfs: str | None = field(default=None, metadata=spec(or_null(TEXT)))  # the root of the / mount
+    rootfs_type: str | None = field(default=None, metadata=spec(or_null(TEXT)))
+    mounts: dict[str, str] = field(default_factory=dict, metadata=spec(table_of(_mode)))  # point -> "ro" | "rw"
+    readonly_root: bool | None = field(default=None, metadata=spec(or_null(FLAG)))
+    cwd: str | None = field(default=None, metadata=spec(or_null(TEXT)))
+    uid: int = field(metadata=spec(WHOLE))
+    gid: int = field(metadata=spec(WHOLE))
+    uid_map: str | None = field(default=None, metadata=spec(or_null(TEXT)))  # first line of /proc/self/uid_map
+    job_uid: str | None = field(default=None, metadata=spec(or_null(TEXT)))  # SLURM_JOB_UID
+    home: str | None = field(default=None, metadata=spec(or_null(TEXT)))  # HOME
+    test_double: str | None = field(default=None, metadata=spec(or_null(TEXT)))  # the Pyxis test double's marker
 
     def to_json(self) -> dict[str, Any]:
         return _json(self)
@@ -144,7 +93,7 @@ class ContainerObservation:
     @classmethod
     def from_json(cls, data: Any, source: str) -> ContainerObservation:
         """The observation in ``data`` (decoded JSON) from ``source`` (for the error)."""
-        return _from(cls, data, source)
+        return parse(cls, data, source)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,35 +119,35 @@ class NodeFabric:
 
 def _fabric(value: Any, key: str) -> NodeFabric:
     if not isinstance(value, dict):
-        raise _Bad(key, f"must be an object, got {_kind(value)}")
+        raise Wrong(key, f"must be an object, got {kind(value)}")
     if "error" in value:
-        return NodeFabric(error=_TEXT(value["error"], f"{key}.error"))
+        return NodeFabric(error=TEXT(value["error"], f"{key}.error"))
     for name in ("gpus", "domains"):
         if name not in value:
-            raise _Bad(f"{key}.{name}", "is missing")
-    return NodeFabric(gpus=_list(_table(_TEXT))(value["gpus"], f"{key}.gpus"),
-                      domains=_list(_TEXT)(value["domains"], f"{key}.domains"))
+            raise Wrong(f"{key}.{name}", "is missing")
+    return NodeFabric(gpus=list_of(table_of(TEXT))(value["gpus"], f"{key}.gpus"),
+                      domains=list_of(TEXT)(value["domains"], f"{key}.domains"))
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProbeReport:
     """One probe's report: where its task ran and what it saw (see the module's note for each key)."""
 
-    component: str = field(metadata=_spec(_TEXT))
-    rank: int = field(metadata=_spec(_WHOLE))
-    host: str = field(metadata=_spec(_TEXT))
-    node: int = field(metadata=_spec(_WHOLE))  # the plan's node index within the component's het group
-    local: int = field(metadata=_spec(_WHOLE))  # the plan's task index on that node
-    gpus_seen: tuple[str, ...] = field(metadata=_spec(_list(_TEXT)))  # CUDA_VISIBLE_DEVICES as the step began
-    gpus: tuple[str, ...] = field(metadata=_spec(_list(_TEXT)))  # the ids kept at the plan's positions
-    gpu_positions: tuple[int, ...] = field(metadata=_spec(_list(_WHOLE)))  # the plan's
-    ports: dict[str, int] = field(metadata=_spec(_table(_WHOLE)))  # purpose -> port bound
+    component: str = field(metadata=spec(TEXT))
+    rank: int = field(metadata=spec(WHOLE))
+    host: str = field(metadata=spec(TEXT))
+    node: int = field(metadata=spec(WHOLE))  # the plan's node index within the component's het group
+    local: int = field(metadata=spec(WHOLE))  # the plan's task index on that node
+    gpus_seen: tuple[str, ...] = field(metadata=spec(list_of(TEXT)))  # CUDA_VISIBLE_DEVICES as the step began
+    gpus: tuple[str, ...] = field(metadata=spec(list_of(TEXT)))  # the ids kept at the plan's positions
+    gpu_positions: tuple[int, ...] = field(metadata=spec(list_of(WHOLE)))  # the plan's
+    ports: dict[str, int] = field(metadata=spec(table_of(WHOLE)))  # purpose -> port bound
     container: ContainerObservation = field(
-        metadata=_spec(lambda v, key: ContainerObservation(**_fields_of(ContainerObservation, v, key))))
-    env: dict[str, str] = field(metadata=_spec(_table(_TEXT)))  # the job's variables the probe reports
-    allocation: dict[str, str] = field(metadata=_spec(_table(_TEXT)))  # het group -> node list
-    errors: tuple[str, ...] = field(metadata=_spec(_list(_TEXT)))
-    fabric: NodeFabric | None = field(metadata=_spec(_or_null(_fabric)))
+        metadata=spec(lambda v, key: ContainerObservation(**fields_of(ContainerObservation, v, key))))
+    env: dict[str, str] = field(metadata=spec(table_of(TEXT)))  # the job's variables the probe reports
+    allocation: dict[str, str] = field(metadata=spec(table_of(TEXT)))  # het group -> node list
+    errors: tuple[str, ...] = field(metadata=spec(list_of(TEXT)))
+    fabric: NodeFabric | None = field(metadata=spec(or_null(_fabric)))
 
     @property
     def task(self) -> tuple[str, int]:
@@ -223,21 +172,14 @@ class ProbeReport:
     @classmethod
     def from_json(cls, data: Any, source: str) -> ProbeReport:
         """The report in ``data`` (decoded JSON) read from ``source`` (the file, for the error)."""
-        return _from(cls, data, source)
-
-
-def _from(cls, data: Any, source: str):
-    try:
-        return cls(**_fields_of(cls, data, ""))
-    except _Bad as e:
-        raise ReportError(f"{source}: key {e.key!r} {e.what}") from None
+        return parse(cls, data, source)
 
 
 def read(path: Path) -> ProbeReport:
-    """The report in the file at ``path`` (ReportError naming it, for text that is not JSON too;
+    """The report in the file at ``path`` (ContractError naming it, for text that is not JSON too;
     OSError as it comes)."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise ReportError(f"{path}: not JSON: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    return ProbeReport.from_json(data, str(path))
+        text = Path(path).read_text()
+    except UnicodeDecodeError as e:
+        raise ContractError(str(path), None, f"not JSON: {e}") from None
+    return ProbeReport.from_json(loads(text, str(path)), str(path))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Generic
 
 from slurmrl.contract.argv import W, flag, split_command, value_after
+from slurmrl.contract.bench_summary import GRID, SESSIONS, TRACE
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class WeightServers(Generic[W]):
 
 
 @dataclass(frozen=True)
-class Trainer(Generic[W]):
+class TrainerArgs(Generic[W]):
     """``python -m slurmrl.runtime.trainer --config TOML [--weight-servers RANKS URL...]...
     [--weight-master HOST:PORT --weight-world-size N]`` (under torchrun); the ``--weight-*`` with
     ``trainer.weight_sync`` by broadcast only."""
@@ -52,7 +53,7 @@ class Trainer(Generic[W]):
         return ap
 
     @classmethod
-    def parse(cls, argv: Sequence[str]) -> Trainer[str]:
+    def parse(cls, argv: Sequence[str]) -> TrainerArgs[str]:
         ap = cls.parser()
         a = ap.parse_args(list(argv))
         groups = []
@@ -64,7 +65,7 @@ class Trainer(Generic[W]):
             host, _, port = a.weight_master.rpartition(":")
             if not host or not port.isdigit():
                 ap.error(f"--weight-master {a.weight_master}: HOST:PORT")
-        return Trainer(a.config, tuple(groups), a.weight_master, a.weight_world_size)
+        return TrainerArgs(a.config, tuple(groups), a.weight_master, a.weight_world_size)
 
     @property
     def master(self) -> tuple[str, int]:
@@ -74,7 +75,7 @@ class Trainer(Generic[W]):
 
 
 @dataclass(frozen=True)
-class Orchestrator(Generic[W]):
+class OrchestratorArgs(Generic[W]):
     """``python -m slurmrl.runtime.orchestrator --config TOML --requests-url URL... --admin-urls URL...
     [--judge-urls URL...]``."""
 
@@ -90,7 +91,7 @@ class Orchestrator(Generic[W]):
         return argv + (["--judge-urls", *self.judge_urls] if self.judge_urls else [])
 
     @classmethod
-    def parse(cls, argv: Sequence[str] | None = None, description: str = "") -> Orchestrator[str]:
+    def parse(cls, argv: Sequence[str] | None = None, description: str = "") -> OrchestratorArgs[str]:
         """``argv`` (default: this process's); URLs without a trailing slash."""
         ap = argparse.ArgumentParser(prog=f"python -m {cls.MODULE}", description=description)
         ap.add_argument("--config", required=True, help="RUN_DIR/components/orchestrator.toml")
@@ -101,7 +102,7 @@ class Orchestrator(Generic[W]):
         ap.add_argument("--judge-urls", nargs="+", default=[], metavar="URL",
                         help="every judge server, when the job has a [judge] (rewards are scored through it)")
         a = ap.parse_args(None if argv is None else list(argv))
-        return Orchestrator(a.config, tuple(u.rstrip("/") for u in a.requests_url),
+        return OrchestratorArgs(a.config, tuple(u.rstrip("/") for u in a.requests_url),
                             tuple(u.rstrip("/") for u in a.admin_urls), tuple(a.judge_urls))
 
 
@@ -113,7 +114,7 @@ def _target(word: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class Collector(Generic[W]):
+class CollectorArgs(Generic[W]):
     """``python -m slurmrl.runtime.collector [--interval S] [--max-mb MB] [--ready COMPONENT]...
     [--target NAME=URL]...``."""
 
@@ -130,7 +131,7 @@ class Collector(Generic[W]):
         return argv + [w for t in self.targets for w in ("--target", t)]
 
     @classmethod
-    def parse(cls, argv: Sequence[str] | None = None, description: str = "") -> Collector[str]:
+    def parse(cls, argv: Sequence[str] | None = None, description: str = "") -> CollectorArgs[str]:
         ap = argparse.ArgumentParser(prog=f"python -m {cls.MODULE}", description=description)
         ap.add_argument("--interval", type=float, default=10.0, help="seconds between two scrapes")
         ap.add_argument("--max-mb", type=int, default=512, help="megabytes the scraped files may take in all")
@@ -139,7 +140,7 @@ class Collector(Generic[W]):
         ap.add_argument("--target", action="append", default=[], type=_target, metavar="NAME=URL",
                         help="scrape this URL as NAME")
         a = ap.parse_args(None if argv is None else list(argv))
-        return Collector(a.interval, a.max_mb, tuple(a.ready), tuple(f"{n}={u}" for n, u in a.target))
+        return CollectorArgs(a.interval, a.max_mb, tuple(a.ready), tuple(f"{n}={u}" for n, u in a.target))
 
     @property
     def target_urls(self) -> dict[str, str]:
@@ -148,7 +149,7 @@ class Collector(Generic[W]):
 
 
 @dataclass(frozen=True)
-class Bench(Generic[W]):
+class BenchArgs(Generic[W]):
     """``python -m slurmrl.runtime.bench --out DIR --concurrencies N... --input-lens N... --output-lens N...
     [--timeout S] [--then stop|serve] -- VLLM_BENCH_SERVE_ARGS...``: the grid. A trace replay
     (``--dataset-name timed_trace`` among vLLM's arguments) has no lengths (the trace's) and its
@@ -177,7 +178,7 @@ class Bench(Generic[W]):
         return [*argv, "--timeout", str(self.timeout), "--then", self.then, "--", *self.vllm_args]
 
     @classmethod
-    def parse(cls, argv: Sequence[str], description: str = "") -> Bench[str]:
+    def parse(cls, argv: Sequence[str], description: str = "") -> BenchArgs[str]:
         ap = argparse.ArgumentParser(prog=f"python -m {cls.MODULE}", description=description)
         ap.add_argument("--out", required=True, help="results folder (RUN_DIR/benchmark)")
         ap.add_argument("--concurrencies", type=int, nargs="+", help="one point per cap (a trace without: one point)")
@@ -191,7 +192,7 @@ class Bench(Generic[W]):
         a = ap.parse_args(options)
         if a.aiperf is not None and value_after(vllm_args, "--input-file") is None:
             ap.error("an aiperf replay needs --input-file TRACE among aiperf profile's arguments")
-        trace = a.aiperf is not None or value_after(vllm_args, "--dataset-name") == cls.TRACE
+        trace = mode_of(a.aiperf, vllm_args) != GRID
         if trace and (a.input_lens or a.output_lens):
             ap.error(f"a trace replay (--dataset-name {cls.TRACE} or --aiperf) takes its lengths from the trace: "
                      "no --input-lens/--output-lens")
@@ -201,14 +202,28 @@ class Bench(Generic[W]):
         def opt(values: list[int] | None) -> tuple[int, ...] | None:
             return tuple(values) if values is not None else None
 
-        return Bench(a.out, opt(a.concurrencies), opt(a.input_lens), opt(a.output_lens), a.timeout, a.then,
+        return BenchArgs(a.out, opt(a.concurrencies), opt(a.input_lens), opt(a.output_lens), a.timeout, a.then,
                      vllm_args, a.aiperf)
+
+    @property
+    def mode(self) -> str:
+        """What the benchmark measures (``slurmrl.contract.bench_summary``: grid, trace, sessions), decided
+        here once from the command line; the runner writes it into the summary every reader asks."""
+        return mode_of(self.aiperf, self.vllm_args)
 
     @property
     def trace(self) -> str | None:
         """The trace a replay reads (``--dataset-path`` with ``--dataset-name timed_trace``, aiperf's
         ``--input-file``); None for the grid."""
         words = [str(w) for w in self.vllm_args]
-        if self.aiperf is not None:
-            return value_after(words, "--input-file")
-        return value_after(words, "--dataset-path") if value_after(words, "--dataset-name") == self.TRACE else None
+        mode = self.mode
+        return value_after(words, "--input-file") if mode == SESSIONS else (
+            value_after(words, "--dataset-path") if mode == TRACE else None)
+
+
+def mode_of(aiperf: object, tool_args: Sequence[object]) -> str:
+    """A benchmark's mode from its command line: ``--aiperf`` replays sessions, vLLM's ``--dataset-name
+    timed_trace`` a trace; anything else is the grid."""
+    if aiperf is not None:
+        return SESSIONS
+    return TRACE if value_after([str(w) for w in tool_args], "--dataset-name") == BenchArgs.TRACE else GRID

@@ -13,54 +13,33 @@ and ``completion_mask`` (1 at the model's tokens, 0 at the environment's: chat e
 
 Each key is spelled once, as a field name below: ``to_json`` writes the fields in order (an optional
 one only when set), ``from_json`` reads them back and names the file and the key that is missing or
-of the wrong type in a one-line ``BatchError``.
+of the wrong type in a one-line ``ContractError`` (``slurmrl.contract.reader``, the kit every reader here uses).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-
-class BatchError(ValueError):
-    """A rollout batch that breaks the contract: one line naming the file and the key."""
-
-
-class _Wrong(Exception):
-    def __init__(self, key: str, what: str):
-        super().__init__(key, what)
-        self.key, self.what = key, what
-
-
-def _int(value: Any, key: str) -> int:
-    if type(value) is not int:
-        raise _Wrong(key, f"must be a whole number, got {_kind(value)}")
-    return value
-
-
-def _number(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Wrong(key, f"must be a number, got {_kind(value)}")
-    return float(value)
+from slurmrl.contract.reader import TEXT, TOP, WHOLE, Wrong, fields_of, kind, number, parse, spec
 
 
 def _ids(value: Any, key: str) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not all(type(x) is int for x in value):
-        raise _Wrong(key, f"must be a list of whole numbers, got {_kind(value)}")
+        raise Wrong(key, f"must be a list of whole numbers, got {kind(value)}")
     return tuple(value)
 
 
 def _logprobs(value: Any, key: str) -> tuple[float | None, ...]:
     if not isinstance(value, (list, tuple)):
-        raise _Wrong(key, f"must be a list of numbers (null where none), got {_kind(value)}")
+        raise Wrong(key, f"must be a list of numbers (null where none), got {kind(value)}")
     out: list[float | None] = []
     for x in value:
         if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float))):
-            raise _Wrong(key, f"must be a list of numbers (null where none), holds {_kind(x)}")
+            raise Wrong(key, f"must be a list of numbers (null where none), holds {kind(x)}")
         out.append(None if x is None else float(x))
     return tuple(out)
 
@@ -68,33 +47,8 @@ def _logprobs(value: Any, key: str) -> tuple[float | None, ...]:
 def _mask(value: Any, key: str) -> tuple[int, ...]:
     ids = _ids(value, key)
     if any(m not in (0, 1) for m in ids):
-        raise _Wrong(key, "must hold only 0 and 1")
+        raise Wrong(key, "must hold only 0 and 1")
     return ids
-
-
-def _text(value: Any, key: str) -> str:
-    if not isinstance(value, str):
-        raise _Wrong(key, f"must be a string, got {_kind(value)}")
-    return value
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _read(cls, data: Any, where: str):
-    """``cls`` from a JSON object: every field by its name and its reader (field metadata)."""
-    if not isinstance(data, dict):
-        raise _Wrong(where or "(top)", f"must be an object, got {_kind(data)}")
-    values = {}
-    for f in fields(cls):
-        key = f"{where}.{f.name}" if where else f.name
-        if f.name not in data or (data[f.name] is None and f.metadata.get("optional")):
-            if not f.metadata.get("optional"):
-                raise _Wrong(key, "is missing")
-            continue
-        values[f.name] = f.metadata["read"](data[f.name], key)
-    return values
 
 
 def _write(obj) -> dict:
@@ -102,25 +56,21 @@ def _write(obj) -> dict:
             if not (f.metadata.get("optional") and getattr(obj, f.name) is None)}
 
 
-def _reader(read: Callable[[Any, str], Any], optional: bool = False) -> dict:
-    return {"read": read, "optional": optional}
-
-
 @dataclass(frozen=True, kw_only=True)
 class Sample:
     """One rollout: what the trainer trains on (see the module's note for each key)."""
 
-    prompt_ids: tuple[int, ...] = field(metadata=_reader(_ids))
-    completion_ids: tuple[int, ...] = field(metadata=_reader(_ids))
-    logprobs: tuple[float | None, ...] = field(metadata=_reader(_logprobs))
-    routed_experts: str | None = field(default=None, metadata=_reader(_text, optional=True))
-    completion_mask: tuple[int, ...] | None = field(default=None, metadata=_reader(_mask, optional=True))
-    reward: float = field(metadata=_reader(_number))
-    advantage: float = field(metadata=_reader(_number))
+    prompt_ids: tuple[int, ...] = field(metadata=spec(_ids))
+    completion_ids: tuple[int, ...] = field(metadata=spec(_ids))
+    logprobs: tuple[float | None, ...] = field(metadata=spec(_logprobs))
+    routed_experts: str | None = field(default=None, metadata=spec(TEXT, optional=True))
+    completion_mask: tuple[int, ...] | None = field(default=None, metadata=spec(_mask, optional=True))
+    reward: float = field(metadata=spec(number))
+    advantage: float = field(metadata=spec(number))
 
     def __post_init__(self) -> None:
         if self.completion_mask is not None and len(self.completion_mask) != len(self.completion_ids):
-            raise BatchError(f"completion_mask: {len(self.completion_mask)} entries for "
+            raise ValueError(f"completion_mask: {len(self.completion_mask)} entries for "
                              f"{len(self.completion_ids)} completion tokens")
 
     def mask(self) -> tuple[int, ...]:
@@ -137,16 +87,21 @@ class Sample:
 
     @classmethod
     def from_json(cls, data: Any, where: str = "") -> Sample:
-        return cls(**_read(cls, data, where))
+        """Raises ``Wrong`` (the kit's) naming the key under ``where``."""
+        values = fields_of(cls, data, where)
+        try:
+            return cls(**values)
+        except ValueError as e:  # the mask's length
+            raise Wrong(where or TOP, str(e)) from None
 
 
 @dataclass(frozen=True)
 class RolloutBatch:
     """The batch of training step ``step``, generated with the weights of trainer step ``policy_step``."""
 
-    step: int = field(metadata=_reader(_int))
-    policy_step: int = field(metadata=_reader(_int))
-    samples: tuple[Sample, ...] = field(metadata=_reader(lambda v, key: _samples(v, key)))
+    step: int = field(metadata=spec(WHOLE))
+    policy_step: int = field(metadata=spec(WHOLE))
+    samples: tuple[Sample, ...] = field(metadata=spec(lambda v, key: _samples(v, key)))
 
     def to_json(self) -> dict:
         return {**_write(self), "samples": [s.to_json() for s in self.samples]}
@@ -156,32 +111,22 @@ class RolloutBatch:
 
     @classmethod
     def from_json(cls, data: Any, source: str) -> RolloutBatch:
-        """The batch in ``data`` (parsed JSON) read from ``source`` (the file, for the error)."""
-        try:
-            return cls(**_read(cls, data, ""))
-        except _Wrong as e:
-            raise BatchError(f"{source}: key {e.key!r} {e.what}") from None
-        except BatchError as e:
-            raise BatchError(f"{source}: {e}") from None
+        """The batch in ``data`` (parsed JSON) read from ``source`` (the file, for the ``ContractError``)."""
+        return parse(cls, data, source)
 
     @classmethod
     def loads(cls, text: str, source: str) -> RolloutBatch:
         """Raises json.JSONDecodeError for text that is not JSON (a file still being written elsewhere)."""
         return cls.from_json(json.loads(text), source)
 
+    @classmethod
+    def read(cls, path: Path) -> RolloutBatch:
+        """The batch in the file at ``path`` (ContractError naming it; json.JSONDecodeError, OSError as they come)."""
+        return cls.loads(Path(path).read_text(), str(path))
+
 
 def _samples(value: Any, key: str) -> tuple[Sample, ...]:
     if not isinstance(value, (list, tuple)):
-        raise _Wrong(key, f"must be a list of samples, got {_kind(value)}")
-    out = []
-    for i, x in enumerate(value):
-        try:
-            out.append(Sample.from_json(x, f"{key}[{i}]"))
-        except BatchError as e:
-            raise _Wrong(f"{key}[{i}]", str(e)) from None
-    return tuple(out)
+        raise Wrong(key, f"must be a list of samples, got {kind(value)}")
+    return tuple(Sample.from_json(x, f"{key}[{i}]") for i, x in enumerate(value))
 
-
-def read(path: Path) -> RolloutBatch:
-    """The batch in the file at ``path`` (BatchError naming it; json.JSONDecodeError, OSError as they come)."""
-    return RolloutBatch.loads(Path(path).read_text(), str(path))

@@ -2,28 +2,42 @@
 the planner's files, as frozen types: the layout part of ``RUN_DIR/plan.json`` (``slurmrl.plan.model.Plan``
 writes it) and the few fields of ``components/<role>.toml`` (``slurmrl.settings``) the probe checks.
 
-Each ``from_json`` takes the decoded file (JSON or TOML), ignores what it does not read, and raises a
-ValueError naming the field that is missing or of the wrong type. ``tests/test_contract_views.py``
+Each ``from_json`` takes the decoded file (JSON or TOML), ignores what it does not read, and raises the
+kit's ``ContractError`` (``slurmrl.contract.reader``) naming the file and the key that is missing or of
+the wrong type. ``tests/test_contract_views.py``
 reads the planner's own output for every gallery recipe with these.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from slurmrl.contract.reader import TEXT, TOP, Wrong, child, kind, list_of
 
-def _get(data: Any, key: str, kind: type | tuple[type, ...], where: str, default: Any = ...) -> Any:
+_WORDS = {int: "a whole number", str: "a string", bool: "true or false", list: "a list", dict: "a table"}
+
+
+def _get(data: Any, key: str, of: type, where: str, default: Any = ...) -> Any:
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: not a table")
+        raise Wrong(where or TOP, f"must be a table, got {kind(data)}")
+    here = child(where, key)
     if key not in data or data[key] is None:
         if default is not ...:
             return default
-        raise ValueError(f"{where}.{key}: missing")
+        raise Wrong(here, "is missing")
     value = data[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(f"{where}.{key}: {value!r} is not {getattr(kind, '__name__', kind)}")
+    if not isinstance(value, of) or (of is int and isinstance(value, bool)):
+        raise Wrong(here, f"must be {_WORDS[of]}, got {kind(value)}")
     return value
+
+
+def _read(source: str, read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except Wrong as e:
+        raise e.at(source) from None
 
 
 @dataclass(frozen=True)
@@ -56,7 +70,8 @@ class ComponentView:
         here = f"{where}[{name}]"
         return cls(name, _get(data, "group", int, here), _get(data, "first_node", int, here),
                    _get(data, "main", bool, here, False),
-                   tuple(InstanceView.from_json(i, f"{here}.instances") for i in _get(data, "instances", list, here)))
+                   tuple(InstanceView.from_json(x, f"{here}.instances[{i}]")
+                         for i, x in enumerate(_get(data, "instances", list, here))))
 
     def instance_at(self, node: int, local: int) -> InstanceView | None:
         return next((i for i in self.instances if (i.node, i.local) == (node, local)), None)
@@ -70,10 +85,10 @@ class PlanView:
     nvlink_domain: tuple[int, ...] = ()
 
     @classmethod
-    def from_json(cls, data: Any) -> PlanView:
-        comps = _get(data, "components", list, "plan")
-        return cls(tuple(ComponentView.from_json(c, "plan.components") for c in comps),
-                   tuple(_get(data, "nvlink_domain", list, "plan", [])))
+    def from_json(cls, data: Any, source: str = "the plan") -> PlanView:
+        return _read(source, lambda: cls(
+            tuple(ComponentView.from_json(c, "components") for c in _get(data, "components", list, "")),
+            tuple(_get(data, "nvlink_domain", list, "", []))))
 
     def component(self, name: str) -> ComponentView | None:
         return next((c for c in self.components if c.name == name), None)
@@ -102,18 +117,19 @@ class OrchestratorView:
     chat_only_set: tuple[str, ...] = ()  # chat-only fields the recipe set (refused on a text environment)
 
     @classmethod
-    def from_json(cls, data: Any) -> OrchestratorView:
-        env = EnvironmentView(_get(data, "environment", str, "orchestrator"),
-                              dict(_get(data, "environment_args", dict, "orchestrator", {})))
-        ev = _get(data, "eval", dict, "orchestrator", {})
+    def from_json(cls, data: Any, source: str = "orchestrator.toml") -> OrchestratorView:
+        return _read(source, lambda: cls._of(data))
+
+    @classmethod
+    def _of(cls, data: Any) -> OrchestratorView:
+        env = EnvironmentView(_get(data, "environment", str, ""), dict(_get(data, "environment_args", dict, "", {})))
+        ev = _get(data, "eval", dict, "", {})
         own = None
-        if ev and not _get(ev, "heldout", bool, "orchestrator.eval", True):
-            own = EnvironmentView(_get(ev, "environment", str, "orchestrator.eval"),
-                                  dict(_get(ev, "environment_args", dict, "orchestrator.eval", {})))
-        chat_only = _get(data, "chat_only_set", list, "orchestrator", [])
-        if not all(isinstance(name, str) for name in chat_only):
-            raise ValueError("orchestrator.chat_only_set: should be a list of field names")
-        return cls(env, _get(data, "judge", dict, "orchestrator", None) is not None, own, tuple(chat_only))
+        if ev and not _get(ev, "heldout", bool, "eval", True):
+            own = EnvironmentView(_get(ev, "environment", str, "eval"),
+                                  dict(_get(ev, "environment_args", dict, "eval", {})))
+        chat_only = list_of(TEXT)(_get(data, "chat_only_set", list, "", []), "chat_only_set")
+        return cls(env, _get(data, "judge", dict, "", None) is not None, own, chat_only)
 
 
 @dataclass(frozen=True)
@@ -124,5 +140,5 @@ class TrainerView:
     dataset: str | None
 
     @classmethod
-    def from_json(cls, data: Any) -> TrainerView:
-        return cls(_get(data, "kind", str, "trainer"), _get(data, "dataset", str, "trainer", None) or None)
+    def from_json(cls, data: Any, source: str = "trainer.toml") -> TrainerView:
+        return _read(source, lambda: cls(_get(data, "kind", str, ""), _get(data, "dataset", str, "", None) or None))

@@ -40,12 +40,11 @@ from slurmrl.envs.guess_number import GuessNumber
 from slurmrl.envs.judge import PROMPT_SOURCES, Judge
 from slurmrl.envs.protocol import ChatEnvironment, Environment, TextEnvironment
 from slurmrl.envs.text import answer_line  # noqa: F401  (envs.answer_line: custom environments use it)
-from slurmrl.envs.verifiers_v1 import PREFIX as VERIFIERS_V1
-from slurmrl.envs.verifiers_v1 import VerifiersV1Env
 
 BUILTIN: dict[str, type[TextEnvironment] | type[ChatEnvironment]] = {
     **PROMPT_SOURCES, "judge": Judge, "guess_number": GuessNumber}
 VERIFIERS = "verifiers:"  # verifiers:ENV_ID, an installed verifiers environment
+VERIFIERS_V1 = "verifiers-v1:"  # verifiers-v1:TASKSET_ID, a verifiers v1 taskset (slurmrl.envs.verifiers_v1)
 
 
 def unknown(name: str) -> str | None:
@@ -81,7 +80,9 @@ def load(name: str, args: dict | None = None, field: str = "orchestrator.environ
     elif name.startswith(VERIFIERS):
         cls = functools.partial(verifiers_adapter(name), name.removeprefix(VERIFIERS))
     elif name.startswith(VERIFIERS_V1):
-        cls = functools.partial(VerifiersV1Env, name.removeprefix(VERIFIERS_V1).strip())
+        # imported only here (its worker's wire protocol and subprocess are no part of `slurmrl plan`'s start-up)
+        cls = functools.partial(importlib.import_module("slurmrl.envs.verifiers_v1").VerifiersV1Env,
+                                name.removeprefix(VERIFIERS_V1).strip())
     else:
         module, _, attr = name.partition(":")
         try:

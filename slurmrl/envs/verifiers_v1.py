@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from slurmrl.contract import envwire
-from slurmrl.contract.env import VERIFIERS_V1_PYTHON
+from slurmrl.contract.job_env import VERIFIERS_V1_PYTHON
+from slurmrl.envs import VERIFIERS_V1
 
-PREFIX = "verifiers-v1:"  # verifiers-v1:TASKSET_ID
+PREFIX = VERIFIERS_V1  # verifiers-v1:TASKSET_ID
 PYTHON_VAR = VERIFIERS_V1_PYTHON
 ROOT = Path(__file__).resolve().parents[2]  # the directory holding the slurmrl package (and, installed from a checkout, .venv-verifiers)
 WORKER = Path(__file__).with_name("verifiers_v1_worker.py")

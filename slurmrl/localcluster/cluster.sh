@@ -205,10 +205,10 @@ StorageLoc=slurm_acct_db
 EOF
   chmod 600 "$STATE/etc/slurmdbd.conf"
 
-  # Pyxis TEST DOUBLE (tests/pyxis_double): built when its source, gcc and spank.h exist, and
+  # Pyxis TEST DOUBLE (tests/support/pyxis_double): built when its source, gcc and spank.h exist, and
   # rebuilt whenever the source differs from the copy kept beside the .so. Renamed into place:
   # slurmd keeps the old file mapped; srun, sbatch and each new slurmstepd load the new one.
-  local src=${SLURMRL_PYXIS_DOUBLE_SRC:-$HERE/../../tests/pyxis_double/pyxis_double.c}
+  local src=${SLURMRL_PYXIS_DOUBLE_SRC:-$HERE/../../tests/support/pyxis_double/pyxis_double.c}
   local so=$STATE/lib/pyxis_double.so
   if [[ -f $src && -f /usr/include/slurm/spank.h ]] && command -v gcc >/dev/null; then
     if [[ ! -f $so ]] || ! cmp -s "$src" "$so.c"; then

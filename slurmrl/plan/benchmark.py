@@ -14,7 +14,7 @@ the job either way (``--kill-on-bad-exit=1``; the script's FAILED file names it)
 
 from __future__ import annotations
 
-from slurmrl.contract.programs import Bench as BenchArgs
+from slurmrl.contract.programs import BenchArgs
 from slurmrl.errors import UserError
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh

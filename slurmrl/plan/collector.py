@@ -8,8 +8,8 @@ register (``SLURMRL_METRICS_PORT``, ``slurmrl.plan.training``). Non-critical by 
 
 from __future__ import annotations
 
-from slurmrl.contract import env as job_env
-from slurmrl.contract.programs import Collector as CollectorArgs
+from slurmrl.contract import job_env
+from slurmrl.contract.programs import CollectorArgs
 from slurmrl.plan import shell
 from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Instance, Sh

@@ -17,7 +17,6 @@ from slurmrl.recipe.judge import Judge
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.trainer import Trainer
-from slurmrl.recipe.vllm import VllmInference
 
 
 @dataclass
@@ -44,6 +43,8 @@ class Context:
         self.warnings: list[str] = []
         self.slots: dict[str, Slot] = {}
         self.staging: tuple[StageStep, ...] = ()  # model.stage: the copy steps (slurmrl.plan.staging)
+        # server component -> worker processes of each of its servers, which join a weight broadcast (its engine says)
+        self.weight_ranks: dict[str, int] = {}
         self.py: tuple[str, ...] = (
             ("uv", "run", "--project", r.python.uv_project, r.python.executable)
             if r.python.uv_project
@@ -56,12 +57,6 @@ class Context:
     @property
     def inference(self) -> Inference:
         assert self.r.inference is not None, "built only for a recipe with [inference]"
-        return self.r.inference
-
-    @property
-    def vllm(self) -> VllmInference:
-        """[inference] of a recipe vLLM serves, for the vLLM engine's builders (its servers, router, store)."""
-        assert isinstance(self.r.inference, VllmInference), "built only for [inference] with backend 'vllm'"
         return self.r.inference
 
     @property

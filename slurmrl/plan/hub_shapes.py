@@ -4,8 +4,9 @@ the planning machine (a hub id is downloaded by the job, not by ``plan``).
 Each entry is the part of that model's published ``config.json`` the mesh rules read: routed experts
 (``num_experts`` or its family's name for it), attention heads and KV heads. A name matches on the
 repository part of the id (``Qwen/Qwen3-30B-A3B`` and ``/models/Qwen3-30B-A3B-Instruct-2507`` alike:
-fine-tunes keep the base model's shape), longest key first. An id not listed here is judged by its
-name alone (MoE or not) and the trainer checks its numbers when it loads the model.
+fine-tunes keep the base model's shape), longest key first. For an id not listed here plan knows no
+numbers: ``ep`` is taken with one warning line (``plan/mesh.py``), and the trainer checks the model's
+experts and heads against the mesh when it loads it (the same rules: ``settings/mesh.py``).
 """
 
 from __future__ import annotations

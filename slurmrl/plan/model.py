@@ -1,14 +1,50 @@
-"""The plan: what runs where. Frozen models; ``plan.json`` is ``Plan.model_dump_json()``."""
+"""The plan: what runs where. Frozen models; ``plan.json`` is ``Plan.model_dump_json()``.
+
+A component of our own programs carries its typed settings (``RoleSettings``) from the planner to where
+the run dir's files are written: ``components/<name>.toml`` and ``plan.json`` hold their one serialized
+form (``dump_settings``), and a stored ``plan.json`` reads them back as the same types (``SETTINGS``,
+by the component's role). The plan's own schema does not include theirs (building them costs
+``slurmrl plan`` a fifth of a second): a component holds the object the planner built, as it is."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic_core import core_schema
+
+from slurmrl.settings.orchestrator import OrchestratorSettings
+from slurmrl.settings.trainer import TrainerSettings
 
 
 class Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+
+RoleSettings = TrainerSettings | OrchestratorSettings  # the typed settings of our own programs
+SETTINGS: dict[str, type[TrainerSettings] | type[OrchestratorSettings]] = {
+    "trainer": TrainerSettings, "orchestrator": OrchestratorSettings}  # a component's role -> its settings' type
+
+
+def dump_settings(s: RoleSettings) -> dict[str, Any]:
+    """The one serialized form of a component's settings: ``components/<name>.toml`` and ``plan.json``."""
+    return s.model_dump(mode="json", exclude_none=True)
+
+
+def _held(value: object) -> RoleSettings | None:
+    if value is None or isinstance(value, (TrainerSettings, OrchestratorSettings)):
+        return value
+    raise ValueError("give the typed settings of a trainer or orchestrator component")
+
+
+class _AsBuilt:
+    """A component's settings as the planner built them: checked for their type, not validated again;
+    serialized by ``dump_settings``."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            _held, serialization=core_schema.plain_serializer_function_ser_schema(dump_settings, when_used="unless-none"))
 
 
 class Sh(Frozen):
@@ -47,6 +83,7 @@ class HetGroup(Frozen):
     directives: tuple[Directive, ...]
     claim_srun: tuple[Arg, ...] = ()  # srun options of the step that claims the job's ports on each node
     check_srun: tuple[Arg, ...] = ()  # the step that checks each node for an earlier job's leftovers (Dynamo)
+    node_srun: tuple[Arg, ...] = ()  # the node check on each node: earlier jobs' leftovers ended, health probe
 
 
 class Instance(Frozen):
@@ -101,12 +138,27 @@ class Component(Frozen):
     stage: int
     main: bool  # the job succeeds when every main component exits 0
     critical: bool = True  # False: its exit is logged (a phase) and the job goes on (recipe: critical = false)
+    # an RL job's servers: when every task is dead the script logs it and goes on; the orchestrator decides
+    # from its live set (inference.min_servers) whether the job can continue
+    orchestrated: bool = False
     srun: tuple[Arg, ...]  # srun options, before the container flags
     task: Task
     health: Health | None
     instances: tuple[Instance, ...]  # where each task lands (summary, status, preflight)
-    settings: dict | None = None  # typed settings of our own programs, written to components/<name>.toml
+    settings: Annotated[RoleSettings | None, _AsBuilt] = None  # our own programs': components/<name>.toml
     mpi: str | None = None  # srun --mpi=<this>: the step's tasks are one MPI world (TRT-LLM ranks)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_settings(cls, data: Any) -> Any:
+        """A stored plan.json: its settings table read back as the type of the component's role."""
+        if isinstance(data, dict) and isinstance(data.get("settings"), dict):
+            kind = SETTINGS.get(data.get("role", ""))
+            if kind is None:
+                raise ValueError(f"settings of a component of role {data.get('role')!r}: only "
+                                 f"{' and '.join(SETTINGS)} components have settings")
+            return {**data, "settings": kind.model_validate(data["settings"])}
+        return data
 
     @property
     def function(self) -> str:
@@ -135,6 +187,17 @@ class ImageImport(Frozen):
 
     image: str
     sqsh: str
+
+
+class SlurmrlCheck(Frozen):
+    """A job with a container: its first step runs the run dir's slurmrl-check.py in that container with
+    the job's Python, and the job ends at once, in one line, when slurmrl there is missing or is not the
+    one that rendered the script (``slurmrl.contract.slurmrl_check``)."""
+
+    srun: tuple[Arg, ...]
+    command: tuple[Arg, ...]
+    log: str  # in LOG_DIR: what it printed (srun --output)
+    prepare: tuple[Arg, ...] = ()  # run first, outside the container: makes the folder a mount needs
 
 
 class StageStep(Frozen):
@@ -171,6 +234,7 @@ class Plan(Frozen):
     stop_order: tuple[StopStep, ...] = ()  # reverse start order: callers before what they call
     warnings: tuple[str, ...]
     image_import: ImageImport | None = None  # container.cache
+    slurmrl_check: SlurmrlCheck | None = None  # [container]: slurmrl in the image is the one that rendered this
     staging: tuple[StageStep, ...] = ()  # model.stage = "node-local"
     nvlink_domain: tuple[int, ...] = ()  # het groups whose nodes must share one NVLink domain (preflight)
 

@@ -12,15 +12,12 @@ import re
 from pathlib import Path
 
 from slurmrl.errors import UserError
-from slurmrl.plan import hub_shapes
 from slurmrl.rundir.read import read_json
+from slurmrl.settings.mesh import EXPERT_FIELDS, SUB_CONFIGS
 
 # what a hub id (or a folder named after one) of a mixture-of-experts model says in its name
 MOE_NAME = re.compile(r"moe|mixtral|-a\d+(\.\d+)?b\b|deepseek-(v[23]|r1)|qwen3-next|gpt-oss|jamba|dbrx|arctic|"
                       r"glm-4\.[56]|kimi-k2|minimax-m|llama-4|ernie-4\.5", re.I)
-# the config.json fields that count a model's routed experts (Qwen-MoE, Mixtral, DeepSeek, ...)
-EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-SUB_CONFIGS = ("text_config", "language_config", "llm_config")  # a multimodal model's language model
 # config.json model_type -> its router family: the trainer's router replay reproduces these routers
 # exactly (runtime/trainer/router_replay.py SCORING; a property test per family)
 REPLAY_FAMILIES = {"qwen2_moe": "Qwen2-MoE", "qwen3_moe": "Qwen3-MoE", "olmoe": "OLMoE", "mixtral": "Mixtral",
@@ -42,12 +39,6 @@ def config_of(path: str) -> dict | None:
     if not isinstance(config, dict):
         raise UserError("model.path", f"{str(file)!r} is not a JSON object")
     return config
-
-
-def config_or_known(path: str) -> dict | None:
-    """``config_of(path)``, else the listed shape of a well-known hub id (``hub_shapes``), else None."""
-    config = config_of(path)
-    return config if config is not None else hub_shapes.known(path)
 
 
 def experts_in(config: dict) -> bool:

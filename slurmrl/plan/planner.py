@@ -1,10 +1,10 @@
 """recipe -> plan. Pure: no I/O, no clock, no environment. Same recipe, same plan.
 
-This module assembles; each piece decides one thing: ``placement`` (het groups, nodes, GPU
-positions), ``engines/`` (one module per engine family: vLLM's servers and router, Dynamo, the
-judge, behind one protocol), ``parallel`` (tp x dp on nodes), ``services`` (router, Mooncake),
-``training`` (trainer, orchestrator), ``benchmark``, ``staging``, ``directives`` (#SBATCH lines),
-``vllm`` and ``shell`` (command lines). Builders add frozen ``spec.Spec`` objects to a
+This module assembles; each piece decides one thing: ``placement`` (het groups, the trainer's nodes),
+``engines/`` (one package per engine family: vLLM's servers, Dynamo, SGLang, the judge, behind one
+protocol; each owns its checks, placement and command lines), ``parallel`` (tp x dp on nodes),
+``services`` (vllm-router), ``training`` (trainer, orchestrator), ``benchmark``, ``staging``,
+``directives`` (#SBATCH lines) and ``shell`` (shell words). Builders add frozen ``spec.Spec`` objects to a
 ``context.Context``; this module then splits CPUs, writes srun options and makes the ``Plan``.
 """
 
@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slurmrl import ports
+from slurmrl.contract import job_env
 from slurmrl.errors import UserError
 from slurmrl.plan import (
     benchmark,
     collector,
     engines,
     log_env,
-    lora,
     placement,
     rules,
     shell,
@@ -48,9 +48,10 @@ STAGES = (
 class _Builder:
     """Assembles a ``Plan`` from what the builders put into the ``Context``."""
 
-    def __init__(self, r: Recipe, run_dir: str, preflight: bool):
+    def __init__(self, r: Recipe, run_dir: str, preflight: bool, join: str | None = None):
         self.r = r
         self.run_dir = run_dir
+        self.join = {job_env.JOIN_RUN_DIR: join} if join else {}  # a joiner job's servers register there
         self.ctx = Context(r, run_dir, preflight)
 
     # ---- cpu split ----------------------------------------------------------------------
@@ -141,6 +142,7 @@ class _Builder:
                 + topology.directives(r, g.name),
                 claim_srun=self.claim_srun(g),
                 check_srun=self.check_srun(g) if engines.leftover_check(r) else (),  # Dynamo's wide-EP: /dev/shm
+                node_srun=self.node_step(g, "nodes"),  # every job: earlier jobs' leftovers ended, health probe
             )
             for g in ctx.groups
         )
@@ -155,13 +157,14 @@ class _Builder:
             port_base=r.placement.port_base,
             container_flags=container_flags(r, self.run_dir),
             python=ctx.py, venv=r.python.venv, modules=tuple(r.python.modules), setup=tuple(r.python.setup),
-            env={**log_env.job_env(r.log.level, log_env.env_maps(r)), **r.env}, services=tuple(c.name for c in comps if c.stage in (0, 3)),
+            env={**log_env.job_env(r.log.level, log_env.env_maps(r)), **r.env, **self.join}, services=tuple(c.name for c in comps if c.stage in (0, 3)),
             requeue=r.slurm.requeue, max_requeues=r.slurm.max_requeues,
             max_total_seconds=time_seconds(r.slurm.max_total_time) if r.slurm.max_total_time else None,
             signal=signal_name(r.slurm.signal), grace_seconds=r.slurm.grace_seconds,
             stop_order=stop_order(comps, r.slurm.grace_seconds),
             warnings=tuple(ctx.warnings),
-            image_import=staging.image_import(r), staging=ctx.staging,
+            image_import=staging.image_import(r), slurmrl_check=staging.slurmrl_check(r, ctx.groups, ctx.py),
+            staging=ctx.staging,
             nvlink_domain=tuple(g.index for g in ctx.groups if g.name in r.slurm.nvlink_domain),
         )
 
@@ -172,7 +175,8 @@ class _Builder:
         return Component(
             name=c.name, role=c.role, group=c.group, first_node=c.first_node, nodes=c.nodes,
             tasks_per_node=c.tasks_per_node, cpus_per_task=c.cpus_per_task, gpus_per_node=gpus, overlap=shared,
-            stage=c.stage, main=c.main, critical=c.critical, task=c.task, health=c.health, instances=c.instances, settings=c.settings,
+            stage=c.stage, main=c.main, critical=c.critical,
+            orchestrated=c.orchestrated, task=c.task, health=c.health, instances=c.instances, settings=c.settings,
             mpi=c.mpi, srun=self.srun_args(c, gpus, shared),
         )
 
@@ -213,13 +217,18 @@ class _Builder:
     def check_srun(self, g: Group) -> tuple:
         """The short step that checks every node of group ``g`` for an earlier job's leftovers,
         with the group's GPUs (so nvidia-smi sees the ones this job got)."""
+        return self.node_step(g, "leftovers")
+
+    def node_step(self, g: Group, name: str) -> tuple:
+        """A short step with one task on every node of group ``g`` and the group's GPUs (so nvidia-smi
+        sees the ones this job got); its output in LOG_DIR/<name>.g<index>.<task>.log."""
         args: list = [f"--het-group={g.index}"] if len(self.ctx.groups) > 1 else []
-        args += ["--job-name=leftovers", f"--nodes={g.nodes}", f"--ntasks={g.nodes}", "--ntasks-per-node=1",
+        args += [f"--job-name={name}", f"--nodes={g.nodes}", f"--ntasks={g.nodes}", "--ntasks-per-node=1",
                  "--cpus-per-task=1", "--overlap"]
         if g.gpus_per_node:
             args.append(f"--gres=gpu:{g.gpus_per_node}" if self.r.slurm.gpu_request == "gres"
                         else f"--gpus-per-node={g.gpus_per_node}")
-        args.append(Sh(sh=f"--output=${{LOG_DIR}}/leftovers.g{g.index}.%t.log"))
+        args.append(Sh(sh=f"--output=${{LOG_DIR}}/{name}.g{g.index}.%t.log"))
         return tuple(args)
 
     def _group_cpus(self, g: Group) -> int:
@@ -288,12 +297,13 @@ def container_flags(r: Recipe, run_dir: str) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def plan(recipe: Recipe, run_dir: str, preflight: bool = False) -> Plan:
+def plan(recipe: Recipe, run_dir: str, preflight: bool = False, join: str | None = None) -> Plan:
     """Place every component of ``recipe``; ``run_dir`` is the absolute run folder the job will use.
 
-    With ``preflight`` every component runs ``slurmrl.runtime.steps.probe`` in the same layout.
+    With ``preflight`` every component runs ``slurmrl.runtime.steps.probe`` in the same layout; with ``join``
+    (a joiner job, ``slurmrl.plan.join``) its servers register in that run dir once ready.
     """
     rules.check(recipe)
-    engines.check(recipe)  # each engine family's rules (vLLM's include a LoRA policy's, slurmrl.plan.lora)
+    engines.check(recipe)  # each engine family's rules (vLLM's include a LoRA policy's)
     staging.check(recipe)
-    return _Builder(lora.apply(recipe), run_dir, preflight).build()
+    return _Builder(engines.resolve(recipe), run_dir, preflight, join).build()

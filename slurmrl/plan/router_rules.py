@@ -18,12 +18,10 @@ What vllm-router 0.1.17 reads (its ``--help`` and what it logs at start):
 from __future__ import annotations
 
 from slurmrl.errors import UserError
-from slurmrl.recipe.router import Router
-from slurmrl.recipe.sglang import SglangInference
+from slurmrl.recipe.router import Routed, Router
 from slurmrl.recipe.user_set import user_set
-from slurmrl.recipe.vllm import VllmInference
 
-Routed = VllmInference | SglangInference  # the sections vllm-router fronts (their servers speak OpenAI HTTP)
+__all__ = ["Routed"]  # the sections vllm-router fronts (their servers speak OpenAI HTTP), a type each asks
 
 PD_EVENT_BLOCK_SIZE = 16  # vllm-router 0.1.17: "--pd-kv-events ... Block size is 16"
 
@@ -111,20 +109,11 @@ def _needs(name: str, inf: Routed, pol: dict[str, str]) -> str | None:
     return None
 
 
-def _block_size_arg(args: list[str]) -> str | None:
-    """The ``--block-size`` extra arguments give vLLM (its parser takes the last)."""
-    found = None
-    for i, a in enumerate(args):
-        if a == "--block-size" and i + 1 < len(args):
-            found = args[i + 1]
-        elif a.startswith("--block-size="):
-            found = a.split("=", 1)[1]
-    return found
-
-
 def check(inf: Routed) -> None:
     """Refuse, naming the field, every setting the router that runs would silently ignore (when no
-    router runs, ``services.router`` refuses every router setting)."""
+    router runs, ``services.router`` refuses every router setting). The KV events kv_aware reads are
+    the engine's to check (vLLM's: ``slurmrl.plan.engines.vllm.rules.check_events``; SGLang refuses
+    kv_aware)."""
     r = inf.router
     pol = policies(inf)
     if inf.mode != "pd":
@@ -142,29 +131,15 @@ def check(inf: Routed) -> None:
     if r.retry_initial_backoff_ms > r.retry_max_backoff_ms:
         raise UserError(field("retry_initial_backoff_ms"), f"{r.retry_initial_backoff_ms} ms is longer than "
                         f"retry_max_backoff_ms ({r.retry_max_backoff_ms})")
-    if isinstance(inf, VllmInference):  # SGLang's check refuses kv_aware: its servers' events are not wired
-        check_events(inf, pol)
 
 
-def check_events(inf: VllmInference, pol: dict[str, str]) -> None:
-    """kv_aware reads one KV-event stream per server, in blocks of the size the plan gives the servers."""
-    r = inf.router
-    for name in pol:
-        if not reads_events(inf, name):
-            continue
-        which = field("policy") if name == "inference" or not r.prefill_policy else field("prefill_policy")
-        spec = inf.prefill if name == "prefill" else None
-        dp = getattr(spec, "dp", 1) if spec is not None else inf.dp
-        if inf.mode == "wide_ep" or dp > 1:
-            fix = "mode 'replicas'" if inf.mode == "wide_ep" else "dp = 1"
-            raise UserError(which, f"kv_aware reads one KV-event stream per {name} server, but a server with "
-                            f"data-parallel ranks publishes one per rank, which the plan does not wire; use "
-                            f"cache_aware, or {fix}")
-        block = event_block_size(inf)
-        for where, args in (("inference.extra_args", inf.extra_args),
-                            (f"inference.{name}.extra_args", spec.extra_args if spec is not None else [])):
-            given = _block_size_arg(list(args))
-            if given is not None and given != str(block):
-                raise UserError(where, f"--block-size {given}, but kv_aware reads the {name} servers' KV events in "
-                                f"blocks of {block} tokens and gives them --block-size {block}"
-                                + ("" if inf.mode == "pd" else "; set inference.router.kv_event_block_size instead"))
+def check_header(inf: Routed) -> None:
+    header = inf.router.session_header
+    if user_set(inf.router, "session_header") and "consistent_hash" not in policies(inf).values():
+        raise UserError("inference.router.session_header", "only the consistent_hash policy keys on a session header "
+                        f"(the router's policies: {', '.join(sorted(set(policies(inf).values())))}); "
+                        "leave it out")
+    if header != type(inf.router).model_fields["session_header"].default:  # vllm-router 0.1.17 has no flag for it
+        raise UserError("inference.router.session_header", "vllm-router cannot be told which header to hash: "
+                        "consistent_hash reads the session headers it knows (X-Session-ID, X-User-ID, X-Tenant-ID, ...) "
+                        "in its own order, whichever a request sends; leave it out")

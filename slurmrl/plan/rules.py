@@ -10,6 +10,7 @@ from slurmrl.plan import eval_rules
 from slurmrl.plan.env_rules import check_environment, check_kinds
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.recipe import Recipe, global_batch
+from slurmrl.recipe.serving import Disaggregated
 from slurmrl.recipe.user_set import user_set
 
 SECTIONS: dict[str, dict[str, bool | None]] = {
@@ -84,10 +85,9 @@ def check_gpus(r: Recipe) -> None:
 def check_roles(r: Recipe) -> None:
     """Prefill/decode roles, in every engine's section: mode ``pd`` has both, and sizes by them."""
     inf = r.inference
-    if inf is None or "prefill" not in type(inf).model_fields:  # an engine without roles refuses mode 'pd' itself
+    if not isinstance(inf, Disaggregated):  # an engine without roles refuses mode 'pd' itself
         return
-    roles = {"prefill": getattr(inf, "prefill"), "decode": getattr(inf, "decode")}
-    for role, spec in roles.items():
+    for role, spec in inf.roles().items():
         if inf.mode == "pd" and spec is None:
             raise UserError(f"inference.{role}", "mode 'pd' needs both [inference.prefill] and [inference.decode]")
         if inf.mode != "pd" and spec is not None:
@@ -112,6 +112,9 @@ def check_trainer(r: Recipe) -> None:
         )
     if t.micro_batch_size > batch:
         raise UserError("trainer.micro_batch_size", f"{t.micro_batch_size} is larger than the batch of {batch}")
+    if r.kind != "rl" and changed(t, "weight_sync"):  # explicitly 'filesystem' too: nothing is synced
+        raise UserError("trainer.weight_sync", f"only applies to kind 'rl' (weights sent to inference servers); "
+                        f"kind {r.kind!r} runs none")
     if isinstance(t.sync, Broadcast):
         check_broadcast(r, t.sync)
 
@@ -199,6 +202,9 @@ def check_applies(r: Recipe) -> None:
     if t is not None and changed(t, "weight_sync_timeout") and not t.sync.by_broadcast:
         raise UserError("trainer.weight_sync_timeout", "only applies to weights sent by broadcast (trainer.weight_sync "
                         "= 'nccl', 'ipc' or 'gloo'); the servers reload filesystem weights with no timeout")
+    if inf is not None and r.kind != "rl" and changed(inf, "min_servers"):
+        raise UserError("inference.min_servers", f"only applies to kind 'rl' (the orchestrator routes around dead "
+                        f"servers); in kind {r.kind!r} the router stops sending to a server that does not answer")
     if t is not None and r.kind != "sft" and t.dataset is not None:
         raise UserError("trainer.dataset", f"only applies to kind 'sft'; kind {r.kind!r} trains on the orchestrator's "
                         "rollouts (orchestrator.environment)")

@@ -1,6 +1,9 @@
-"""Head-node services: vllm-router in front of the servers (vLLM's or SGLang's), the Mooncake store."""
+"""Head-node services: vllm-router in front of the servers (vLLM's or SGLang's); the Mooncake store is the
+vLLM engine's (``slurmrl.plan.engines.vllm.mooncake``)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 from slurmrl import ports
 from slurmrl.contract.argv import AuthGate
@@ -10,11 +13,13 @@ from slurmrl.plan.context import Context
 from slurmrl.plan.model import Arg, Health, Instance, Sh
 from slurmrl.plan.placement import server_names
 from slurmrl.plan.rules import changed
-from slurmrl.plan.spec import Spec, Supervisor
+from slurmrl.plan.spec import Spec, Supervisor, restart_of
 
 SERVICE_CPUS = {"router": 2, "mooncake-master": 1, "mooncake-client": 1}
 ROUTER_HEALTH_INTERVAL_S = 5
-KV_CONNECTOR_FLAG = {"NixlConnector": "nixl", "MooncakeConnector": "mooncake"}  # vllm-router: nixl, mooncake, moriio
+
+# an engine's own rules of the router's settings: (its [inference], the policy of each pool)
+EngineCheck = Callable[[router_rules.Routed, dict[str, str]], None]
 
 
 # The router's worker count, from the arrays its task function reads the servers' URLs into.
@@ -47,8 +52,12 @@ def router_enabled(inf: router_rules.Routed, servers: int) -> bool:
     return servers > 1 or inf.mode == "pd"
 
 
-def router(ctx: Context, enabled: bool) -> None:
-    """vllm-router (``enabled``: see router_enabled) in front of the servers, with its pools."""
+def router(ctx: Context, enabled: bool, pd_pools: Sequence[str] = (), kv_connector: str | None = None,
+           check: EngineCheck | None = None) -> None:
+    """vllm-router (``enabled``: see router_enabled) in front of the servers, with its pools. The engine
+    whose servers it fronts gives, in mode ``pd``, the prelude lines that fill its ``pools`` array from
+    the ``prefill`` and ``decode`` URL arrays, and its ``--kv-connector`` value; ``check``: its own rules
+    of the router's settings, after the router's (``router_rules.check``)."""
     inf = routed(ctx)
     if not enabled:
         for name in type(inf.router).model_fields:  # no silent knobs: the router's settings need a router
@@ -58,6 +67,8 @@ def router(ctx: Context, enabled: bool) -> None:
                                 "= true to run one, or remove it")
         return
     router_rules.check(inf)
+    if check is not None:
+        check(inf, router_rules.policies(inf))
     publishing = [n for n in server_names(ctx.r) if router_rules.reads_events(inf, n)]
     head = ctx.groups[ctx.spec(server_names(ctx.r)[0]).group]
     ctx.reserve(head, 0, SERVICE_CPUS["router"], "the router")
@@ -79,19 +90,15 @@ def router(ctx: Context, enabled: bool) -> None:
             "pools=()",
             'read -ra prefill <<<"${URLS_PREFILL}"',
             'read -ra decode <<<"${URLS_DECODE}"',
-            'for url in "${prefill[@]}"; do pools+=(--prefill "${url}"); done'
-            if ctx.vllm.kv_connector != "MooncakeConnector" else
-            # each prefill server's Mooncake bootstrap port: its HTTP port + the distance between the two blocks
-            'for url in "${prefill[@]}"; do pools+=(--prefill "${url}" "$((${url##*:} + PORT_KV_0 - PORT_SERVER_0))"); done',
-            'for url in "${decode[@]}"; do pools+=(--decode "${url}"); done',
+            *pd_pools,
         ]
         args += ["--vllm-pd-disaggregation", "--prefill-policy", policy["prefill"],
                  "--decode-policy", policy["decode"], *router_rules.option_args(inf), Sh(sh="${pools[@]}")]
         if publishing:
             prelude += _event_sources("--pd-kv-events", "prefill")
             args.append(Sh(sh="${events[@]}"))
-        if ctx.vllm.kv_connector in KV_CONNECTOR_FLAG:  # P/D: vLLM's servers only
-            args += ["--kv-connector", KV_CONNECTOR_FLAG[ctx.vllm.kv_connector]]
+        if kv_connector:  # how the P/D servers move KV (vLLM's name it)
+            args += ["--kv-connector", kv_connector]
     else:
         prelude = [*shell.declare("host", *loop, arrays=("workers", *events)),
                    shell.HOST_LINE, 'read -ra workers <<<"${URLS_INFERENCE}"']
@@ -113,7 +120,7 @@ def router(ctx: Context, enabled: bool) -> None:
             # ready means serving: every server registered, and one completion through the router
             Supervisor("router", ready=shell.url("http", port),
                        ready_workers=ROUTER_WORKERS["pd" if inf.mode == "pd" else "other"],
-                       ready_completion=ctx.r.model.served_model_name),
+                       ready_completion=ctx.r.model.served_model_name, **restart_of(inf.router)),
             prelude=prelude,
             command=(*(gate_program(ctx, port) if gate else ()), *router_program(ctx), *args),
         ),
@@ -136,66 +143,3 @@ def _event_sources(flag: str, workers: str) -> list[str]:
         f'for url in "${{{workers}[@]}}"; do addr=${{url#*://}}; '
         f'events+=({flag} "${{url}}=tcp://${{addr%:*}}:$((${{url##*:}} + {distance}))"); done',
     ]
-
-
-def mooncake(ctx: Context) -> None:
-    off = ctx.vllm.kv_offload
-    if off.kind != "mooncake":
-        return
-    groups: dict[int, int] = {}  # het group -> inference nodes in it: a client on each
-    for n in server_names(ctx.r):
-        slot = ctx.slots[n]
-        groups[slot.group] = max(groups.get(slot.group, 0), slot.first_node + slot.nodes)
-    g = ctx.groups[next(iter(groups))]
-    ctx.reserve(g, 0, SERVICE_CPUS["mooncake-master"], "the Mooncake master")
-    rpc, meta, admin = shell.var("mooncake_rpc"), shell.var("mooncake_metadata"), shell.var("mooncake_admin")
-    ctx.add(Spec(
-        name="mooncake-master", role="mooncake", group=g.index, first_node=0, nodes=1, tasks_per_node=1,
-        cpus_per_task=1, gpus_per_node=0, stage=0,
-        health=Health(kind="tcp", ports=("mooncake_rpc",), first_node_only=True, timeout=120),
-        instances=(Instance(rank=0, node=0, local=0, gpus=(), ports={
-            "rpc": "mooncake_rpc", "metadata": "mooncake_metadata", "admin": "mooncake_admin"}),),
-        task=ctx.task(
-            Supervisor("mooncake-master", ready=shell.url("tcp", rpc)),
-            prelude=[*shell.declare("host"), shell.HOST_LINE],
-            command=(
-                *shell.tool(ctx.py, "mooncake_master"), Sh(sh=f"-rpc_port={rpc.sh}"),
-                "-enable_http_metadata_server=true", Sh(sh=f"-http_metadata_server_port={meta.sh}"),
-                Sh(sh=f"-metrics_port={admin.sh}"),
-            ),
-        ),
-    ))
-    client, h = shell.var("mooncake_client"), shell.head(g.index).sh
-    command: list[Arg] = [
-        *shell.tool(ctx.py, "mooncake_client"),
-        Sh(sh=f"--master_server_address={h}:{rpc.sh}"),
-        Sh(sh=f"--metadata_server=http://{h}:{meta.sh}/metadata"),
-        f"--global_segment_size={off.cpu_gb:g} GB",
-        f"--protocol={off.mooncake_protocol}",
-        Sh(sh="--local_hostname=${host}"),
-        Sh(sh=f"--port={client.sh}"),
-    ]
-    env = []
-    if off.mooncake_device:
-        command.append(f"--device_names={off.mooncake_device}")
-    if off.disk_path:
-        command.append("--enable_offload=true")
-        env.append(("MOONCAKE_OFFLOAD_STORAGE_ROOT_DIR", off.disk_path))
-    for gi, nodes in groups.items():  # one client component per het group (a step spans one group)
-        cg = ctx.groups[gi]
-        name = "mooncake-client" if len(groups) == 1 else f"mooncake-client-{cg.name}"
-        for node in range(nodes):
-            ctx.reserve(cg, node, SERVICE_CPUS["mooncake-client"], "the Mooncake client")
-        ctx.add(Spec(
-            name=name, role="mooncake", group=gi, first_node=0, nodes=nodes, tasks_per_node=1,
-            cpus_per_task=1, gpus_per_node=0, stage=1,
-            health=Health(kind="tcp", ports=("mooncake_client",), timeout=120),
-            instances=tuple(
-                Instance(rank=n, node=n, local=0, gpus=(), ports={"client": "mooncake_client"}) for n in range(nodes)
-            ),
-            task=ctx.task(
-                Supervisor(name, ready=shell.url("tcp", client), cuda_runtime=True),
-                prelude=[*shell.declare("host"), shell.HOST_LINE], env=env,
-                command=tuple(command),
-            ),
-        ))

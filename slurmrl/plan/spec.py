@@ -9,9 +9,12 @@ The planner then only adds what needs every component at once (CPUs per task, sr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from slurmrl.contract.argv import Supervise
-from slurmrl.plan.model import Arg, Health, Instance, Task
+from slurmrl.errors import UserError
+from slurmrl.plan.model import Arg, Health, Instance, RoleSettings, Task
+from slurmrl.recipe.user_set import user_set
 
 PROBE = "slurmrl.runtime.steps.probe"  # what every task runs in a preflight
 
@@ -28,6 +31,30 @@ class Slot:
 
 
 Supervisor = Supervise  # the planner's words may be shell expressions: Supervise[Arg]
+
+
+def restart_of(section: Any) -> dict[str, Any]:
+    """A serving section's restart policy (``restart``, ``max_restarts``, ``restart_backoff_s``: the
+    ``slurmrl.recipe.restart`` fields) as the supervisor's words: it restarts the task in place."""
+    return {"restart": section.restart, "max_restarts": section.max_restarts,
+            "restart_backoff": section.restart_backoff_s}
+
+
+RESTART_FIELDS = ("restart", "max_restarts", "restart_backoff_s")
+
+
+def restart_unless_spanning(section: Any, where: str, spans: bool) -> dict[str, Any]:
+    """``restart_of(section)`` for a server that is one task; an engine whose server spanning several nodes
+    is not restarted in place (SGLang's: its ranks' restart as one worker is built and tested for vLLM only)
+    refuses a restart field the recipe sets there rather than ignore it (``where``: the section's field path)."""
+    if not spans:
+        return restart_of(section)
+    for name in RESTART_FIELDS:
+        if user_set(section, name):
+            raise UserError(f"{where}.{name}", "an SGLang server spanning several nodes is not restarted in place "
+                            "(slurmrl restarts a multi-node worker as a whole for vLLM only): it fails fast; remove "
+                            "the field")
+    return {}
 
 
 def supervisor_argv(python: tuple[str, ...], s: Supervise[Arg]) -> tuple[Arg, ...]:
@@ -52,9 +79,10 @@ class Spec:
     instances: tuple[Instance, ...] = ()
     main: bool = False  # the job succeeds when every main component exits 0
     critical: bool = True  # False (recipe: critical = false): its exit is logged and the job goes on
+    orchestrated: bool = False  # RL's servers: the orchestrator decides whether the job goes on without them
     fail_fast: bool = True  # srun --kill-on-bad-exit
     slot: Slot | None = None  # a GPU component's slice: its CPUs are split by GPU count
     cpus_per_task: int = 0  # services name theirs; GPU components get a share of what is left
-    settings: dict | None = None
+    settings: RoleSettings | None = None  # our own programs' typed settings (dumped where the run dir is written)
     mpi: str | None = None
     reads_model: bool = False  # its command names model.path (model.stage: it reads the node-local copy)

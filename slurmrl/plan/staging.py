@@ -5,6 +5,9 @@ weights copied once per node.
 ``CACHE/<image as a file name>.sqsh`` under ``flock`` on the shared folder (a concurrent job waits
 for that import instead of doing its own), and every step's ``--container-image`` is that file.
 
+Every job with a container first checks, in one short step in that container with the job's Python,
+that slurmrl is there and is the one that rendered the script (``slurmrl_check``).
+
 ``model.stage = "node-local"``: before the servers start, one task per node of each het group
 that runs a server reading ``model.path`` copies it to ``STAGE_DIR/<node name>/<key>``
 (``slurmrl.runtime.steps.stage``: a lock, sha256 checked, a hit when the copy matches), and those
@@ -19,10 +22,11 @@ import re
 
 from slurmrl.contract.argv import Stage
 from slurmrl.errors import UserError
-from slurmrl.plan.model import Cat, ImageImport, Sh, StageStep
+from slurmrl.plan.model import Cat, ImageImport, Sh, SlurmrlCheck, StageStep
 from slurmrl.plan.rules import changed
 from slurmrl.plan.spec import Spec
 from slurmrl.recipe.recipe import Recipe
+from slurmrl.rundir.paths import RunDir
 
 NODE = Sh(sh="${SLURMD_NODENAME}")  # set by slurmd in every task: the node's name
 
@@ -71,6 +75,22 @@ def container_image(r: Recipe) -> str:
     imp = image_import(r)
     assert r.container is not None, "asked only for a recipe with [container] (planner.container_flags)"
     return imp.sqsh if imp else r.container.image
+
+
+def slurmrl_check(r: Recipe, groups: list, python: tuple[str, ...]) -> SlurmrlCheck | None:
+    """[container]: one task on the first node of het group 0 runs the run dir's slurmrl-check.py with
+    the job's Python in the job's container, against the run dir's lock.toml."""
+    if r.container is None:
+        return None
+    srun: list = ["--het-group=0"] if len(groups) > 1 else []
+    srun += ["--job-name=slurmrl-check", "--nodes=1", "--ntasks=1", "--cpus-per-task=1", "--overlap"]
+    if groups[0].gpus_per_node:
+        srun.append("--gpus-per-node=0")
+    srun.append(Sh(sh=f"--output=${{LOG_DIR}}/{RunDir.SLURMRL_CHECK_LOG}"))
+    prepare = ("mkdir", "-p", r.model.stage_dir) if r.model.stage == "node-local" else ()  # a mount's source must exist
+    return SlurmrlCheck(srun=tuple(srun), log=RunDir.SLURMRL_CHECK_LOG, prepare=prepare,
+                        command=(*python, Sh(sh=f"${{RUN_DIR}}/{RunDir.SLURMRL_CHECK}"),
+                                 Sh(sh=f"${{RUN_DIR}}/{RunDir.LOCK}"), container_image(r)))
 
 
 def extra_mounts(r: Recipe) -> list[str]:

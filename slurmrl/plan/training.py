@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from slurmrl.contract.programs import Orchestrator as OrchestratorArgs
-from slurmrl.contract.programs import Trainer as TrainerArgs
-from slurmrl.contract.programs import WeightServers
+from slurmrl.contract.programs import OrchestratorArgs, TrainerArgs, WeightServers
 from slurmrl.errors import UserError
 from slurmrl.plan import mesh, shell
 from slurmrl.plan.collector import metrics_env
@@ -26,8 +24,10 @@ def trainer(ctx: Context) -> None:
     slot = ctx.slots["trainer"]
     world = slot.nodes * len(slot.gpus)
     batch = global_batch(r)
-    parallel = mesh.resolve(t.parallel, world, t.seq_len, r.model.path)
-    mesh.check_runs(parallel)
+    parallel = mesh.resolve(t.parallel, world, t.seq_len, r.model.path, t.lora is not None)
+    unknown = mesh.unknown_experts(parallel, r.model.path)
+    if unknown:
+        ctx.warnings.append(unknown)
     dp = world // parallel.cp  # the cp ranks of a row share it: data parallel over the rest
     where = "orchestrator.prompts_per_step" if r.kind == "rl" else "trainer.batch_size"
     if batch % (t.micro_batch_size * dp):
@@ -60,7 +60,7 @@ def trainer(ctx: Context) -> None:
                        heartbeat=r.slurm.heartbeat_timeout, fail_on=tuple(t.fail_on)),
             prelude=prelude, env=[*sorted(t.env.items()), *metrics_env(ctx, "trainer_metrics")], command=command,
         ),
-        settings=settings.model_dump(mode="json", exclude_none=True),
+        settings=settings,
     ))
 
 
@@ -74,17 +74,13 @@ def trainer_program(ctx: Context) -> tuple[list[str], TrainerArgs[Arg]]:
     r = ctx.r
     if r.kind != "rl" or not ctx.trainer.sync.by_broadcast:
         return [], TrainerArgs[Arg](config("trainer"))
-    inf = ctx.vllm  # broadcast drives vLLM's weight-transfer routes
     prelude: list[str] = []
     groups: list[WeightServers[Arg]] = []
     workers = 0
     names = server_names(r)
     for name in names:
-        spec = ctx.spec(name)
-        leads = sum(1 for i in spec.instances if "http" in i.ports)
-        shape = getattr(inf, name) if inf.mode == "pd" else inf
-        gpus = sum(len(i.gpus) for i in spec.instances)
-        ranks = gpus // leads if gpus else shape.tp * shape.dp  # a CPU node: the parallel layout alone
+        leads = sum(1 for i in ctx.spec(name).instances if "http" in i.ports)
+        ranks = ctx.weight_ranks[name]  # broadcast drives vLLM's weight-transfer routes: its engine counts them
         prelude.append(f'read -ra servers_{name} <<<"${{URLS_{name.upper()}}}"')
         groups.append(WeightServers(ranks, (Sh(sh=f"${{servers_{name}[@]}}"),)))
         workers += leads * ranks
@@ -104,11 +100,16 @@ def orchestrator(ctx: Context) -> None:
         g = ctx.groups[ctx.spec(server_names(r)[0]).group]
     ctx.reserve(g, 0, o.cpus, "the orchestrator")
     servers = server_names(r)
+    serving = sum(1 for n in servers for i in ctx.spec(n).instances if "http" in i.ports)  # the servers' URLs
+    assert r.inference is not None, "kind rl has [inference] (check_sections)"
+    if r.inference.min_servers > serving:
+        raise UserError("inference.min_servers", f"is {r.inference.min_servers}, but the job has {serving} inference "
+                        f"server{'s' if serving != 1 else ''}; set at most {serving}")
     urls = " ".join(f"${{URLS_{n.upper()}}}" for n in servers)
     judge_prelude, judge_urls = judge.orchestrator_words(ctx)
     prelude = [*shell.declare(arrays=("servers",)), f'read -ra servers <<<"{urls}"', *judge_prelude]
     requests = Sh(sh="${URLS_ROUTER}") if ctx.has("router") else Sh(sh="${servers[@]}")
-    settings = orchestrator_settings(r, ctx.run_dir).model_dump(mode="json", exclude_none=True)
+    settings = orchestrator_settings(r, ctx.run_dir)
     ctx.add(Spec(
         name="orchestrator", role="orchestrator", group=g.index, first_node=0, nodes=1, tasks_per_node=1,
         cpus_per_task=o.cpus, gpus_per_node=0, stage=4, main=True, health=None,

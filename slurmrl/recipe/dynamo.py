@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, field_validator
 
 from slurmrl.recipe.fields import EnvMap
-from slurmrl.recipe.serving import Role, Serving, VllmFlags
+from slurmrl.recipe.serving import Disaggregated, Role, VllmFlags
 from slurmrl.settings.limits import MAX_GPUS_PER_NODE, MAX_JOB_GPUS
 from slurmrl.settings.section import PathText, Section
 
@@ -187,7 +187,7 @@ class DynamoRole(Role):
     dp: int = Field(1, ge=1, le=MAX_JOB_GPUS, description=DP_DESCRIPTION)
 
 
-class DynamoInference(VllmFlags, Serving):
+class DynamoInference(VllmFlags, Disaggregated):
     """NVIDIA Dynamo's frontend and workers for the policy (``backend = "dynamo"``), kind ``inference`` only.
     ``gpu_memory_utilization`` and ``enforce_eager`` are read by engine ``vllm``'s workers only."""
 

@@ -2,8 +2,9 @@
 
 Each engine's section holds the keys that engine reads and no other, so a key of another engine is
 the loader's ordinary unknown-key error, naming the engine that reads it (``slurmrl.recipe.load``).
-A new engine: its section in a module of its own (a ``Serving`` with ``backend: Literal["name"]``),
-one line in ``Inference`` below, and its planner module (``slurmrl.plan.engines``).
+A new engine: its section in a module of its own (a ``Serving`` with ``backend: Literal["name"]``; a
+``Disaggregated`` with prefill/decode roles, a ``Routed`` where vllm-router fronts it), one line in
+``Inference`` below, and its planner package (``slurmrl.plan.engines.<name>``).
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from slurmrl.recipe import restart as policy_fields
 from slurmrl.recipe.fields import FAIL_ON_HELP, EnvMap, FailOn
 from slurmrl.recipe.model import Model
+from slurmrl.recipe.restart import RestartMode
 from slurmrl.settings.judge import JudgeKnobs
 from slurmrl.settings.limits import MAX_GPUS_PER_NODE, MAX_NODES
 
@@ -44,3 +46,6 @@ class Judge(JudgeKnobs):
     startup_timeout: int = Field(
         1800, ge=1, le=86400, description="Seconds to wait for the judge to answer /health (1-86400, one day)."
     )
+    restart: RestartMode = policy_fields.mode("the judge")
+    max_restarts: int = policy_fields.max_restarts("the judge")
+    restart_backoff_s: int = policy_fields.backoff()

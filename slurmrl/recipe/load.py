@@ -1,7 +1,7 @@
 """Load a recipe file, apply ``--set`` overrides, and turn validation errors into one line.
 
-Parsing uses the standard library's ``tomllib``; ``tomlkit`` is imported only when a file does
-not parse, for the same error message as ever (and in case it accepts what tomllib refuses)."""
+Parsing uses the standard library's ``tomllib``; a file that does not parse is said in slurmrl's own
+words with its line and column (slurmrl.toml_errors), whatever TOML library is installed."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from slurmrl import toml_errors
 from slurmrl.errors import UserError
 from slurmrl.recipe.recipe import Recipe
 from slurmrl.recipe.schema import KeyedOn, key_of, models, variants
 from slurmrl.recipe.user_set import unresolve
-from slurmrl.rundir.read import read_bytes
+from slurmrl.rundir.read import read_input
 from slurmrl.settings.limits import INT64
 
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a few KB; this keeps /dev/zero and the like out
@@ -38,7 +39,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = tomllib.loads(f"v = {raw}")["v"]
     except (tomllib.TOMLDecodeError, RecursionError) as e:
         if raw.lstrip().startswith(("[", "{", '"', "'")):  # meant as TOML: say what is wrong with it
-            why = "nested too deeply" if isinstance(e, RecursionError) else str(e).replace("(at line 1, ", "(at ")
+            why = toml_errors.describe(e, f"v = {raw}").replace("(at line 1, ", "(at ")
             raise UserError("--set", f"{text[:200]!r}: the value is not valid TOML: {why}") from None
         value = raw  # bare words are strings: --set slurm.partition=gpu
     if isinstance(value, (datetime.date, datetime.time)):
@@ -181,9 +182,16 @@ def validate(data: dict, resolved: bool = False) -> Recipe:
 
 
 def read_toml(path: Path) -> dict:
+    """The recipe file's data (see :func:`read_recipe`)."""
+    return read_recipe(path)[0]
+
+
+def read_recipe(path: Path) -> tuple[dict, bool]:
+    """The recipe file's data, and whether it is a resolved recipe slurmrl wrote (its first line);
+    read once, so a pipe the user gives (``<(sed ... r.toml)``) is read like a file."""
     if Path(path).is_dir():
         raise UserError(str(path), "is a directory; give the recipe's .toml file")
-    raw = read_bytes(path, missing=None, limit=MAX_RECIPE_BYTES + 1, cut=True)  # not a regular file: one line
+    raw = read_input(path, MAX_RECIPE_BYTES)  # a folder, socket or device: one line
     if raw is None:
         raise UserError(str(path), "no such recipe file")
     if len(raw) > MAX_RECIPE_BYTES:
@@ -195,33 +203,19 @@ def read_toml(path: Path) -> dict:
     if "\x00" in text:
         raise UserError(str(path), "is not a text file (it holds NUL bytes); a recipe is TOML text")
     try:
-        data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError) as e:
-        data = _parse_with_tomlkit(path, text, e)
+        data = toml_errors.loads(text)
+    except ValueError as e:
+        raise UserError(str(path), f"not valid TOML: {e}") from None
     if not data:
         raise UserError(str(path), "is empty; `slurmrl init` prints a starter recipe")
-    return data
-
-
-def _parse_with_tomlkit(path: Path, text: str, first: Exception | None = None) -> dict:
-    """What tomllib refused: tomlkit's verdict, and its error message (the one users have seen)."""
-    import tomlkit
-    from tomlkit.exceptions import ParseError
-
-    try:
-        return tomlkit.parse(text).unwrap()
-    except ParseError as e:
-        raise UserError(str(path), f"not valid TOML: {e}") from None
-    except Exception as e:  # e.g. KeyAlreadyPresent (a key twice in one table): no position; tomllib has it
-        where = str(first).rpartition(" (")[2].rstrip(")") if isinstance(first, tomllib.TOMLDecodeError) else ""
-        raise UserError(str(path), f"not valid TOML: {e}" + (f" ({where})" if where else "")) from None
+    return data, text.startswith(RESOLVED_HEADER)
 
 
 def otel_from_environment(data: dict, environ=None) -> dict:
     """``OTEL_*`` variables of the environment the recipe is loaded in join its ``[env]`` (the recipe's own
     values win; ``--set env.X=...`` wins over both), so they are written into the run dir's recipe and
     job.sbatch like any: they reach every step, and vLLM's ``--otlp-traces-endpoint`` comes from them
-    (slurmrl.plan.vllm). None set: nothing changes."""
+    (slurmrl.plan.engines.vllm.flags). None set: nothing changes."""
     environ = os.environ if environ is None else environ
     found = {k: v for k, v in environ.items() if k.startswith("OTEL_")}
     env = data.get("env", {})
@@ -233,8 +227,7 @@ def otel_from_environment(data: dict, environ=None) -> dict:
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     """Read, override, validate. Relative paths in the recipe stay relative to the recipe file."""
     path = Path(path)
-    data = read_toml(path)
-    resolved = is_resolved(path)
+    data, resolved = read_recipe(path)
     if "lock" in data:  # a run dir's lock.toml is a recipe; its [lock] table is provenance, not read here
         from slurmrl.rundir import lockfile as lock
 
@@ -244,12 +237,3 @@ def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
         data = unresolve(Recipe, data)
     data = apply_overrides(otel_from_environment(data), list(overrides))
     return validate(data)
-
-
-def is_resolved(path: Path) -> bool:
-    """``path`` is a resolved recipe that slurmrl wrote (a run dir's recipe.toml, or a copy of one)."""
-    try:
-        head = read_bytes(path, limit=len(RESOLVED_HEADER.encode()), cut=True)
-    except UserError:
-        return False
-    return head.decode("utf-8", "replace") == RESOLVED_HEADER

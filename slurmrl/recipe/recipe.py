@@ -10,13 +10,17 @@ Every number has a range, stated in its field's description (a test checks the t
 chosen from what Slurm, vLLM and the largest clusters really allow (``slurmrl.settings.limits``).
 Non-finite floats (``inf``, ``nan``, ``1e999``) are refused by every section.
 
+The optional sections most recipes leave out and the engines' [inference] sections are ``OnDemand``
+(``slurmrl.recipe.schema``): their models are built the first time a recipe holds one, not with the
+recipe's own (`slurmrl plan`'s start-up).
+
 The fields the trainer, orchestrator and judge programs read are their settings' bases
 (``slurmrl.settings``), which the sections here extend: each default is written once.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -33,6 +37,8 @@ from slurmrl.recipe.model import Model
 from slurmrl.recipe.orchestrator import Orchestrator
 from slurmrl.recipe.placement import Placement
 from slurmrl.recipe.python import Python
+from slurmrl.recipe.schema import OnDemand
+from slurmrl.recipe.serving import Disaggregated
 from slurmrl.recipe.slurm import Slurm
 from slurmrl.recipe.sweep import Sweep
 from slurmrl.recipe.trainer import SFT_BATCH_SIZE, Trainer
@@ -51,7 +57,7 @@ class Recipe(Section):
         "(relative to the recipe file).",
     )
     slurm: Slurm = Field(default_factory=Slurm, description="sbatch directives.")
-    container: Container | None = Field(None, description="Pyxis container; omit to run on the host.")
+    container: Annotated[Container | None, OnDemand] = Field(None, description="Pyxis container; omit to run on the host.")
     python: Python = Field(default_factory=Python, description="Python environment on the host.")
     model: Model = Field(description="The model.")
     env: EnvMap = Field(default_factory=dict, description="Environment for every step.")
@@ -59,23 +65,23 @@ class Recipe(Section):
     placement: Placement = Field(default_factory=Placement, description="Placement choices.")
     trainer: Trainer | None = Field(None, description="Trainer (kinds `sft`, `rl`).")
     orchestrator: Orchestrator | None = Field(None, description="Orchestrator (kind `rl`).")
-    inference: Inference | None = Field(None, description="Inference servers (kinds `rl`, `inference`).")
-    benchmark: Benchmark | None = Field(
+    inference: Annotated[Inference | None, OnDemand] = Field(None, description="Inference servers (kinds `rl`, `inference`).")
+    benchmark: Annotated[Benchmark | None, OnDemand] = Field(
         None, description="Load test of the job's endpoint once it is ready (kind `inference`)."
     )
-    sweep: Sweep | None = Field(
+    sweep: Annotated[Sweep | None, OnDemand] = Field(
         None, description="A grid of values for this recipe's fields; rendered and submitted by `slurmrl sweep`."
     )
-    judge: Judge | None = Field(
+    judge: Annotated[Judge | None, OnDemand] = Field(
         None, description="A judge or reward model served by vLLM in the job, for rewards (kind `rl`)."
     )
-    eval: Eval | None = Field(
+    eval: Annotated[Eval | None, OnDemand] = Field(
         None, description="Evaluation during training on held-out prompts, every N steps (kind `rl`)."
     )
     wandb: Wandb = Field(
         default_factory=Wandb, description="W&B runs of the trainer and the orchestrator, one group (kinds `sft`, `rl`)."
     )
-    collector: Collector | None = Field(
+    collector: Annotated[Collector | None, OnDemand] = Field(
         None, description="Keep every component's Prometheus `/metrics` in the run dir while the job runs "
         "(`slurmrl report` draws them)."
     )
@@ -110,8 +116,8 @@ def job_gpus(r: Recipe) -> list[tuple[str, int]]:
         t = r.trainer.gpus_per_node
         out.append(("trainer.nodes", r.trainer.nodes * (gpn if t is None else t)))
     inf = r.inference
-    if inf is not None and inf.mode == "pd" and "prefill" in type(inf).model_fields:  # an engine with P/D roles
-        for name, role in (("prefill", getattr(inf, "prefill")), ("decode", getattr(inf, "decode"))):
+    if isinstance(inf, Disaggregated) and inf.mode == "pd":  # an engine with P/D roles
+        for name, role in inf.roles().items():
             if role is not None:
                 out.append((f"inference.{name}.replicas", max(role.replicas * role.tp, (role.nodes or 0) * gpn)))
     elif inf is not None:

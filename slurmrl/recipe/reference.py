@@ -116,6 +116,9 @@ def reference() -> str:
         "Generated from the schema (`python -m slurmrl.recipe.reference > docs/recipe-reference.md`);",
         "a test fails when a field is missing here. Unknown keys are errors. Every field can be",
         "overridden on the command line: `--set section.key=VALUE` (VALUE is read as TOML).",
+        "Types are strict in every field: `true` is not a number, `2.0` is not an integer, `1` is not",
+        "a boolean (a number's text, `'5'`, is its number), and no string holds a control character",
+        "(a NUL, an escape; a path is one line).",
         "",
     ]
     tables: dict[str, list[str]] = {"": []}

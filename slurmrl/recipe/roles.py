@@ -23,6 +23,7 @@ def trainer_settings(recipe: Recipe, run_dir: str, world_size: int, global_batch
         run_dir=run_dir, kind=recipe.kind, model=recipe.model.path, trust_remote_code=recipe.model.trust_remote_code,
         world_size=world_size, global_batch=global_batch, hybrid=recipe.placement.colocate == "hybrid",
         weight_sync=recipe.trainer.sync, wandb=wandb_settings(recipe, run_dir),
+        grace_seconds=recipe.slurm.grace_seconds,
     )
 
 
@@ -37,10 +38,18 @@ def orchestrator_settings(recipe: Recipe, run_dir: str) -> OrchestratorSettings:
         judge=judge_settings(recipe), weight_sync=recipe.trainer.sync,
         hybrid=recipe.placement.colocate == "hybrid",
         lora=recipe.trainer.lora is not None,
+        **serving_limits(recipe),
         eval=eval_settings(recipe),
         wandb=wandb_settings(recipe, run_dir),
         chat_only_set=chat_only_set(recipe, changed=True),
     )
+
+
+def serving_limits(recipe: Recipe) -> dict:
+    """How many servers the orchestrator needs live (inference.min_servers) and for how long it waits for a
+    dead one to come back (inference.startup_timeout); the defaults without an [inference] section."""
+    inf = recipe.inference
+    return {} if inf is None else {"min_servers": inf.min_servers, "servers_grace_s": float(inf.startup_timeout)}
 
 
 def chat_only_set(recipe: Recipe, changed: bool = False) -> list[str]:
@@ -65,7 +74,7 @@ def judge_settings(recipe: Recipe) -> JudgeSettings | None:
         return None
     knobs = j.model_dump(include=set(JudgeKnobs.model_fields))
     knobs["template"] = j.template or JUDGE_TEMPLATES[j.kind]
-    return JudgeSettings(**knobs, served_model_name=j.model.served_model_name)
+    return JudgeSettings(**knobs, served_model_name=j.model.served_model_name, wait_s=float(j.startup_timeout))
 
 
 def eval_settings(recipe: Recipe) -> EvalSettings | None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
+from slurmrl.recipe import restart as policy_fields
+from slurmrl.recipe.restart import RestartMode
+from slurmrl.recipe.serving import Disaggregated
 from slurmrl.settings.section import Section
 
 RouterPolicy = Literal[
@@ -114,3 +117,15 @@ class Router(Section):
         0.2, ge=0, le=1, description="Random share of each retry wait (0-1)."
     )
     extra_args: list[str] = Field(default_factory=list, description="Extra `vllm-router` arguments.")
+    restart: RestartMode = policy_fields.mode("the router")
+    max_restarts: int = policy_fields.max_restarts("the router")
+    restart_backoff_s: int = policy_fields.backoff()
+
+
+class Routed(Disaggregated):
+    """An engine's section whose servers vllm-router may front (they speak OpenAI HTTP): its router
+    rules and service (``slurmrl.plan.router_rules``, ``slurmrl.plan.services``) ask this type. It adds
+    no field: each such section declares ``router`` in its own order."""
+
+    if TYPE_CHECKING:  # declared by each engine's section (a field here would reorder theirs)
+        router: Router

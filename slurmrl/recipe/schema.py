@@ -1,6 +1,8 @@
 """Walking the recipe schema: the section model(s) a field holds, including a union of sections
 keyed on a tag (``[inference]``, one section per ``backend``). The loader's error messages, the
-resolved-recipe reader (``slurmrl.recipe.user_set``) and the reference generator walk it alike."""
+resolved-recipe reader (``slurmrl.recipe.user_set``) and the reference generator walk it alike.
+``OnDemand``: an optional section (or union of sections) validated by its own model, built when a recipe
+holds it."""
 
 from __future__ import annotations
 
@@ -8,7 +10,11 @@ import types
 import typing
 from typing import Any
 
-from pydantic import BaseModel, Discriminator, Tag
+from pydantic import BaseModel, Discriminator, Tag, ValidationError
+from pydantic_core import PydanticKnownError
+from pydantic_core import core_schema as cs
+
+ERROR_TYPES = frozenset(typing.get_args(cs.ErrorType))
 
 
 class KeyedOn:
@@ -74,3 +80,46 @@ def key_of(annotation) -> KeyedOn | None:
     """What a union of sections is keyed on (``backend``, and its default), None for anything else."""
     disc = _parts(annotation)[1]
     return disc.discriminator if disc is not None and isinstance(disc.discriminator, KeyedOn) else None
+
+
+class OnDemand:
+    """``Annotated[Part | None, OnDemand]``: an optional section (or a union of sections keyed on a tag) that
+    the recipe's own schema does not take in. The recipe validates the field with the part's own model,
+    which pydantic builds the first time a recipe holds one (every section defers its build), and dumps
+    it as the model it is (``model_dump``'s include, exclude, exclude_unset and mode reach it alike). A
+    recipe leaves most optional sections out and names one engine; `slurmrl plan` builds no model of the
+    others (~15 ms of a plan). Errors are pydantic's own, in the same places: the field, then the union's
+    tag (``inference.vllm.tp``), then the part's (``tests/test_cli_imports.py``, ``tests/test_bad_recipes.py``)."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        found, disc = _parts(source)
+        assert found and type(None) in typing.get_args(source), f"OnDemand takes Part | None, not {source}"
+        key = disc.discriminator if disc is not None else None
+        if key is None:
+            assert len(found) == 1, f"OnDemand takes one section or a union keyed on a tag, not {source}"
+            return _plain(found[0][1].model_validate)
+        members = {tag: model for tag, model in found if tag is not None}
+        return _plain(lambda value: _member(members, key, value))
+
+
+def _plain(validate) -> Any:
+    """A core schema: None stays None, anything else goes to ``validate``; dumped as what it is."""
+    return cs.no_info_plain_validator_function(lambda value: None if value is None else validate(value),
+                                               serialization=cs.simple_ser_schema("any"))
+
+
+def _member(members: dict[str, type[BaseModel]], key, value: Any) -> BaseModel:
+    """``value`` as the member its tag picks, errors placed under the tag as pydantic's tagged union places them."""
+    tag = key(value)
+    if tag not in members:
+        raise PydanticKnownError("union_tag_invalid", {"discriminator": f"{key.__name__}()", "tag": tag,
+                                                       "expected_tags": ", ".join(map(repr, members))})
+    try:
+        return members[tag].model_validate(value)
+    except ValidationError as e:
+        lines = [{"type": x["type"], "loc": (tag, *x["loc"]), "input": x["input"], **({"ctx": x["ctx"]} if "ctx" in x else {})}
+                 for x in e.errors(include_url=False) if x["type"] in ERROR_TYPES]
+        if len(lines) < e.error_count():  # an error type pydantic cannot raise again: as it is
+            raise
+        raise ValidationError.from_exception_data(e.title, lines) from None  # type: ignore[arg-type]

@@ -1,14 +1,17 @@
 """What every engine's ``[inference]`` section reads (``slurmrl.recipe.inference`` holds the union of
 them, keyed on ``backend``): its nodes and GPUs, who may call it, its environment, its failure probes,
-how long it may take to start; and the fields of one prefill/decode role every engine sizes by."""
+how long it may take to start; the fields of one prefill/decode role every engine sizes by; and the
+type of a section with those roles (``Disaggregated``), which the shared rules ask instead of a field name."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
+from slurmrl.recipe import restart as policy_fields
 from slurmrl.recipe.fields import FAIL_ON_HELP, EnvMap, FailOn
+from slurmrl.recipe.restart import RestartMode
 from slurmrl.settings.limits import MAX_GPUS_PER_NODE, MAX_JOB_GPUS, MAX_NODES
 from slurmrl.settings.section import Section
 
@@ -30,9 +33,17 @@ class Serving(Section):
     )
     env: EnvMap = Field(default_factory=dict, description="Extra environment for the inference steps.")
     fail_on: FailOn = Field(default_factory=list, description=FAIL_ON_HELP.format(what="every inference server"))
+    min_servers: int = Field(
+        1, ge=1, le=MAX_JOB_GPUS, description="The RL orchestrator goes on while at least this many inference servers are "
+        "live: a dead one is routed around and its rollouts re-sent; fewer for longer than `startup_timeout` (the "
+        f"time a restarted server may take) fails the job, naming the dead servers (1-{MAX_JOB_GPUS}).",
+    )
     startup_timeout: int = Field(
         1800, ge=1, le=86400, description="Seconds to wait for servers to answer /health (1-86400, one day)."
     )
+    restart: RestartMode = policy_fields.mode("an inference server")
+    max_restarts: int = policy_fields.max_restarts("an inference server")
+    restart_backoff_s: int = policy_fields.backoff()
 
 
 class Role(Section):
@@ -52,6 +63,22 @@ class Role(Section):
     extra_args: list[str] = Field(default_factory=list, description="Extra arguments for this role's workers.")
     env: EnvMap = Field(default_factory=dict, description="Extra environment for this role.")
 
+
+
+class Disaggregated(Serving):
+    """An engine's section whose mode ``pd`` splits its servers into prefill and decode roles, each
+    sized by a ``Role``. Rules every such engine shares (``slurmrl.plan.rules.check_roles``) ask this
+    type. It adds no field: each engine's section declares ``mode``, ``prefill`` and ``decode`` in its
+    own order, with its own ``Role``."""
+
+    if TYPE_CHECKING:  # declared by each engine's section (a field here would reorder theirs)
+        mode: str
+        prefill: Role | None
+        decode: Role | None
+
+    def roles(self) -> dict[str, Role | None]:
+        """Each role by name, in the order the planner places them."""
+        return {"prefill": self.prefill, "decode": self.decode}
 
 class VllmFlags(Section):
     """vLLM engine flags that vLLM's own servers and Dynamo's ``dynamo.vllm`` workers both read."""

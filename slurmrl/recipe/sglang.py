@@ -7,8 +7,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from slurmrl.recipe.router import Router
-from slurmrl.recipe.serving import Role, Serving
+from slurmrl.recipe.router import Routed, Router
+from slurmrl.recipe.serving import Role
 from slurmrl.settings.limits import MAX_GPUS_PER_NODE, MAX_JOB_GPUS
 
 TransferBackend = Literal["nixl", "mooncake"]
@@ -28,7 +28,7 @@ class SglangRole(Role):
     enable_dp_attention: bool = Field(False, description="`--enable-dp-attention` (then dp divides tp).")
 
 
-class SglangInference(Serving):
+class SglangInference(Routed):
     """SGLang servers of the policy (``backend = "sglang"``), kind ``inference`` only."""
 
     KEY_HINTS: ClassVar[dict[str, str]] = {  # what the loader adds when a key of another engine is set here

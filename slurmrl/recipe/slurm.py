@@ -73,8 +73,11 @@ class Slurm(Section):
     )
     max_requeues: NonNegInt = Field(
         3, le=1000,
-        description="How many times the warning signal may requeue the job (0-1000). A warning that comes before "
-        "every component is ready never requeues: the next attempt would start over the same way. Only with `requeue = true`.",
+        description="How many times the job may be requeued (0-1000), one count for the warning signal's requeues and "
+        "the node faults' (a node Slurm, the node check or a task's SIGBUS finds bad: requeued without the node); a "
+        "manual `scontrol requeue` uses none. A warning that comes before every component is ready never requeues: "
+        "the next attempt would start over the same way; an application failure never requeues. Only with "
+        "`requeue = true`.",
     )
     max_total_time: TimeBudget | None = Field(
         None, description="Total wall-clock budget over all attempts (Slurm time format); no requeue once it is used. Only with "

@@ -8,8 +8,8 @@ from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import AfterValidator, Field
 
-from slurmrl.recipe.router import Router
-from slurmrl.recipe.serving import Role, Serving, VllmFlags
+from slurmrl.recipe.router import Routed, Router
+from slurmrl.recipe.serving import Role, VllmFlags
 from slurmrl.settings.limits import INT64, MAX_GPUS_PER_NODE, MAX_JOB_GPUS, MAX_NODES
 from slurmrl.settings.section import PathText, Section
 
@@ -79,7 +79,7 @@ class PDRole(Role):
     )
 
 
-class VllmInference(VllmFlags, Serving):
+class VllmInference(VllmFlags, Routed):
     """vLLM servers of the policy (``backend = \"vllm\"``)."""
 
     KEY_HINTS: ClassVar[dict[str, str]] = {  # what the loader adds when a key of another engine is set here

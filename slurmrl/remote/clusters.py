@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmrl import toml_errors
 from slurmrl.errors import UserError
 from slurmrl.rundir.read import read_text
 
@@ -81,8 +81,8 @@ def read(source: Path) -> dict:
         raise UserError(str(source), f"no clusters file; {how} (one [NAME] table with host and workdir, "
                                      "see docs/slurm.md 'From a laptop')")
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+        return toml_errors.loads(text)
+    except ValueError as e:
         raise UserError(str(source), f"not valid TOML: {e}") from None
 
 

@@ -19,7 +19,7 @@ PACKAGE_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 ENTRY = "job.sbatch.j2"
 FUNCTIONS = RunDir.FUNCTIONS  # the helper file job.sbatch sources, in the run dir
 FUNCTIONS_ENTRY = FUNCTIONS + ".j2"
-FUNCTIONS_VERSION = 1  # job.sbatch names the version it was written for; bump on an incompatible change
+FUNCTIONS_VERSION = 2  # job.sbatch names the version it was written for; bump on an incompatible change
 
 
 class _Loader(jinja2.FileSystemLoader):
@@ -107,7 +107,7 @@ def render_functions(templates_dir: Path | None = None) -> str:
     if templates_dir is not None and not (templates_dir / FUNCTIONS_ENTRY).is_file():
         templates_dir = None
     return _render(templates_dir, FUNCTIONS_ENTRY, version=FUNCTIONS_VERSION, port_base_min=ports.BASE_MIN,
-                   port_stride=ports.STRIDE, port_slots=ports.SLOTS)
+                   port_stride=ports.STRIDE, port_lowest=ports.LOWEST, port_top=ports.TOP)
 
 
 def render_script(plan: Plan, run_dir: str, recipe_file: str, templates_dir: Path | None = None) -> str:

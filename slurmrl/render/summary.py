@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from slurmrl import ports
-from slurmrl.plan import mesh
 from slurmrl.plan.model import Component, Plan
 from slurmrl.render.quoting import shq
+from slurmrl.settings.trainer import TrainerSettings
 
 
 def table(rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -102,15 +102,16 @@ def summary(plan: Plan, run_dir: Path, job_id: int | None = None) -> str:
     else:
         shown = job_id if job_id is not None else 1234
         base = ports.base_for_job(shown)
-        base_line = f"PORT_BASE = {ports.base_expr()} unless taken on a node; for job {shown}: {base}"
+        base_line = (f"PORT_BASE = {ports.base_expr()} unless taken on a node or inside its ephemeral range; "
+                     f"for job {shown}: {base}")
     out += ["", f"Ports ({base_line})"]
     out += table([[name, f"+{off}", str(base + off)] for name, off in plan.ports.items()])
     if plan.services:
         out += ["", "Head-node services: " + ", ".join(
             f"{n} (group {plan.component(n).group}, node {plan.component(n).first_node})" for n in plan.services)]
-    trainer = next((c for c in plan.components if c.role == "trainer" and c.settings), None)
-    if trainer is not None and trainer.settings and "parallel" in trainer.settings:
-        out += ["", mesh.describe(trainer.settings["parallel"])]
+    trainer = next((c.settings for c in plan.components if isinstance(c.settings, TrainerSettings)), None)
+    if trainer is not None:  # the mesh as plan resolved it, read from the trainer's typed settings
+        out += ["", trainer.parallel.describe()]
     main = [c.name for c in plan.components if c.main]
     out += ["", f"Done when: {', '.join(main)} exit 0. Any failure stops the job after a {plan.grace_seconds}s grace."]
     for w in plan.warnings:

@@ -3,7 +3,8 @@ orchestrator's view of the trainer). One JSON object per line with a whole-numbe
 ``slurmrl.runtime.metrics`` writes them.
 
 What the runtime can write is accepted and kept as it is: null fields (no CUDA memory on a CPU
-run), NaN and +-Infinity and huge numbers, an empty file, a last line cut short by a kill. A line
+run), NaN and +-Infinity and huge numbers, an empty file, a last line cut short by a kill; an
+integer beyond a float (which no reader could draw or format) is read as null, missing. A line
 that is not a step's record (cut short, hand-edited, a step that is not a whole number) is left
 out, as the runtime's own resume leaves it out (``Metrics.truncate_after``): the file is a log
 that a kill may cut anywhere. A file that is not text (binary bytes, a folder, unreadable) is one
@@ -56,7 +57,22 @@ def _row(line: str, path: Path) -> Row | None:
     step = rec.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
         return None
-    return Row(step, {k: v for k, v in rec.items() if k != "step"})
+    return Row(step, {k: _in_a_float(v) for k, v in rec.items() if k != "step"})
+
+
+def _in_a_float(value):
+    """``value`` with every integer beyond a float (in tables and lists too) read as None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            return None
+        return value
+    if isinstance(value, dict):
+        return {k: _in_a_float(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_in_a_float(v) for v in value]
+    return value
 
 
 def _parse(text: str, path: Path) -> list[Row]:

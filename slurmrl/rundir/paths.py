@@ -14,6 +14,7 @@ steps (``RunDir.from_env()``) and the login-node commands all go through it.
       jobs.json                      every job submitted from this run dir
       allocations                    job ids of `bash job.sbatch` runs inside salloc
       secret                         the job's secret (mode 0600; see slurmrl.secret)
+      joined/<jobid>.<task>.json     a server of another job that joined this one (slurmrl.rundir.joined)
       logs/batch-<jobid>.out         the batch shell's log
       logs/attempt-N/<comp>.<task>.log
       logs/attempt-N/FAILED          why the job failed (one line)
@@ -21,6 +22,8 @@ steps (``RunDir.from_env()``) and the login-node commands all go through it.
       logs/attempt-N/<comp>.waiting  why a front is not serving yet (slurmrl.runtime.steps.ready_check)
       logs/attempt-N/PREEMPTED       the warning signal came (and what the script did about it)
       logs/attempt-N/STOPPED         Slurm ended the attempt with SIGTERM (cancel, time limit)
+      logs/attempt-N/END             why the attempt ended: "<unix time> <class> <requeued: yes|no> <why>"
+      logs/attempt-N/NODE_FAULTS     nodes found bad as it ended or started: "<node> <reason>" per line
       logs/attempt-N/ended/<comp>.<task>  how and when a task's command ended (slurmrl.rundir.ended)
       logs/job-<jobid>/              an earlier job's logs, set aside by submit
       ready/attempt-N/<comp>.<task>  a task passed its readiness check (its URL, its step's task count)
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 from slurmrl.rundir import phases
 
 
@@ -55,12 +58,15 @@ class RunDir:
     PLAN = "plan.json"
     RECIPE = "recipe.toml"
     LOCK = "lock.toml"  # a complete recipe plus provenance (slurmrl.rundir.lockfile); the job appends its versions
+    SLURMRL_CHECK = "slurmrl-check.py"  # [container]: the job's first step runs it there (slurmrl.contract.slurmrl_check)
+    SLURMRL_CHECK_LOG = "slurmrl-check.log"  # its output, in logs/attempt-N
     LINKS = "links.json"  # {"again_of": RUN_DIR, "again_as": [RUN_DIR, ...], "sweep": SWEEP_DIR}
     SWEEP_INDEX = "sweep.json"  # a sweep dir's index: grid, points (params, run dir), submissions (slurmrl.sweep)
     SWEEP_SCRIPT = "sweep.sbatch"  # a sweep's job array script: runs point SLURM_ARRAY_TASK_ID's job.sbatch
     JOBS = "jobs.json"
     ALLOCATIONS = "allocations"  # job ids of runs of job.sbatch inside salloc (the script appends them)
     SECRET = "secret"  # the job's secret (slurmrl.secret), made by the job script
+    JOINED = "joined"  # joined/<jobid>.<task>.json: a server of a joiner job, once it is ready (slurmrl.rundir.joined)
     COMPONENTS = "components"
     LOGS = "logs"
     READY = "ready"
@@ -79,10 +85,16 @@ class RunDir:
     CHECKPOINTS = "checkpoints"
     WANDB = "wandb"
     DYNAMO = "dynamo"  # data of the etcd and NATS servers a Dynamo job starts, one folder per attempt
+    LIVE_SET = "servers-live.json"  # the orchestrator's live set of servers (slurmrl.contract.live_set)
+    SYNCED = "servers-synced.json"  # what the trainer's last broadcast reached (slurmrl.contract.live_set)
+    EVENTS = "events.jsonl"  # deaths, restarts, joins, excluded nodes, why attempts ended (slurmrl.contract.events)
     FAILED = "FAILED"
     PHASES = "phases"
     PREEMPTED = "PREEMPTED"
+    WORKER_RESTARTS = "worker-restarts"  # per server spanning nodes: its tasks' meeting files for a restart
     ENDED = "ended"  # per task: how and when its command ended (slurmrl.rundir.ended)
+    END = "END"  # why the attempt ended, classified (slurmrl.contract.attempt_end), the job script's note
+    NODE_FAULTS = "NODE_FAULTS"  # nodes Slurm or the node check found bad: "<node> <reason>" per line
     STOPPED = "STOPPED"  # Slurm ended the attempt (SIGTERM to the batch shell): cancel, time limit, preemption
     JOB_OUTPUTS = (READY, PREFLIGHT, BENCHMARK)  # written by a job; stale once another job runs in the run dir
     PULLED = (LOGS, READY, PREFLIGHT, BENCHMARK, METRICS)  # what a job writes and the login-node commands read
@@ -131,6 +143,21 @@ class RunDir:
         return self.path / self.LINKS
 
     @property
+    def events(self) -> Path:
+        """Every attempt's events, one JSON line each (slurmrl.contract.events)."""
+        return self.path / self.EVENTS
+
+    @property
+    def live_set(self) -> Path:
+        """The live set of servers the orchestrator writes, the trainer's broadcast reads."""
+        return self.path / self.LIVE_SET
+
+    @property
+    def synced(self) -> Path:
+        """The servers the trainer's last broadcast reached (and those it dropped)."""
+        return self.path / self.SYNCED
+
+    @property
     def jobs(self) -> Path:
         return self.path / self.JOBS
 
@@ -141,6 +168,14 @@ class RunDir:
     @property
     def secret(self) -> Path:
         return self.path / self.SECRET
+
+    @property
+    def joined_dir(self) -> Path:
+        return self.path / self.JOINED
+
+    def joined_file(self, job_id: str, task: int) -> Path:
+        """One server of joiner job ``job_id`` (its task ``task``), written once it is ready."""
+        return self.joined_dir / f"{job_id}.{task}.json"
 
     @property
     def sweep_index(self) -> Path:
@@ -234,6 +269,9 @@ class RunDir:
     def log_dir(self, attempt: int | str) -> Path:
         return self.attempt_dir(self.LOGS, attempt)
 
+    def slurmrl_check_log(self, attempt: int | str) -> Path:
+        return self.log_dir(attempt) / self.SLURMRL_CHECK_LOG
+
     def task_log(self, attempt: int | str, component: str, task: int | str) -> Path:
         return self.log_dir(attempt) / f"{component}.{task}.log"
 
@@ -264,6 +302,11 @@ class RunDir:
     def ended_file(self, attempt: int | str, component: str, task: int | str) -> Path:
         return self.ended_dir(attempt) / f"{component}.{task}"
 
+    def worker_restart_dir(self, attempt: int | str, component: str, first_task: int) -> Path:
+        """Where the tasks of one server spanning nodes (its first task ``first_task``) meet to restart as a
+        whole (slurmrl.runtime.steps.worker_restart)."""
+        return self.log_dir(attempt) / self.WORKER_RESTARTS / f"{component}.{first_task}"
+
     def heartbeat_file(self, attempt: int | str, component: str, task: int) -> Path:
         """Touched by a program's main loop (slurmrl.heartbeat); its supervisor watches the age."""
         return self.attempt_dir(self.HEARTBEAT, attempt) / f"{component}.{task}"
@@ -276,6 +319,17 @@ class RunDir:
 
     def stopped_file(self, attempt: int | str) -> Path:
         return self.log_dir(attempt) / self.STOPPED
+
+    def allreduce_address(self, attempt: int | str, step: str) -> Path:
+        """Where the node check's all-reduce (step ``step``: ``<job id>.<step id>``) is hosted: ``<host> <port>``,
+        written by its rank 0 (slurmrl.runtime.steps.probe_allreduce)."""
+        return self.log_dir(attempt) / f".allreduce.{step}"
+
+    def end_note(self, attempt: int | str) -> Path:
+        return self.log_dir(attempt) / self.END
+
+    def node_faults(self, attempt: int | str) -> Path:
+        return self.log_dir(attempt) / self.NODE_FAULTS
 
     def batch_log(self, job_id: str) -> Path:
         return self.logs / f"batch-{job_id}.out"

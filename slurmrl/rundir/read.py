@@ -3,7 +3,8 @@ turns what the filesystem and the bytes can do wrong into one line naming the fi
 exit 2). A run dir lives on a shared filesystem and is input like any other: it may be hand-edited,
 truncated, binary, a folder, a named pipe, a socket, a device or a symbolic link that loops.
 
-How a file is opened (:func:`open_file`), so that nothing can block or run away:
+How a file is opened (:func:`open_file`, through the contract's bounded reader,
+``slurmrl.contract.reader``, which the contract's own readers share), so that nothing can block or run away:
 - ``stat`` first (it follows links; a loop is ``ELOOP``): anything but a regular file is refused
   before it is opened;
 - then ``open`` with ``O_NONBLOCK`` (a FIFO swapped in after the ``stat`` cannot block the open)
@@ -17,23 +18,18 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
-import re
 import stat
 import tomllib
 from pathlib import Path
 from typing import BinaryIO
 
+from slurmrl.contract.reader import MAX_BYTES, MAX_DEPTH, NotRegular, json_depth, non_finite, open_regular
 from slurmrl.errors import UserError
 
-MAX_BYTES = 64 << 20  # no run-dir file slurmrl reads back is near this; a bigger one is not ours
-MAX_DEPTH = 64  # JSON nesting: what slurmrl writes is a few levels deep
 _MISSING = object()
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)
-_BRACKET = re.compile(r"[\[\]{}]")
 
 
 def _not_regular(path: Path, mode: int) -> UserError:
@@ -49,14 +45,14 @@ def _os_error(path: Path, e: OSError) -> UserError:
 
 
 def open_file(path: Path, missing=_MISSING) -> BinaryIO:
-    """``path`` opened for reading bytes, once it is known to be a regular file (see the module's note);
-    ``missing`` when it does not exist (else an error naming it)."""
+    """``path`` opened for reading bytes, once it is known to be a regular file (the contract's bounded
+    reader, ``slurmrl.contract.reader.open_regular``); ``missing`` when it does not exist (else an error
+    naming it)."""
     path = Path(path)
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise _not_regular(path, st.st_mode)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        return open_regular(path)
+    except NotRegular as e:
+        raise _not_regular(path, e.mode) from None
     except (FileNotFoundError, NotADirectoryError) as e:
         if missing is _MISSING:
             gone = " (a file stands where a folder should)" if isinstance(e, NotADirectoryError) else ""
@@ -64,15 +60,31 @@ def open_file(path: Path, missing=_MISSING) -> BinaryIO:
         return missing
     except OSError as e:
         raise _os_error(path, e) from None
+
+
+def read_input(path: Path, limit: int):
+    """A file the user hands slurmrl on the command line (a recipe), read once: a regular file as
+    :func:`read_bytes` reads it, or a pipe the user opened on purpose (``slurmrl plan <(sed ... r.toml)``,
+    ``/dev/stdin``), read until it ends or passes ``limit`` bytes (at most ``limit`` + 1 are returned);
+    None when it does not exist. Anything else (a folder, a socket, a device, a loop) is one line."""
+    path = Path(path)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):  # swapped between the stat and the open
-            raise _not_regular(path, mode)
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise _os_error(path, e) from None
+    if not stat.S_ISFIFO(st.st_mode):
+        return read_bytes(path, None, limit + 1, cut=True)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            chunks, size = [], 0
+            while size <= limit and (chunk := f.read(min(1 << 16, limit + 1 - size))):
+                chunks.append(chunk)
+                size += len(chunk)
+    except OSError as e:
+        raise _os_error(path, e) from None
+    return b"".join(chunks)
 
 
 def check_file(path: Path, missing=_MISSING):
@@ -123,32 +135,13 @@ def read_text(path: Path, missing=_MISSING, limit: int = MAX_BYTES):
     return decode(data, path)
 
 
-def _constant(name: str) -> float:
-    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
-
-
-def json_depth(text: str, limit: int = MAX_DEPTH) -> int:
-    """How deep ``text``'s arrays and objects nest (brackets inside strings do not count); the count
-    stops once it passes ``limit``."""
-    if text.count("[") + text.count("{") <= limit:
-        return text.count("[") + text.count("{")
-    depth = deepest = 0
-    for m in _BRACKET.finditer(_STRING.sub("", text)):
-        depth += 1 if m.group() in "[{" else -1
-        if depth > deepest:
-            deepest = depth
-            if deepest > limit:
-                break
-    return deepest
-
-
 def loads_json(text: str, where: Path | str, max_depth: int = MAX_DEPTH):
     """JSON as Python's json module writes it (NaN and Infinity included), nested at most ``max_depth``
     deep; else an error naming ``where``."""
     if json_depth(text, max_depth) > max_depth:
         raise UserError(str(where), f"is nested more than {max_depth} deep; it is not a file slurmrl wrote")
     try:
-        return json.loads(text, parse_constant=_constant)
+        return json.loads(text, parse_constant=non_finite)
     except RecursionError:
         raise UserError(str(where), "is nested too deeply to be a file slurmrl wrote") from None
     except ValueError as e:

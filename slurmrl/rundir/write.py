@@ -7,11 +7,9 @@ import shutil
 from pathlib import Path
 
 from slurmrl.errors import UserError
-from slurmrl.rundir.atomic import write_text
+from slurmrl.rundir.atomic import make_parents, remove_empty
 from slurmrl.rundir.jobs import submitted_job
 from slurmrl.rundir.paths import RunDir
-
-__all__ = ["write_run_dir", "write_text"]
 
 
 def _assemble(tmp: Path, files: dict[str, str]) -> None:
@@ -80,39 +78,3 @@ def write_run_dir(run_dir: Path, files: dict[str, str], force: bool = False) -> 
         os.umask(old_umask)
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
-
-
-def make_parents(path: Path) -> list[Path]:
-    """Create ``path``'s missing parent folders; returns those it created, outermost first (for
-    :func:`remove_empty` when what follows is refused). One that cannot be made is one line naming it."""
-    missing = [p for p in reversed(Path(path).parents) if not p.is_dir()]
-    made: list[Path] = []
-    for p in missing:
-        try:
-            p.mkdir()
-        except FileExistsError:
-            remove_empty(made)
-            raise UserError(str(path), f"cannot be created: {p} exists and is not a folder") from None
-        except OSError as e:
-            remove_empty(made)
-            raise UserError(str(path), f"cannot be created: {p}: {e.strerror or e}") from None
-        made.append(p)
-    return made
-
-
-def missing_folders(path: Path) -> list[Path]:
-    """``path`` and its parents that do not exist yet, outermost first: what a write would create, for
-    :func:`remove_empty` after a refusal."""
-    return [p for p in reversed([Path(path), *Path(path).parents]) if not p.exists()]
-
-
-def remove_empty(made: list[Path]) -> None:
-    """Remove the folders :func:`make_parents` created (innermost first), where they are still empty."""
-    for p in reversed(made):
-        try:
-            p.rmdir()
-        except FileNotFoundError:
-            continue  # removed already (the run dir itself, say)
-        except OSError:
-            return
-

@@ -19,7 +19,7 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 from slurmrl.rundir.paths import RunDir
 
 try:  # optional: the same names and text either way

@@ -64,7 +64,7 @@ class EvalKnobs(Section):
         if self.samples_per_prompt > 1 and self.temperature == 0:
             raise UserError("eval.samples_per_prompt", "greedy sampling (eval.temperature = 0) gives the same "
                             "completion every time; set eval.temperature above 0 for pass@k, or 1 sample")
-        if self.environment_args and self.environment is None:
+        if "environment_args" in self.model_fields_set and self.environment is None:  # `{}` too: no effect
             raise UserError("eval.environment_args", "only applies with eval.environment (the held-out split uses "
                             "orchestrator.environment with orchestrator.environment_args)")
         if self.environment is not None and "heldout_fraction" in self.model_fields_set:

@@ -72,7 +72,8 @@ class JudgeKnobs(Section):
     retries: int = Field(
         3, ge=0, le=100,
         description="Tries after a failed request (connection refused or reset, timeout, HTTP 429/5xx), each on the "
-        "next judge server after a doubling pause from 1 s; then the orchestrator fails naming the judge (0-100).",
+        "next judge server after a doubling pause from 1 s; then, once a judge server answers /health again (within "
+        "judge.startup_timeout), as many more; then the orchestrator fails naming the judge (0-100).",
     )
 
     @field_validator("template")
@@ -90,5 +91,10 @@ class JudgeSettings(JudgeKnobs):
 
     template: str = Field(description="judge.template, or the default of judge.kind.")
     served_model_name: str = Field(description="The model name the judge's servers answer to.")
+    wait_s: float = Field(
+        0.0, ge=0, le=86400, description="judge.startup_timeout: when every try failed without an answer, how long to "
+        "wait for a judge server's /health to answer again (its supervisor restarts a dead one) before one more round "
+        "of tries; 0: fail at once.",
+    )
 
 

@@ -94,6 +94,14 @@ class OrchestratorSettings(OrchestratorKnobs):
         False, description="[trainer.lora]: the trainer publishes each step's adapter, which every server hot-loads "
         "under a new name (slurmrl.runtime.orchestrator.adapters).",
     )
+    min_servers: PosInt = Field(
+        1, description="inference.min_servers: the orchestrator fails when fewer servers are live for longer than "
+        "`servers_grace_s` (slurmrl.runtime.orchestrator.members).",
+    )
+    servers_grace_s: float = Field(
+        1800.0, gt=0, le=86400, description="inference.startup_timeout: how long fewer than `min_servers` may be live "
+        "(the time a restarted server may take to come back) before the orchestrator fails.",
+    )
     eval: EvalSettings | None = Field(None, description="Evaluation during training ([eval]); None without it.")
     chat_only_set: list[str] = Field(
         default_factory=list, description="The chat-only recipe fields the recipe sets to other values than their "

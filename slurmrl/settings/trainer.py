@@ -28,6 +28,12 @@ def _check_targets(names: list[str]) -> list[str]:
     return names
 
 
+def _absolute(text: str) -> str:
+    if not text.startswith("/"):
+        raise ValueError(f"{text!r} is not an absolute path; give a node-local folder such as /tmp/slurmrl-checkpoints")
+    return text
+
+
 class Lora(Section):
     """A LoRA policy: the trainer trains low-rank adapters on the frozen base model, and each step's
     adapter (megabytes) is hot-loaded into the inference servers instead of the full weights."""
@@ -66,7 +72,8 @@ class Parallel(Section):
         "start).")
     ep: int = Field(1, ge=1, le=1024, description="Expert parallel (MoE only): ranks a layer's experts are split "
                     "over, tokens sent to their experts' ranks (1-1024). Must divide dp_shard x cp and the "
-                    "model's expert count.")
+                    "model's expert count (read at plan where it can be, else checked by the trainer at load); "
+                    "not with trainer.lora or dp_replicate > 1.")
 
 
     def style_for(self, heads: int | None) -> CpStyle | None:
@@ -74,6 +81,15 @@ class Parallel(Section):
         if self.cp_style is not None or heads is None:
             return self.cp_style
         return "ulysses" if heads % self.cp == 0 else "ring"
+
+    def describe(self) -> str:
+        """One line for ``slurmrl plan``: the mesh as plan resolved it (``dp_shard`` filled in)."""
+        assert self.dp_shard is not None, "described once plan has resolved it (slurmrl.plan.mesh.resolve)"
+        world = self.dp_replicate * self.dp_shard * self.cp
+        style = self.cp_style or "ulysses or ring by the model's heads, at start"
+        return (f"Trainer mesh: dp_replicate {self.dp_replicate} x dp_shard {self.dp_shard} x cp {self.cp}"
+                + (f" ({style})" if self.cp > 1 else "") + f" = {world} "
+                f"process(es); ep {self.ep}" + (" (experts split over dp_shard x cp)" if self.ep > 1 else ""))
 
 
 class TrainerKnobs(Section):
@@ -99,6 +115,14 @@ class TrainerKnobs(Section):
     max_steps: int = Field(100, ge=1, le=MAX_STEPS, description=f"Optimizer steps to run (1-{MAX_STEPS}).")
     checkpoint_every: int = Field(10, ge=1, le=MAX_STEPS, description=f"Steps between checkpoints (1-{MAX_STEPS}).")
     keep_checkpoints: int = Field(3, ge=1, le=1000, description="Checkpoints to keep (1-1000).")
+    checkpoint_stage_dir: Annotated[PathText, AfterValidator(_absolute)] | None = Field(
+        None,
+        description="A node-local folder (absolute, e.g. /tmp/slurmrl-checkpoints): each rank writes its part of "
+        "a checkpoint there, and a background thread copies it to the run dir's checkpoints/ while training goes "
+        "on; it becomes visible by the same one rename after every rank's copy is synced. The next save, and the "
+        "end of training, wait for the copy; after a stop it has slurm.grace_seconds, else it is dropped whole. "
+        "Default: none (written to the run dir directly).",
+    )
     gradient_checkpointing: bool | Literal["auto"] = Field(
         "auto",
         description='Recompute activations in backward: true or false to force it, "auto" to recompute only where '
@@ -165,6 +189,10 @@ class TrainerSettings(TrainerKnobs):
         "decided them (slurmrl.contract.weight_sync): {mode = 'filesystem'} or {mode = 'broadcast', backend, timeout_s}.",
     )
     wandb: WandbSettings = Field(default_factory=WandbSettings, description="Its W&B run ([wandb]).")
+    grace_seconds: float | None = Field(
+        None, ge=0, description="slurm.grace_seconds: how long after a stop a checkpoint in progress may take to "
+        "finish; one that cannot is dropped whole (none: no bound but the job's own SIGKILL).",
+    )
 
     @property
     def root(self) -> Path:

@@ -1,8 +1,8 @@
 """The one protocol every engine family implements (srt-slurm's ``backends/base.py`` is the model).
 
-An engine family is one module of ``slurmrl.plan.engines`` with these names; it owns its recipe
-checks, where its components go and their command lines. The planner calls nothing else of it, and
-asks no engine's name. An engine that serves the policy (``inference.backend``) has its section in
+An engine family is one package of ``slurmrl.plan.engines`` whose ``__init__`` has these names; the
+package holds everything its planning needs: its recipe checks, where its components go and their
+command lines. The planner calls nothing else of it, and asks no engine's name. An engine that serves the policy (``inference.backend``) has its section in
 ``slurmrl.recipe`` (a member of ``slurmrl.recipe.inference.Inference``) and its line in
 ``slurmrl.plan.engines.BACKENDS``; one beside it (the judge) is listed in ``ENGINES`` only.
 """
@@ -24,6 +24,11 @@ class Engine(Protocol):
         """Every rule of this family the recipe breaks: one UserError naming the field. Runs for
         every registered family, whether it serves the recipe or not (a family beside the policy,
         the judge, refuses settings that need it)."""
+        ...
+
+    def resolve(self, r: Recipe) -> Recipe:
+        """``r`` with what this family fills in where the recipe leaves it out (vLLM: a LoRA policy's
+        ``inference.max_lora_rank``); ``r`` itself when nothing. Runs after every ``check``."""
         ...
 
     def serves(self, r: Recipe) -> bool:

@@ -37,15 +37,17 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from slurmrl import charts, secret
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 from slurmrl.contract.argv import value_after
-from slurmrl.contract.programs import Bench as BenchArgs
+from slurmrl.contract.bench_summary import SESSIONS, BenchSummary
+from slurmrl.contract.programs import BenchArgs
+from slurmrl.rundir.atomic import write_bytes
 from slurmrl.rundir.paths import RunDir
-from slurmrl.runtime.bench import aiperf
+from slurmrl.runtime.bench import aiperf, deaths
 from slurmrl.runtime.vllm import client
 
 # vLLM's per-request lists: left out of the point files (thousands of entries each)
@@ -93,9 +95,12 @@ def trace_requests(path: str) -> int:
     """The requests in a JSONL trace: its lines that are not blank."""
     try:
         with open(path, "rb") as f:
-            return sum(1 for line in f if line.strip())
+            count = sum(1 for line in f if line.strip())
     except OSError as e:
         raise Failed(f"cannot read the trace {path}: {e.strerror or e}") from None
+    if not count:
+        raise Failed(f"the trace {path} has no request (it is empty, or only blank lines)")
+    return count
 
 
 def point_label(c: int | None, i: int | None, o: int | None) -> str:
@@ -127,8 +132,9 @@ def point_summary(c: int | None, i: int | None, o: int | None, result: dict) -> 
     return out
 
 
-def summarize(points: list[dict]) -> str:
+def summarize(summary: BenchSummary) -> str:
     """One line: the best output throughput and where."""
+    points = summary.points
     ok = [p for p in points if isinstance(p.get("output_throughput"), (int, float))]
     if not ok:
         return f"{len(points)} point(s)"
@@ -136,7 +142,7 @@ def summarize(points: list[dict]) -> str:
     c, i, o = best["concurrency"], best["input_len"], best["output_len"]
     where = "without a cap" if c is None else f"at concurrency {c}"
     return (f"{len(points)} point(s), best {best['output_throughput']:.1f} output tok/s {where} "
-            + ("(trace)" if i is None else f"(in {i}, out {o})"))
+            + ("(trace)" if summary.replay else f"(in {i}, out {o})"))
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -203,17 +209,13 @@ def run(args: BenchArgs[str], vllm_args: list[str], runner=None) -> int:
         stale.unlink(missing_ok=True)  # an earlier attempt's
     shutil.rmtree(out / aiperf.ARTIFACTS, ignore_errors=True)
     points = grid(args.concurrencies, args.input_lens, args.output_lens)
-    if args.aiperf is not None:
+    if args.mode == SESSIONS:
         base, model = value_after(vllm_args, "--url"), value_after(vllm_args, "--model")
     else:
         base, model = value_after(vllm_args, "--base-url"), value_after(vllm_args, "--served-model-name")
-    summary: dict[str, Any] = {
-        "status": "running", "target": base, "model": model or value_after(vllm_args, "--model"),
-        "num_prompts": None, "trace": args.trace, "tool": "aiperf" if args.aiperf is not None else "vllm",
-        "planned_points": len(points), "started": int(time.time()), "finished": None,
-        "points": [], "error": None,
-    }
-    write_json(out / RunDir.BENCHMARK_SUMMARY, summary)
+    summary = BenchSummary(target=base, model=model or value_after(vllm_args, "--model"), trace=args.trace,
+                           mode=args.mode, planned_points=len(points), started=int(time.time()))
+    write_json(out / RunDir.BENCHMARK_SUMMARY, summary.to_json())
 
     def stop(signum, _frame):
         raise Stop("timeout" if signum == signal.SIGALRM else "stopped")
@@ -223,24 +225,28 @@ def run(args: BenchArgs[str], vllm_args: list[str], runner=None) -> int:
     signal.alarm(args.timeout)
     where = "before the first point"
     try:
-        vllm_args = prepare(vllm_args, summary, args.aiperf is not None)
-        check_endpoint(summary["target"], model, secret.headers())
+        vllm_args, summary = prepare(vllm_args, summary)
+        check_endpoint(str(summary.target), model, secret.headers())
         phase(f"benchmark started: {len(points)} point(s) against {base}")
-        runner = runner or (aiperf.runner(args.aiperf, secret.read()) if args.aiperf is not None else vllm_runner())
+        runner = runner or (aiperf.runner(str(args.aiperf), secret.read()) if summary.mode == SESSIONS else vllm_runner())
         for n, (c, i, o) in enumerate(points, 1):
             where = f"at point {n}/{len(points)} ({point_label(c, i, o)})"
             log(f"point {n}/{len(points)}")
-            p = run_point(args, vllm_args, summary, runner, (c, i, o))
-            summary["points"].append(p)
-            write_json(out / RunDir.BENCHMARK_SUMMARY, summary)
+            started = time.time()
+            p = deaths.explain(run_point(args, vllm_args, summary, runner, (c, i, o)), c, started, deaths.events_file())
+            if p.get("failed_with_deaths"):
+                log(f"{p['failed_with_deaths']} of {p['failed']} failed request(s) were cut by {p['deaths']} server "
+                    "death(s) during the point (events.jsonl): not counted against the benchmark")
+            summary = summary.with_point(p)
+            write_json(out / RunDir.BENCHMARK_SUMMARY, summary.to_json())
             if not p["completed"]:
                 raise Failed(f"all {p['failed']} requests failed: {'; '.join(p['errors']) or 'no error given'}")
         signal.alarm(0)
-        failed = [p for p in summary["points"] if p["failed"]]
+        failed = [p for p in summary.points if deaths.unexplained(p)]
         if failed:
             where = f"in {len(failed)} of {len(points)} point(s)"
             first = next((e for p in failed for e in p["errors"]), "no error given")
-            raise Failed(f"{sum(p['failed'] for p in failed)} request(s) failed (first: {first})")
+            raise Failed(f"{sum(deaths.unexplained(p) for p in failed)} request(s) failed (first: {first})")
     except Stop as e:
         signal.alarm(0)
         if str(e) == "timeout":
@@ -256,11 +262,11 @@ def run(args: BenchArgs[str], vllm_args: list[str], runner=None) -> int:
     return finish(out, summary, "done", None)
 
 
-def run_point(args: BenchArgs[str], tool_args: list[str], summary: dict, runner, point: Point) -> dict:
+def run_point(args: BenchArgs[str], tool_args: list[str], summary: BenchSummary, runner, point: Point) -> dict:
     """One point through vLLM's load generator or aiperf: its result file written, its summary line."""
     (c, i, o), out = point, Path(args.out)
-    if args.aiperf is not None:
-        argv = [*tool_args, *aiperf.point_argv(c, summary["sessions"], out)]
+    if summary.mode == SESSIONS:
+        argv = [*tool_args, *aiperf.point_argv(c, summary.sessions or 0, out)]
         log(f"aiperf profile {' '.join(argv)}")
         result = runner(argv)
         p = aiperf.point_summary(c, result)
@@ -271,28 +277,31 @@ def run_point(args: BenchArgs[str], tool_args: list[str], summary: dict, runner,
     result = runner(argv)
     p = point_summary(c, i, o, result)
     write_json(out / p["file"], {k: v for k, v in result.items() if k not in PER_REQUEST} | {
-        "errors": p["errors"], "concurrency": c, "input_len": i, "output_len": o})
+        "errors": p["errors"], "concurrency": c, "input_len": i, "output_len": o,
+        "requests": deaths.request_times(result)})
     return p
 
 
-def prepare(vllm_args: list[str], summary: dict, multi_turn: bool = False) -> list[str]:
+def prepare(vllm_args: list[str], summary: BenchSummary) -> tuple[list[str], BenchSummary]:
     """Before the first point: the job's secret where vLLM's client reads an API key, a target, and the
-    requests per point (written into the summary, and added to vLLM's arguments where not given); for
-    aiperf, the trace's sessions and turns (its requests)."""
-    if multi_turn:
-        if not summary["target"]:
+    requests per point (in the summary, and added to vLLM's arguments where not given); for aiperf's
+    sessions, the trace's sessions and turns (its requests)."""
+    if summary.mode == SESSIONS:
+        if not summary.target:
             raise Failed("no --url among aiperf profile's arguments")
-        summary["sessions"], summary["num_prompts"] = aiperf.sessions(summary["trace"])
-        return vllm_args
+        if not summary.trace:
+            raise Failed("no --input-file among aiperf profile's arguments")
+        sessions, requests = aiperf.sessions(summary.trace)
+        return vllm_args, replace(summary, sessions=sessions, num_prompts=requests)
     key = secret.read()
     if key:
         os.environ["OPENAI_API_KEY"] = key  # how vLLM's client sends a bearer token
-    if not summary["target"]:
+    if not summary.target:
         raise Failed("no --base-url among vllm bench serve's arguments")
-    summary["num_prompts"] = requests_per_point(vllm_args, summary["trace"])
+    summary = replace(summary, num_prompts=requests_per_point(vllm_args, summary.trace))
     if value_after(vllm_args, "--num-prompts") is None:
-        return [*vllm_args, "--num-prompts", str(summary["num_prompts"])]
-    return vllm_args
+        return [*vllm_args, "--num-prompts", str(summary.num_prompts)], summary
+    return vllm_args, summary
 
 
 def requests_per_point(vllm_args: list[str], trace: str | None) -> int:
@@ -303,13 +312,15 @@ def requests_per_point(vllm_args: list[str], trace: str | None) -> int:
     return trace_requests(trace) if trace else 1000
 
 
-def finish(out: Path, summary: dict, status: str, error: str | None) -> int:
-    summary.update(status=status, error=error, finished=int(time.time()))
-    write_json(out / RunDir.BENCHMARK_SUMMARY, summary)
-    if summary["points"]:
+def finish(out: Path, summary: BenchSummary, status: str, error: str | None) -> int:
+    summary = replace(summary, status=status, error=error, finished=int(time.time()))
+    write_json(out / RunDir.BENCHMARK_SUMMARY, summary.to_json())
+    if summary.points:
         print("\n".join(charts.text_table(charts.benchmark_rows(summary))), flush=True)
         try:
-            if charts.benchmark_png(summary, out / RunDir.BENCHMARK_PLOT, f"{out.parent.name}: benchmark"):
+            data = charts.benchmark_png(summary, f"{out.parent.name}: benchmark")
+            if data is not None:
+                write_bytes(out / RunDir.BENCHMARK_PLOT, data, umask=None)
                 log(f"wrote {out / RunDir.BENCHMARK_PLOT}")
         except Exception as e:  # noqa: BLE001  a plot is not worth failing the benchmark for
             log(f"no plot: {e}")
@@ -317,8 +328,8 @@ def finish(out: Path, summary: dict, status: str, error: str | None) -> int:
         log(f"{status}: {error}")
         phase(f"benchmark {status}: {error}")
         return 1
-    log(f"done: {summarize(summary['points'])}; results in {out}")
-    phase(f"benchmark done: {summarize(summary['points'])}")
+    log(f"done: {summarize(summary)}; results in {out}")
+    phase(f"benchmark done: {summarize(summary)}")
     return 0
 
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from slurmrl import secret
-from slurmrl.contract.programs import Collector as CollectorArgs
+from slurmrl.contract.programs import CollectorArgs
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.read import read_text
 from slurmrl.rundir.ready import read_ready

@@ -36,8 +36,9 @@ from slurmrl.rundir.evals import last_eval
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.metrics import Metrics
 from slurmrl.runtime.orchestrator.judge_client import attach as attach_judge
+from slurmrl.runtime.orchestrator.members import Members
 from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler, Sampling, summarize
-from slurmrl.runtime.vllm.client import Server, VLLMError
+from slurmrl.runtime.vllm.client import VLLMError
 from slurmrl.settings.eval import EvalSettings
 from slurmrl.settings.orchestrator import OrchestratorSettings
 
@@ -78,9 +79,9 @@ def score(rewards: list[list[float]], correct_at: float) -> Score:
 class Evaluator:
     """The job's [eval]: which prompts, when the next evaluation is due, and running one."""
 
-    def __init__(self, e: EvalSettings, env, tasks: list[dict], servers: list[Server], tokenizer, metrics: Metrics,
+    def __init__(self, e: EvalSettings, env, tasks: list[dict], members: Members, tokenizer, metrics: Metrics,
                  log, judge=None, chat: ChatSampler | None = None):
-        self.e, self.env, self.tasks, self.servers, self.tok = e, env, tasks, servers, tokenizer
+        self.e, self.env, self.tasks, self.members, self.tok = e, env, tasks, members, tokenizer
         self.metrics, self.log, self.judge = metrics, log, judge
         self.chat = chat  # a chat environment's: its rollouts (over ``env``) are the completions
         self.pool = ThreadPoolExecutor(max_workers=max(1, min(len(tasks), 16)))
@@ -107,8 +108,8 @@ class Evaluator:
             "n": self.e.samples_per_prompt, "max_tokens": self.e.max_tokens, "temperature": self.e.temperature,
             "seed": self.e.seed * 1_000_003 + index,
         }
-        try:
-            out = self.servers[index % len(self.servers)].completions(body)
+        try:  # a server that fails is routed around, as training's requests are
+            out = self.members.send(index, lambda server: server.completions(body), lambda out: len(out["choices"]))
         except VLLMError as err:
             raise VLLMError(f"evaluation sampling failed: {err}", err.answer) from None
         return [c["text"] for c in out["choices"]]
@@ -154,7 +155,7 @@ class Evaluator:
         return row
 
 
-def attach(s: OrchestratorSettings, env, judge, judge_urls: list[str], servers: list[Server], tokenizer,
+def attach(s: OrchestratorSettings, env, judge, judge_urls: list[str], members: Members, tokenizer,
            metrics: Metrics, log, chat: ChatSampler | None = None) -> Evaluator | None:
     """The job's evaluator (None without [eval]): ``env`` is the training environment (its judge attached),
     ``chat`` training's multi-turn sampler over it (the held-out split of a chat environment reuses it; another
@@ -166,7 +167,7 @@ def attach(s: OrchestratorSettings, env, judge, judge_urls: list[str], servers: 
     eval_chat = None
     if eval_env.chat:  # conversations, through the chat endpoint
         eval_chat = chat if chat is not None and chat.env is eval_env else \
-            ChatSampler([x.base for x in servers], tokenizer, s, eval_env)
+            ChatSampler(members.front, tokenizer, s, eval_env, members)
     if e.heldout:
         tasks, eval_judge = heldout_tasks(env, e.prompts, e.heldout_fraction, e.seed), judge
     else:
@@ -176,4 +177,4 @@ def attach(s: OrchestratorSettings, env, judge, judge_urls: list[str], servers: 
         log(f"eval: the held-out split of {e.environment} has {len(tasks)} distinct tasks; evaluating on those "
             f"(eval.prompts = {e.prompts})")
     out = metrics.beside(RunDir(s.root).eval_metrics, "eval/")
-    return Evaluator(e, eval_env, tasks, servers, tokenizer, out, log, eval_judge, eval_chat)
+    return Evaluator(e, eval_env, tasks, members, tokenizer, out, log, eval_judge, eval_chat)

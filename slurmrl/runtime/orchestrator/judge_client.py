@@ -14,8 +14,10 @@ rendered through ``judge.template``) or ``score_texts(texts)``:
 A step's requests go out at once, at most two per judge server, starting at the next server in
 turn. A request that fails for a reason that may pass (connection refused or reset, a timeout,
 HTTP 429 or 5xx, a reply cut short) is tried again on the next server after 1, 2, 4, ... s (at most
-30 s), ``retries`` times; then ``JudgeError`` names the judge and the last failure, and the
-orchestrator exits with it. Any other HTTP error (a 4xx: a text longer than the judge's context, a
+30 s), ``retries`` times; then the client waits up to ``wait_s`` (the judge's startup timeout) for a
+judge server's ``/health`` to answer (a server that died is restarted by its supervisor) and tries
+once more, ``retries`` times; then ``JudgeError`` names the judge and
+the last failure, and the orchestrator exits with it. Any other HTTP error (a 4xx: a text longer than the judge's context, a
 wrong model name) fails at once. The requests (and the job's secret) go through
 ``slurmrl.runtime.vllm.client``.
 """
@@ -145,7 +147,7 @@ class JudgeClient:
             self._scored += len(rewards)
         return rewards
 
-    def _post(self, path: str, body: dict) -> tuple[str, dict]:
+    def _post(self, path: str, body: dict, waited: bool = False) -> tuple[str, dict]:
         first, tries = next(self._turn), self.s.retries + 1
         last = ""
         for attempt in range(tries):
@@ -173,7 +175,23 @@ class JudgeClient:
                 with self._lock:
                     self._retries += 1
                 time.sleep(min(self.backoff_s * 2**attempt, MAX_BACKOFF_S))
+        if not waited and self._back(last):
+            return self._post(path, body, waited=True)
         raise JudgeError(f"judge did not answer {path} after {tries} tries ({', '.join(self.urls)}); last: {last}")
+
+
+    def _back(self, last: str) -> bool:
+        """Whether a judge server's ``/health`` answers 200 within ``wait_s`` (a dead one being restarted)."""
+        if not self.s.wait_s:
+            return False
+        print(f"slurmrl: orchestrator: the judge does not answer ({last}); waiting up to {self.s.wait_s:g}s for it",
+              flush=True)
+        deadline = time.monotonic() + self.s.wait_s
+        while time.monotonic() < deadline:
+            if any(Server(u).health(timeout=2.0) for u in self.urls):
+                return True
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        return False
 
 
 def attach(env, urls: list[str], settings: JudgeSettings | None,

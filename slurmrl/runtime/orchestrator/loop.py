@@ -26,6 +26,12 @@ model) reload the newest published weights, and generation goes on from the next
 
 ``--requests-url``: where completions are asked for (the router; without one, every server, taken
 in turn). ``--admin-urls``: every server, each reloads new weights. The job script passes both.
+
+Servers that die: the orchestrator works on the live set of servers (``members``), not the list it started
+with. A dead one is routed around and its requests are sent again, whole, to a live one; a weight update
+skips it; one that comes back is loaded with the current weights before it is asked for a rollout. The
+orchestrator fails (``Quorum``, exit 1, naming the dead servers and why) only when fewer than
+``min_servers`` are live for longer than ``servers_grace_s``.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from pathlib import Path
 
 from slurmrl import envs, heartbeat
 from slurmrl.contract.metrics import EnvStats, JudgeStats, OrchestratorRow
-from slurmrl.contract.programs import Orchestrator as OrchestratorArgs
+from slurmrl.contract.programs import OrchestratorArgs
 from slurmrl.contract.rollouts import RolloutBatch, Sample
 from slurmrl.envs.protocol import refuse_chat_only
 from slurmrl.errors import UserError
@@ -51,9 +57,10 @@ from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
 from slurmrl.runtime import step_files
 from slurmrl.runtime.metrics import Metrics
-from slurmrl.runtime.orchestrator import batch, evaluate, rollout_style, weights
+from slurmrl.runtime.orchestrator import batch, evaluate, joiners, rollout_style, weights
 from slurmrl.runtime.orchestrator.judge_client import JudgeError
 from slurmrl.runtime.orchestrator.judge_client import attach as attach_judge
+from slurmrl.runtime.orchestrator.members import Members, Quorum
 from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
 from slurmrl.runtime.orchestrator.rollout_text import Sampler
 from slurmrl.runtime.vllm.client import VLLMError
@@ -113,16 +120,21 @@ class Orchestrator:
         self.env = envs.load(s.environment, s.environment_args)
         self.judge = attach_judge(self.env, list(judge_urls), s.judge)  # the job's [judge], if it has one
         tok = AutoTokenizer.from_pretrained(s.model, trust_remote_code=s.trust_remote_code)
-        self.sampler, chat = Sampler(urls, tok, s), ChatSampler(urls, tok, s, self.env)
+        self.members = Members(admin_urls, urls, min_servers=s.min_servers, grace_s=s.servers_grace_s,
+                               events=RunDir(self.run_dir).events, log=log, stop=STOP,
+                               live=RunDir(self.run_dir).live_set)  # a broadcasting trainer's group
+        self.sampler, chat = Sampler(urls, tok, s, self.members), ChatSampler(urls, tok, s, self.env, self.members)
         self.metrics = Metrics(self.run_dir, "orchestrator", s.model_dump(mode="json"), log, tracking_settings=s.wandb)
-        self.evaluator = evaluate.attach(s, self.env, self.judge, list(judge_urls), self.sampler.servers, tok,  # [eval]
+        self.evaluator = evaluate.attach(s, self.env, self.judge, list(judge_urls), self.members, tok,  # [eval]
                                          self.metrics, log, chat)
         refuse_chat_only({"orchestrator.environment": self.env,
                           **({"eval.environment": self.evaluator.env} if self.evaluator else {})},
                          s.chat_only_set)  # a custom text environment's (the planner refuses a built-in one's)
         self.train_env = evaluate.training_view(s, self.env)  # without the held-out split [eval] evaluates on
         self.style = rollout_style.pick(self.train_env, self.sampler, chat)
-        self.updates = weights.pick(s, admin_urls, [self.sampler, chat], log)
+        self.updates = weights.pick(s, self.members, [self.sampler, chat], log)
+        self.members.admit = self.updates.admit  # a server that comes back gets the current weights first
+        joiners.attach(self.members, self.run_dir)  # servers of other jobs (`submit --join`), polled with the monitor
         self.loaded, self.reload_s = 0, 0.0  # reload_s: seconds the servers took to take up the weights of this batch
 
     def start(self) -> int:
@@ -134,6 +146,7 @@ class Orchestrator:
         attempt = RunDir.attempt_from_env()
         wait_for(RunDir(self.run_dir).ready_file(attempt, "trainer", 0).exists, "the trainer to start")
         write_ready(RunDir(self.run_dir).ready_file(attempt, "orchestrator", 0), None, 1)
+        self.members.start_monitor()
         self.updates.resume(done, latest_weights(self.run_dir)[0])
         return done
 
@@ -156,7 +169,10 @@ class Orchestrator:
         waited = wait_for(lambda: latest_weights(self.run_dir)[0] >= step - 1 - max_off,
                           f"trainer step {step - 1 - max_off}")
         self.refresh_weights()
+        self.members.readmit()  # servers that came back, on the weights just taken
+        self.members.wait_for_quorum()
         self.evaluate_if_due()
+        self.members.take()  # the figures of this batch's rollouts only
         tasks = self.train_env.prompts(random.Random(self.s.seed * 1_000_003 + step), self.s.prompts_per_step)
         t = time.perf_counter()
         groups = self.style.generate(tasks, step)
@@ -179,14 +195,15 @@ class Orchestrator:
             judged: JudgeStats | None, env_stats: EnvStats | None, sleep_s: float | None) -> OrchestratorRow:
         """Batch ``step``'s metrics row (``time`` and the trainer's newest row read now)."""
         tokens = sum(len(x.completion_ids) for x in samples)
+        served, resent, live = self.members.take()
         return OrchestratorRow(
             step=step, policy_step=self.loaded, off_policy_lag=step - 1 - self.loaded,
             reward_mean=statistics.fmean(rewards), reward_std=statistics.pstdev(rewards),
             reward_min=min(rewards), reward_max=max(rewards),
             samples=len(samples), tokens=tokens, generate_s=gen_s, wait_s=waited,
             tokens_per_s=tokens / gen_s if gen_s else 0.0, samples_per_s=len(samples) / gen_s if gen_s else 0.0,
-            reload_s=self.reload_s, sleep_s=sleep_s, score_s=score_s, judge=judged, env=env_stats,
-            time=time.time(), trainer=trainer_metrics(self.run_dir))
+            reload_s=self.reload_s, sleep_s=sleep_s, score_s=score_s, servers_live=live, resent=resent, judge=judged,
+            env=env_stats, time=time.time(), served=served, trainer=trainer_metrics(self.run_dir))
 
     def finish(self) -> None:
         """The final weights' evaluation ([eval]), unless the last batch's was it."""
@@ -233,6 +250,8 @@ def main() -> int:
             code = 143
         else:
             print(f"slurmrl: orchestrator: {e}", file=sys.stderr, flush=True)
+    except Quorum as e:  # too few servers for too long: the job's FAILED reason
+        print(f"slurmrl: orchestrator: {e}", file=sys.stderr, flush=True)
     except JudgeError as e:
         if STOP.is_set():  # a planned stop: the judge may be stopping too
             log(f"stopped while scoring ({e}); exit 143")

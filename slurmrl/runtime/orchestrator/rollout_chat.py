@@ -40,6 +40,7 @@ from slurmrl.contract.metrics import EnvStats
 from slurmrl.envs.chat import tool_replies, tools_of
 from slurmrl.envs.protocol import Environment
 from slurmrl.runtime.orchestrator.chat_tokens import ChatTokens, TemplateError
+from slurmrl.runtime.orchestrator.members import Members, alone
 from slurmrl.runtime.vllm.client import Server, VLLMError
 from slurmrl.settings.limits import MAX_TOKENS
 from slurmrl.settings.orchestrator import OrchestratorSettings
@@ -94,8 +95,9 @@ def summarize(stats: list[dict]) -> EnvStats | None:
 class ChatSampler:
     """Multi-turn rollouts against the servers at ``urls`` (the router, else every server in turn)."""
 
-    def __init__(self, urls: list[str], tokenizer, s: OrchestratorSettings, env):
+    def __init__(self, urls: list[str], tokenizer, s: OrchestratorSettings, env, members: Members | None = None):
         self.servers, self.tok, self.s = [Server(u, timeout=600.0) for u in urls], tokenizer, s
+        self.members = members or alone(urls, s.servers_grace_s)  # a conversation goes to a live server
         self.env = env = Environment.of(env)
         self.tokens = ChatTokens(tokenizer)
         self.adapter: str | None = None  # a LoRA policy: the adapter the servers serve the current policy as
@@ -133,7 +135,13 @@ class ChatSampler:
 
     def rollout(self, index: int, j: int, task: dict, what: str, p: Sampling) -> tuple[dict, dict]:
         """One conversation (the ``j``-th of task ``index``; ``what`` names its batch in logs and session ids):
-        its sample (with ``reward`` and ``messages``) and its stats for ``summarize``."""
+        its sample (with ``reward`` and ``messages``) and its stats for ``summarize``. A server that fails
+        for a reason that may pass costs the conversation so far: it starts over, whole, on a live server."""
+        return self.members.send(index * p.n + j, lambda server: self.converse(server, index, j, task, what, p),
+                                 lambda _: 1)
+
+    def converse(self, server: Server, index: int, j: int, task: dict, what: str, p: Sampling) -> tuple[dict, dict]:
+        """``rollout`` on ``server``."""
         s, env = self.s, self.env
         failed = ""
         if env.has("begin"):  # the rollout's own task (its per-rollout state)
@@ -144,7 +152,6 @@ class ChatSampler:
         convo = [dict(m) for m in task["messages"]]
         first = len(convo)
         tools = tools_of(env, task)
-        server = self.servers[(index * p.n + j) % len(self.servers)]
         budget = s.max_rollout_tokens or MAX_TOKENS
         prompt_ids: list[int] = []
         ids: list[int] = []

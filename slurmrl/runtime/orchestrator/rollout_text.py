@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from slurmrl import envs
 from slurmrl.contract.metrics import EnvStats
+from slurmrl.runtime.orchestrator.members import Members, alone
 from slurmrl.runtime.vllm.client import Server, VLLMError
 from slurmrl.settings.orchestrator import OrchestratorSettings
 
@@ -14,8 +15,9 @@ from slurmrl.settings.orchestrator import OrchestratorSettings
 class Sampler:
     """Completions with token ids and inference logprobs, over the OpenAI-compatible API."""
 
-    def __init__(self, urls: list[str], tokenizer, s: OrchestratorSettings):
+    def __init__(self, urls: list[str], tokenizer, s: OrchestratorSettings, members: Members | None = None):
         self.servers, self.tok, self.s = [Server(u, timeout=600.0) for u in urls], tokenizer, s
+        self.members = members or alone(urls, s.servers_grace_s)  # a request goes to a live server
         self.adapter: str | None = None  # a LoRA policy: the adapter the servers serve the current policy as
         self.pool = ThreadPoolExecutor(max_workers=max(4, s.prompts_per_step))
 
@@ -27,9 +29,10 @@ class Sampler:
             "logprobs": 0, "return_tokens_as_token_ids": True,
             "seed": self.s.seed * 1_000_003 + step * 1_009 + index,  # reproducible sampling
         }
-        server = self.servers[index % len(self.servers)]
-        try:
-            out = server.completions(body, headers={"X-Session-ID": f"step{step}-prompt{index}"})
+        headers = {"X-Session-ID": f"step{step}-prompt{index}"}
+        try:  # the group's completions come back together, or are asked again (all of them) of a live server
+            out = self.members.send(index, lambda server: server.completions(body, headers=headers),
+                                    lambda out: len(out["choices"]))
         except VLLMError as e:
             raise VLLMError(f"sampling failed: {e}", e.answer) from None
         samples = []

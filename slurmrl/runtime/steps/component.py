@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmrl import ports
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
+from slurmrl.contract.reader import ContractError
 from slurmrl.contract.views import ComponentView, InstanceView, PlanView
 from slurmrl.rundir.paths import RunDir
 
@@ -42,7 +43,9 @@ def load(name: str, env: Mapping[str, str] | None = None) -> Component:
     run_dir = RunDir.from_env(env).path
     path = RunDir(run_dir).plan
     try:
-        plan = PlanView.from_json(json.loads(path.read_text()))
+        plan = PlanView.from_json(json.loads(path.read_text()), str(path))
+    except ContractError as e:
+        raise SystemExit(f"slurmrl: {e}") from None
     except (OSError, ValueError) as e:
         raise SystemExit(f"slurmrl: {path}: {e}") from None
     config = plan.component(name)

@@ -23,7 +23,7 @@ real Pyxis step makes observable (sources: github.com/NVIDIA/pyxis, github.com/N
   directory (the image's WorkingDir, ``/`` without one).
 - ``uid``/``uid_map``: unprivileged enroot runs in a user namespace; ``--container-remap-root``
   maps the job's uid to 0 (``uid_map`` ``0 <uid> 1``), ``--no-container-remap-root`` keeps it.
-- ``test_double``: set only by the Pyxis TEST DOUBLE (tests/pyxis_double), which runs no image:
+- ``test_double``: set only by the Pyxis TEST DOUBLE (tests/support/pyxis_double), which runs no image:
   the checks that need a real enroot rootfs (``/.lock``, the container name) are skipped there.
 """
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 from slurmrl.contract.probe_report import ContainerObservation
 
 MOUNTINFO = "/proc/self/mountinfo"

@@ -15,8 +15,9 @@ the guard, which drops terminal colour codes (slurmrl.rundir.plain): logs are pl
 stop it passed on, torchrun's SignalException tracebacks (slurmrl.runtime.steps.planned_stop).
 The output is also read by the failure probes (slurmrl.runtime.steps.probes): a fatal one (CUDA out of
 memory, NCCL, a model that is not there, vLLM's engine died, a ``--fail-on`` pattern) ends the command
-at once. With ``--ended FILE`` the guard writes the task's end record there (slurmrl.rundir.ended) the
-moment the command ends: when, its code, finished/stopped/failed and the cause; ``--serves``: the
+at once. A command the kernel killed for a hardware error (SIGBUS) names its node bad in the
+attempt's NODE_FAULTS: the script requeues the job without it. With ``--ended FILE`` the guard writes
+the task's end record there (slurmrl.rundir.ended) the moment the command ends: when, its code, finished/stopped/failed and the cause; ``--serves``: the
 command is a server, so ending without being asked to is a failure whatever its code. A failed task
 never exits 0 (1 in place of 0), so srun and the script see the failure too.
 """
@@ -26,14 +27,17 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
+from slurmrl.contract import attempt_end, job_env
 from slurmrl.contract.argv import Guard
 from slurmrl.rundir import ended
+from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.plain import PlainBytes
 from slurmrl.runtime.steps import killed, tree
 from slurmrl.runtime.steps.planned_stop import StopTracebacks
@@ -93,6 +97,7 @@ def main(argv: list[str]) -> int:
     code = code if code >= 0 else 128 - code
     record = run.end_record(code, probes, at, oom_before)
     write_end(args, record)
+    name_bad_node(args, code, probes.worker)  # the script reads it as the step ends
     left = tree.end()
     for t in pumps:  # what the command wrote last, then EOF (the tree that held the pipe is gone)
         t.join(timeout=10)
@@ -220,6 +225,26 @@ def end_record(code: int, fatal: str | None, found: str | None, stopping: bool, 
     else:
         state, cause = "finished", ""
     return ended.record(code, state, cause, ntasks(), at_ns)
+
+
+def name_bad_node(args: Guard, code: int, worker: Worker | None) -> None:
+    """The kernel killed the command (or torchrun's worker) for a hardware error (SIGBUS): its node is
+    bad, not the job. Named in the attempt's NODE_FAULTS, the script excludes it and requeues the job
+    (slurmrl.contract.attempt_end)."""
+    why = attempt_end.hardware_fault(code)
+    if why is None and worker is not None and worker.signal is not None:
+        why = attempt_end.hardware_fault(128 + worker.signal)
+    if why is None or not job_env.in_job():
+        return
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    task = Path(args.ended).name if args.ended else " ".join(args.command[:1])
+    where = RunDir(job_env.run_dir_from_env()).node_faults(job_env.attempt_from_env())
+    try:
+        attempt_end.append_fault(where, node, f"{task} {why}")
+    except OSError as e:
+        print(f"slurmrl: could not name {node} bad in {where}: {e}", file=sys.stderr, flush=True)
+        return
+    print(f"slurmrl: {node}: {task} {why}: the node is bad, the job requeues without it", file=sys.stderr, flush=True)
 
 
 def write_end(args: Guard, record: ended.Ended, replace: bool = True) -> None:

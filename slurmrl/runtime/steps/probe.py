@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from slurmrl import envs
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 from slurmrl.contract.probe_report import REPORTED_ENV, ProbeReport
 from slurmrl.contract.views import OrchestratorView, PlanView, TrainerView
 from slurmrl.envs.protocol import refuse_chat_only
@@ -109,8 +109,9 @@ def environment_problems(run_dir) -> list[str]:
     path or argument is found by the preflight, and so is a chat-only setting the recipe gives a custom
     text environment (the planner refuses it for a built-in one)."""
     try:
-        with open(RunDir(run_dir).component_config("orchestrator"), "rb") as f:
-            settings = OrchestratorView.from_json(tomllib.load(f))
+        path = RunDir(run_dir).component_config("orchestrator")
+        with open(path, "rb") as f:
+            settings = OrchestratorView.from_json(tomllib.load(f), str(path))
         env = envs.load(settings.environment.name, settings.environment.args)
         if settings.judge and not env.has("use_judge"):
             return [f"environment {settings.environment.name!r} has no use_judge(judge), so it cannot score through "
@@ -136,8 +137,9 @@ def dataset_problems(run_dir) -> list[str]:
     """SFT: the trainer's dataset, looked up here as the trainer will (same node, container and start
     directory): plan can only tell a hub id from a path, not whether the file is there."""
     try:
-        with open(RunDir(run_dir).component_config("trainer"), "rb") as f:
-            settings = TrainerView.from_json(tomllib.load(f))
+        path = RunDir(run_dir).component_config("trainer")
+        with open(path, "rb") as f:
+            settings = TrainerView.from_json(tomllib.load(f), str(path))
     except (OSError, ValueError) as e:
         return [f"cannot read the trainer's settings: {e}"]
     if settings.kind != "sft" or settings.dataset is None:

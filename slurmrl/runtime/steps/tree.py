@@ -33,6 +33,20 @@ def die_with_parent(sig: int) -> bool:
     return _prctl(PR_SET_PDEATHSIG, int(sig))
 
 
+def kill(pid: int) -> None:
+    """SIGKILL ``pid`` and every descendant of it (children first found, so none is missed by reparenting)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
 def end(grace: float = GRACE_S) -> list[int]:
     """TERM every descendant, wait up to ``grace`` seconds, KILL what is left (and what appeared
     meanwhile), reap. Returns the pids that were there."""

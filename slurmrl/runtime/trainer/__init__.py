@@ -19,6 +19,8 @@ Files in the run dir (steps count from 1; "step N" is the state after N optimize
   ``state.json`` (step, data position), ``rng-rank<R>.pt``; built under a temporary name,
   renamed, ``DONE`` written last. With ``trainer.lora``: ``adapter/`` instead of ``model/``. Every ``checkpoint_every`` steps, at the last step, and on
   TERM/INT (then the exit code is 143). On start the newest checkpoint with ``DONE`` is resumed.
+  With ``trainer.checkpoint_stage_dir`` each rank writes its part node-locally and a background thread
+  copies it here before the same rename (``stage.py``).
 - ``merged/`` (``trainer.lora``, after the last step): base + adapter merged, a plain HF folder.
 - ``metrics/trainer.jsonl``: one JSON line per step (rank 0); wandb (offline unless
   ``WANDB_MODE`` says otherwise) under ``RUN_DIR/wandb``.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from slurmrl.contract.programs import Trainer as TrainerArgs
+from slurmrl.contract.programs import TrainerArgs
 from slurmrl.contract.weight_sync import Broadcast
 from slurmrl.rundir.paths import RunDir
 from slurmrl.runtime.step_files import latest
@@ -47,7 +47,8 @@ def broadcast_target(s: TrainerSettings, args: TrainerArgs[str]):
     urls = [url for group in args.weight_servers for url in group.urls]
     ranks = [group.ranks for group in args.weight_servers for _ in group.urls]
     host, port = args.master
-    return Target(sync, urls, ranks, host, port, args.weight_world_size)
+    run_dir = RunDir(s.root)
+    return Target(sync, urls, ranks, host, port, args.weight_world_size, run_dir.live_set, run_dir.synced)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ rank's loss (and gradients, as FSDP's reduction does) gives the single-rank step
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -28,11 +29,10 @@ import torch.distributed as dist
 
 from slurmrl.runtime.trainer import doc_attention, ring_attention
 from slurmrl.runtime.trainer.packing import PackedRow
+from slurmrl.settings.mesh import ModelShape, problem
 from slurmrl.settings.trainer import CpStyle, Parallel
 
 NAMES = {"ulysses": "slurmrl_docs_ulysses", "ring": "slurmrl_docs_ring"}
-_GROUP: list[dist.ProcessGroup | None] = [None]
-_STYLE = ["ulysses"]  # install's: what shard lays out and attention runs
 
 
 class _AllToAll(torch.autograd.Function):
@@ -71,9 +71,9 @@ def heads_to_seq(x: torch.Tensor, group) -> torch.Tensor:
 
 
 @torch.compiler.disable  # as doc_attention.attend: a compiled layer breaks its graph here
-def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """transformers' attention interface on a sequence slice: query [1, Hq, T/cp, D] -> [1, T/cp, Hq, D]."""
-    group = _GROUP[0]
+def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *, group, **kwargs):
+    """transformers' attention interface on a sequence slice of ``group`` (bound by ``install``):
+    query [1, Hq, T/cp, D] -> [1, T/cp, Hq, D]."""
     cp = dist.get_world_size(group)
     if query.shape[1] % cp:
         raise RuntimeError(f"slurmrl: context parallel {cp} does not divide the model's {query.shape[1]} heads")
@@ -86,8 +86,9 @@ def attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
 
 
 @torch.compiler.disable
-def ring_attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """transformers' attention interface on this rank's ring chunks: query [1, Hq, T/cp, D] -> [1, T/cp, Hq, D]."""
+def ring_attend(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *, group=None, **kwargs):
+    """transformers' attention interface on this rank's ring chunks of ``group`` (bound by ``install``):
+    query [1, Hq, T/cp, D] -> [1, T/cp, Hq, D]."""
     if attention_mask is not None or kwargs.get("cu_seq_lens_q") is None:
         raise RuntimeError("slurmrl: ring attention takes a packed row's document bounds, no mask")
     cu = kwargs["cu_seq_lens_q"].tolist()
@@ -96,41 +97,33 @@ def ring_attend(module, query, key, value, attention_mask, scaling=None, dropout
             or kwargs.get("s_aux") is not None:
         raise RuntimeError(f"slurmrl: ring attention has no sliding window or attention sinks; "
                            f"{type(module).__name__} uses one")
-    out = ring_attention.attention(query, key, value, cu, _GROUP[0], scaling)
+    out = ring_attention.attention(query, key, value, cu, group, scaling)
     return out, None
 
 
 def style_of(heads: int, cp: int, style: CpStyle | None) -> CpStyle:
-    """``style`` (None: Ulysses where ``cp`` divides ``heads``, else ring); ValueError where Ulysses cannot split them."""
-    chosen = Parallel(cp=cp, cp_style=style).style_for(heads)
-    assert chosen is not None
-    if chosen == "ulysses" and heads % cp:
-        raise ValueError(f"slurmrl: trainer.parallel.cp_style = ulysses: cp {cp} does not divide the model's {heads} "
-                         'attention heads; set cp_style = "ring"')
+    """``style`` (None: Ulysses where ``cp`` divides ``heads``, else ring); ValueError where Ulysses cannot
+    split them (the mesh rule of ``settings.mesh``)."""
+    p = Parallel(cp=cp, cp_style=style)
+    why = problem(p, cp, 0, model=ModelShape(heads=heads))
+    if why is not None:
+        raise ValueError(f"slurmrl: {why[0]}: {why[1]}")
+    chosen = p.style_for(heads)
+    assert chosen is not None, "heads are known: a style is chosen"
     return chosen
-
-
-def groups(world: int, cp: int, rank: int):
-    """Every rank's cp group (ranks ``[i * cp, (i + 1) * cp)``; each rank creates all of them, in order)
-    -> this rank's."""
-    mine = None
-    for first in range(0, world, cp):
-        g = dist.new_group(list(range(first, first + cp)))
-        if first <= rank < first + cp:
-            mine = g
-    return mine
 
 
 def install(model, group, style: CpStyle | None = None) -> CpStyle:
     """Attention over ``group``'s sequence slices for ``model`` (which ``doc_attention.install`` took), by
     ``style`` (None: Ulysses where the group's size divides the model's heads, else ring) -> the style
-    installed; ``shard`` lays rows out for it."""
+    installed, which ``shard`` must be given to lay rows out for it. The group is bound into the
+    attention function registered under a name of its own (nothing process-wide of ours to overwrite)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
     style = style_of(model.config.num_attention_heads, dist.get_world_size(group), style)
-    _GROUP[0], _STYLE[0], name = group, style, NAMES[style]
-    AttentionInterface.register(name, attend if style == "ulysses" else ring_attend)
+    name = f"{NAMES[style]}_{id(group):x}"
+    AttentionInterface.register(name, functools.partial(attend if style == "ulysses" else ring_attend, group=group))
     AttentionMaskInterface.register(name, doc_attention._no_mask)
     model.set_attn_implementation(name)
     if model.config._attn_implementation != name:
@@ -167,10 +160,9 @@ class Slice(PackedRow):
         return self.extra[name][0, 1:][self._mine()].to(device)
 
 
-def shard(row: PackedRow, rank: int, cp: int, pad_id: int = 0, style: str | None = None) -> Slice:
-    """Rank ``rank``'s equal share of ``row`` for ``style`` (None: ``install``'s), the row padded with one
-    more document to a multiple of ``cp`` (Ulysses: one contiguous slice) or ``2 cp`` (ring: its chunks)."""
-    style = style or _STYLE[0]
+def shard(row: PackedRow, rank: int, cp: int, pad_id: int = 0, *, style: CpStyle) -> Slice:
+    """Rank ``rank``'s equal share of ``row`` for ``style`` (the one ``install`` returned), the row padded
+    with one more document to a multiple of ``cp`` (Ulysses: one contiguous slice) or ``2 cp`` (ring: its chunks)."""
     n = row.tokens
     pad = -n % (2 * cp if style == "ring" else cp)
     ids, pos, tgt, cu, extra, experts = row.input_ids, row.position_ids, row.targets, row.cu_seqlens, row.extra, row.experts

@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Callable
 
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 
 MARGIN_S = 10.0  # seconds kept free before the end, for the exit after the save
 SAFETY = 1.25  # durations measured so far may grow a little (a longer step, a busier filesystem)

@@ -9,7 +9,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from slurmrl.contract import env as job_env
+from slurmrl.contract import job_env
 
 
 def hide_gpus() -> None:
@@ -41,7 +41,6 @@ class Dist:
         else:  # started without torchrun: a group of one
             dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
         self.bf16 = dtype == "bfloat16" and self.cuda and torch.cuda.is_bf16_supported()
-        self.replicate = 1  # FSDP2's replicas (trainer.parallel.dp_replicate: HSDP); the trainer sets it
 
     def any(self, flag: bool) -> bool:
         t = torch.tensor([1.0 if flag else 0.0], device=self.device)

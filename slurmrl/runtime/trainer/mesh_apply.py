@@ -4,7 +4,9 @@ The ``world = dp_shard x cp`` ranks form ``world / ep`` expert groups of ``ep`` 
 (``[g * ep, (g + 1) * ep)``); rank r holds experts slice ``r % ep`` of every MoE layer
 (``expert_parallel.shard``). FSDP2 shards everything else over all ranks and leaves the expert
 slices out (``ignored_params``): each rank keeps its slice whole, with its gradients and AdamW state.
-Ranks with the same slice (one per expert group: ``world / ep`` of them) are its replicas.
+Ranks with the same slice (one per expert group: ``world / ep`` of them) are its replicas. The groups
+themselves are made with the rest of the trainer's mesh (``mesh.TrainerMesh``); ``ExpertMesh`` is what
+the loop does with them.
 
 Why out of FSDP2 rather than sharded again over the remaining ranks: a slice's gradient already
 sums every token routed to it (the all-to-all's backward brings them home), so a replica set's
@@ -39,23 +41,13 @@ SLICE = "_slurmrl_expert_slice"  # on an expert slice parameter: (ep rank, ep, r
 
 
 class ExpertMesh:
-    """This rank's expert group and replica set (collective to build: every rank, in order)."""
+    """This rank's expert group and replica set, as ``mesh.TrainerMesh`` made them (``replicas``: None
+    where one expert group is every rank)."""
 
-    def __init__(self, world: int, rank: int, ep: int):
-        if ep < 2 or world % ep:
-            raise ValueError(f"expert parallelism: ep {ep} must be above 1 and divide {world} ranks")
+    def __init__(self, world: int, rank: int, ep: int, group: dist.ProcessGroup, replicas: dist.ProcessGroup | None):
         self.world, self.rank, self.ep = world, rank, ep
         self.ep_rank, self.replica = rank % ep, rank // ep
-        self.group = self.replicas = None
-        for first in range(0, world, ep):
-            g = dist.new_group(list(range(first, first + ep)))
-            if first <= rank < first + ep:
-                self.group = g
-        if world > ep:
-            for r in range(ep):
-                g = dist.new_group(list(range(r, world, ep)))
-                if r == self.ep_rank:
-                    self.replicas = g
+        self.group, self.replicas = group, replicas
 
     def describe(self) -> str:
         return (f"expert parallel: ep {self.ep}, {self.world // self.ep} expert group(s); rank {self.rank} holds "

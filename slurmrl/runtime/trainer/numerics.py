@@ -35,21 +35,16 @@ def sharded_always(cuda: bool, bf16: bool, world: int) -> bool:
     return world > 1 or (cuda and bf16)
 
 
-def shard(model, device_type: str, world: int, bf16: bool, ignored=None, replicate: int = 1) -> None:
-    """FSDP2: ``fully_shard`` per decoder layer, then the root (the embeddings, final norm, LM head).
-    ``ignored``: parameters FSDP2 leaves whole on each rank (expert slices: ``mesh_apply``).
-    ``replicate`` > 1: HSDP, ``replicate`` copies of the model each sharded over ``world / replicate``
-    consecutive ranks (a 2-D mesh: gradients reduce-scattered inside a copy, all-reduced across copies)."""
-    from torch.distributed.device_mesh import init_device_mesh
+def shard(model, mesh, bf16: bool, ignored=None) -> None:
+    """FSDP2: ``fully_shard`` per decoder layer, then the root (the embeddings, final norm, LM head), over
+    ``mesh`` (``mesh.TrainerMesh.fsdp``: every rank, or with HSDP a 2-D ``(replicate, shard)`` mesh whose
+    gradients are reduce-scattered inside a copy and all-reduced across copies).
+    ``ignored``: parameters FSDP2 leaves whole on each rank (expert slices: ``mesh_apply``)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    if replicate > 1:
-        mesh = init_device_mesh(device_type, (replicate, world // replicate), mesh_dim_names=("replicate", "shard"))
-    else:
-        mesh = init_device_mesh(device_type, (world,))
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16
           else MixedPrecisionPolicy())
-    keep = world == 1  # one rank: nothing to free by resharding, and no second gather/cast in backward
+    keep = mesh.size() == 1  # one rank: nothing to free by resharding, and no second gather/cast in backward
     kw = {"ignored_params": set(ignored)} if ignored else {}
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=not keep, **kw)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from slurmrl.contract import rollouts as contract
-from slurmrl.contract.rollouts import BatchError, RolloutBatch, Sample
+from slurmrl.contract.reader import ContractError
+from slurmrl.contract.rollouts import RolloutBatch, Sample
 from slurmrl.runtime.trainer import router_replay
 from slurmrl.runtime.trainer.packing import PackedRow, pack_documents
 
@@ -29,12 +29,12 @@ def read_batch(path: Path) -> RolloutBatch:
     """The batch at ``path``; a batch that breaks the contract stops the trainer with one line naming the key."""
     for attempt in range(50):  # the file is renamed into place, but a shared filesystem may lag
         try:
-            return contract.read(path)
+            return RolloutBatch.read(path)
         except (json.JSONDecodeError, FileNotFoundError):
             if attempt == 49:
                 raise
             time.sleep(0.2)
-        except BatchError as e:
+        except ContractError as e:
             raise SystemExit(f"slurmrl: trainer: {e}") from None
     raise AssertionError("unreachable")
 

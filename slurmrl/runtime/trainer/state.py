@@ -1,10 +1,12 @@
 """Weights for the inference servers and resumable checkpoints, on a shared filesystem.
 
 Both are folders named ``step-NNNNNN``, built under ``.step-NNNNNN.tmp`` (a dot name: globs for
-``step-*`` never see it), renamed into place, and then given a marker file written last
-(``READY`` for weights, ``DONE`` for checkpoints). A folder without its marker is incomplete and
-ignored. Checkpoints: rank 0 writes; every rank takes part in gathering the full state dicts
-(FSDP2). Weights: ``publish`` (every rank writes its own shard, beside the next step).
+``step-*`` never see it) and renamed into place, with a marker file (``READY`` for weights,
+``DONE`` for checkpoints). A folder without its marker is incomplete and ignored. Checkpoints:
+every rank takes part in gathering the full state dicts (FSDP2), rank 0 writes them, every rank
+its RNG state; ``DONE`` is written inside the temporary folder once every rank's part is synced,
+so one rename makes the checkpoint visible whole (``commit``). Weights: ``publish`` (every rank
+writes its own shard, beside the next step).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from slurmrl.runtime.step_files import STEP_DIR, complete_steps, latest, step_name
+from slurmrl.runtime.step_files import STEP_DIR, complete_steps, step_name
+from slurmrl.runtime.trainer import commit
+from slurmrl.runtime.trainer.stage import Stager, copy_part
 
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
@@ -90,10 +94,7 @@ def write_hf_folder(out: Path, state: dict[str, torch.Tensor], config, generatio
         tokenizer.save_pretrained(out)
 
 
-def _swap_in(tmp: Path, final: Path) -> None:
-    if final.exists():  # left by an earlier attempt that got past this step without a checkpoint
-        shutil.rmtree(final)
-    tmp.rename(final)
+_swap_in = commit.swap_in  # weights too: publish, lora
 
 
 def mark_broadcast(root: Path, step: int, keep: int) -> Path:
@@ -122,12 +123,18 @@ def set_rng_state(st: dict) -> None:
 
 
 def save_checkpoint(root: Path, step: int, model, optimizer, config, generation_config, tokenizer_src, tokenizer,
-                    extra: dict, keep: int, rank: int, write_model=None, experts=None) -> Path:
-    """Collective. ``model/`` (float32 HF folder), ``optimizer.pt``, ``state.json``, ``rng-rank<R>.pt``;
-    ``DONE`` last. ``write_model(tmp)``, when given, writes what the checkpoint keeps of the model
-    instead of ``model/`` (a LoRA policy: its adapter; see lora.Policy.checkpoint_writer).
-    ``experts`` (``mesh_apply.ExpertMesh``): the expert slices and their AdamW moments gathered whole,
-    so the checkpoint is the one an unsplit run writes."""
+                    extra: dict, keep: int, rank: int, write_model=None, experts=None, group=None,
+                    grace_s: float | None = None, stage: Stager | None = None) -> Path:
+    """Collective. ``model/`` (float32 HF folder), ``optimizer.pt``, ``state.json``, ``rng-rank<R>.pt``,
+    written under a temporary name and made visible whole with ``DONE`` (``commit``: every rank's
+    part synced first; ``group``: ``commit.group``, ``grace_s``: the time after a stop it may take,
+    else it is dropped whole and ``commit.Dropped`` raised on rank 0).
+    ``write_model(tmp)``, when given, writes what the checkpoint keeps of the model instead of
+    ``model/`` (a LoRA policy: its adapter; see lora.Policy.checkpoint_writer). ``experts``
+    (``mesh_apply.ExpertMesh``): the expert slices and their AdamW moments gathered whole, so the
+    checkpoint is the one an unsplit run writes. ``stage`` (trainer.checkpoint_stage_dir): each rank
+    writes its part node-locally and the copy, sync and rename run in the background
+    (slurmrl.runtime.trainer.stage): the folder returned is visible once ``stage.wait()`` returns."""
     final = root / step_name(step)
     tmp = root / f".{step_name(step)}.tmp"
     model_state = full_model_state(model) if write_model is None else None
@@ -136,31 +143,64 @@ def save_checkpoint(root: Path, step: int, model, optimizer, config, generation_
         assert model_state is not None, "expert parallelism runs without a LoRA policy"
         model_state = experts.full_state(model, model_state, rank)
         optim_state = experts.full_optimizer(model, optimizer, optim_state, rank)
+    here = tmp if stage is None else stage.folder(tmp.name)  # the copy in flight is done first
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        if write_model is not None:
-            write_model(tmp)
-        else:
-            assert model_state is not None, "gathered above when there is no write_model"
-            write_hf_folder(tmp / "model", model_state, config, generation_config, tokenizer_src, tokenizer,
-                            torch.float32)
-        torch.save(optim_state, tmp / "optimizer.pt")
-        (tmp / "state.json").write_text(json.dumps({"step": step, **extra}, indent=1) + "\n")
-    del model_state, optim_state
-    dist.barrier()
-    torch.save(rng_state(), tmp / f"rng-rank{dist.get_rank()}.pt")
-    dist.barrier()
+    dist.barrier()  # the folder exists before any rank writes into it
     if rank == 0:
-        _swap_in(tmp, final)
-        (final / "DONE").write_text(f"{step}\n")
-        prune(root, "DONE", keep)
+        _write_main(here, step, model_state, optim_state, config, generation_config, tokenizer_src, tokenizer,
+                    extra, write_model)
+    del model_state, optim_state
+    mine = [here / f"rng-rank{dist.get_rank()}.pt"]
+    torch.save(rng_state(), mine[0])
+    commit.test_pause()
+    world = dist.get_world_size()
+    if stage is not None:
+        def copy_and_commit() -> None:
+            try:
+                copied = copy_part(here, tmp, grace_s)
+            except commit.Dropped as e:
+                if rank == 0:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                raise commit.Dropped(f"checkpoint of step {step} dropped whole: {e}") from None
+            commit.fsync_tree(tmp, None if rank == 0 else copied)
+            _commit(tmp, final, step, rank, world, group, grace_s, keep)
+            shutil.rmtree(here, ignore_errors=True)
+
+        stage.start(f"checkpoint of step {step}", copy_and_commit)
+        return final
+    commit.fsync_tree(tmp, None if rank == 0 else mine)
+    _commit(tmp, final, step, rank, world, group, grace_s, keep)
     dist.barrier()
     return final
 
 
-def latest_checkpoint(root: Path) -> tuple[int, Path | None]:
-    return latest(root, "DONE")
+def _commit(tmp: Path, final: Path, step: int, rank: int, world: int, group, grace_s: float | None, keep: int) -> None:
+    """Every rank's part synced: rank 0 makes it visible (or drops it whole, ``commit.Dropped``)."""
+    why = commit.peers_synced(group, rank, world, grace_s)
+    if rank == 0:
+        if why is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise commit.Dropped(f"checkpoint of step {step} dropped whole: {why}")
+        commit.publish(tmp, final, step)
+        prune(final.parent, commit.MARKER, keep)
+
+
+def _write_main(tmp: Path, step: int, model_state, optim_state, config, generation_config, tokenizer_src,
+                tokenizer, extra: dict, write_model) -> None:
+    """Rank 0's part of a checkpoint: the model (or what ``write_model`` keeps of it), the
+    optimizer, state.json."""
+    if write_model is not None:
+        write_model(tmp)
+    else:
+        assert model_state is not None, "gathered when there is no write_model"
+        write_hf_folder(tmp / "model", model_state, config, generation_config, tokenizer_src, tokenizer,
+                        torch.float32)
+    commit.test_pause()
+    torch.save(optim_state, tmp / "optimizer.pt")
+    commit.test_pause()
+    (tmp / "state.json").write_text(json.dumps({"step": step, **extra}, indent=1) + "\n")
 
 
 def load_optimizer(ckpt: Path, model, optimizer, rank: int, experts=None) -> None:

@@ -12,9 +12,12 @@ start with ``--weight-transfer-config '{"backend": ...}'`` and, after each step,
 3. drops every server's prefix cache and resumes them,
 4. writes ``weights/step-N/READY`` (no weights in it): generation of the next batch waits for it.
 
-The group is opened once (``/init_weight_transfer_engine`` on every server, the trainer rank 0 at
+The group (``/init_weight_transfer_engine`` on every server, the trainer rank 0 at
 ``master_address:master_port``, every worker of server i at ``rank_offset`` 1 + the workers of the
-servers before it: ``slurmrl.runtime.vllm.client.WeightSync``). A sync that does not finish within
+servers before it: ``slurmrl.runtime.vllm.client.WeightSync``) is over the live set of servers: before
+every sync rank 0 forms it again when the orchestrator's live set changed (a server dead, one restarted
+in place or joined and waiting for the weights), dropping a server that does not join in time, and
+records which servers took the step's weights (``transfer_group``). A sync that does not finish within
 ``timeout_s``, or a server that stops answering during one, ends the trainer with a message naming
 the servers that are down (or the timeout).
 """
@@ -25,6 +28,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource, materialize_full_tensor
@@ -32,6 +36,7 @@ from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactor
 
 from slurmrl.contract.weight_sync import Broadcast
 from slurmrl.runtime.trainer.snapshot import Snapshot
+from slurmrl.runtime.trainer.transfer_group import NotFormed, TransferGroup
 from slurmrl.runtime.vllm import plugin
 from slurmrl.runtime.vllm.client import VLLMError, WeightSync
 from slurmrl.runtime.vllm.gloo_transfer import GlooTrainerInitInfo
@@ -93,6 +98,8 @@ class Target:
     master_address: str
     master_port: int
     world_size: int  # what the plan says: 1 + every server's workers
+    live: Path | None = None  # the orchestrator's live set (None: every planned server, always)
+    synced: Path | None = None  # where rank 0 records which servers took each step's weights
 
     @property
     def backend(self) -> str:
@@ -119,16 +126,18 @@ class Target:
         return sync
 
 
-def init_info(t: Target, rank: int):
-    """The trainer-side init info of vLLM's engine for ``t.backend`` (gloo: ours)."""
+def init_info(t: Target, rank: int, world_size: int | None = None):
+    """The trainer-side init info of vLLM's engine for ``t.backend`` (gloo: ours), for a group of ``world_size``
+    (default: the plan's)."""
+    world_size = t.world_size if world_size is None else world_size
     if t.sync.ours:
         return GlooTrainerInitInfo(master_address=t.master_address, master_port=t.master_port,
-                                   world_size=t.world_size, timeout_s=t.timeout_s, rank=rank)
+                                   world_size=world_size, timeout_s=t.timeout_s, rank=rank)
     if t.sync.between_gpus:
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
         return NCCLTrainerInitInfo(master_address=t.master_address, master_port=t.master_port,
-                                   world_size=t.world_size, rank=rank)
+                                   world_size=world_size, rank=rank)
     from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
 
     return IPCTrainerInitInfo(rank=rank)
@@ -147,30 +156,49 @@ class Broadcaster:
         self.source = source or ModelSource(model, dtype, cast_in_engine=target.sync.ours)
         self.bytes = sum(m.dtype.itemsize * int(torch.Size(m.shape).numel()) for m in self.source.metadata())
         t = time.perf_counter()
-        self.engine = self._guard(
-            "opening the transfer group",
-            lambda: WeightTransferTrainerFactory.trainer_init(init_info(target, rank), client=self.client,
-                                                              source=self.source))
-        if rank == 0:
-            log(f"weight transfer ({target.backend}) to {len(target.urls)} server(s), group of {target.world_size} "
-                f"at {target.master_address}:{target.master_port}, opened in {time.perf_counter() - t:.2f}s")
+        self.group: TransferGroup | None = None
+        if rank != 0:  # not in the group: its part is the gathers its source runs
+            self.engine = WeightTransferTrainerFactory.trainer_init(init_info(target, rank), client=self.client,
+                                                                    source=self.source)
+            return
+        self.group = TransferGroup(dict(zip(target.urls, target.ranks)), target.live, target.timeout_s,
+                                   lambda world: init_info(target, 0, world), self.source, log, target.sync.ours)
+        self._guard("opening the transfer group", self.group.ensure, self.group.limit_s)
+        self.client = self.group.client or self.client  # the group's: what each sync drives (until it is formed again)
+        log(f"weight transfer ({target.backend}) to {len(self.group.urls)} server(s) of {len(target.urls)}, "
+            f"at {target.master_address}:{target.master_port}, opened in {time.perf_counter() - t:.2f}s")
+
+    @property
+    def engine(self):
+        return self.group.engine if self.group is not None else self._engine
+
+    @engine.setter
+    def engine(self, value) -> None:
+        self._engine = value
 
     def sync(self, step: int, stopping=lambda: False) -> float | None:
         """Every server on this model's weights; seconds. Collective over the trainer's ranks.
         None when it failed while ``stopping()`` (a planned stop takes the servers down too: the
         checkpoint keeps the weights, and the next attempt broadcasts them first)."""
         t = time.perf_counter()
+        group = self.group
         try:
-            if self.rank == 0:
+            if group is not None:
                 try:
-                    self._guard("pausing", self.client.pause)
+                    self._pause(group)
                 except SyncFailed:
-                    for _ in self.source:  # the other ranks' gathers still need this rank's shards
-                        pass
+                    self._drain()
                     raise
+                if group.client is None:  # no server is live: the next update reaches those that come back
+                    self._drain()
+                    self.log(f"weights of step {step} reached no server: none is live "
+                             f"({'; '.join(f'{u}: {w}' for u, w in group.dropped.items()) or 'none in the live set'})")
+                    group.record(self.target.synced, step)
+                    return time.perf_counter() - t
             self._guard(f"sending the weights of step {step}", self.engine.send_weights)
-            if self.rank == 0:
-                self._guard("resuming", self.client.resume)
+            if group is not None:
+                self._resume(group, step)
+                group.record(self.target.synced, step)
         except SyncFailed as e:
             if not stopping():
                 raise
@@ -178,8 +206,43 @@ class Broadcaster:
             return None
         return time.perf_counter() - t
 
-    def _guard(self, what: str, fn):
-        """``fn()`` within the timeout; a failure or a hang names the servers that are down."""
+    def _pause(self, group: TransferGroup) -> None:
+        """The group over the live servers, paused; a server that died since the group was formed (its pause
+        fails) is probed out and the group formed again, once."""
+        for again in (False, True):
+            self._guard("forming the transfer group over the live servers", group.ensure, group.limit_s)
+            if group.client is None:
+                return
+            self.client = group.client
+            try:
+                self._guard("pausing", self.client.pause)
+                return
+            except SyncFailed as e:
+                if again:
+                    raise
+                self.log(f"weight transfer: {e.code}; the group is formed again over the servers that answer")
+                group.key = None  # those that paused are paused again (a no-op) and resumed after the update
+
+    def _resume(self, group: TransferGroup, step: int) -> None:
+        """Every member takes requests again. A server that died after the weights reached it (its resume
+        fails, its /health does not answer) is the orchestrator's to declare dead and restart: the update
+        stands for the others, and the next one forms the group again over the servers live then."""
+        try:
+            self._guard("resuming", self.client.resume)
+        except SyncFailed as e:
+            gone = self.client.dead()
+            if not gone:
+                raise
+            self.log(f"weights of step {step} sent; {e.code}: left to the orchestrator, the group is formed "
+                     "again at the next update")
+            group.key = None
+
+    def _drain(self) -> None:
+        for _ in self.source:  # the other ranks' gathers still need this rank's shards
+            pass
+
+    def _guard(self, what: str, fn, limit_s: float | None = None):
+        """``fn()`` within ``limit_s`` (the timeout); a failure or a hang names the servers that are down."""
         done, out, err = threading.Event(), [], []
 
         def run():
@@ -191,11 +254,14 @@ class Broadcaster:
                 done.set()
 
         threading.Thread(target=run, name=f"weight-sync: {what}", daemon=True).start()
-        if not done.wait(self.target.timeout_s):
+        limit_s = self.target.timeout_s if limit_s is None else limit_s
+        if not done.wait(limit_s):
             raise SyncFailed(f"weight transfer ({self.target.backend}): {what} did not finish within "
-                             f"{self.target.timeout_s:g}s{self._down()}")
+                             f"{limit_s:g}s{self._down()}")
         if err:
             e = err[0]
+            if isinstance(e, NotFormed):
+                raise SyncFailed(f"weight transfer ({self.target.backend}): {e}") from e
             reason = str(e) if isinstance(e, VLLMError) else f"{e.__class__.__name__}: {e}"
             raise SyncFailed(f"weight transfer ({self.target.backend}): {what} failed: {reason}{self._down()}") from e
         return out[0] if out else None

@@ -61,11 +61,24 @@ TIMEOUT_S = 600.0
 STORE_PREFIX = "slurmrl-weight-transfer"
 
 
-def open_group(address: str, port: int, rank: int, world_size: int, timeout_s: float):
-    """A gloo group of its own (torch's default group untouched); rank 0 hosts the TCP store."""
-    timeout = datetime.timedelta(seconds=timeout_s)
-    store = TCPStore(address, port, world_size, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
-    return ProcessGroupGloo(PrefixStore(STORE_PREFIX, store), rank, world_size, timeout)
+def open_store(address: str, port: int, rank: int, world_size: int, join_s: float) -> TCPStore:
+    """The group's TCP store (rank 0 hosts it): a rank that has not joined within ``join_s`` fails the forming."""
+    return TCPStore(address, port, world_size, is_master=rank == 0, timeout=datetime.timedelta(seconds=join_s),
+                    wait_for_workers=False)
+
+
+def open_group(address: str, port: int, rank: int, world_size: int, timeout_s: float, generation: int = 0,
+               join_s: float | None = None, store: TCPStore | None = None):
+    """A gloo group of its own (torch's default group untouched); rank 0 hosts the TCP store (``store``: one it
+    keeps from group to group). Each ``generation`` of the group (formed again over other members: the
+    trainer's ``transfer_group``) has keys of its own in the store; every rank must have joined within
+    ``join_s`` (default ``timeout_s``), and ``timeout_s`` bounds each broadcast."""
+    join_s = timeout_s if join_s is None else join_s
+    store = store or open_store(address, port, rank, world_size, join_s)
+    prefix = STORE_PREFIX if generation == 0 else f"{STORE_PREFIX}/{generation}"
+    group = ProcessGroupGloo(PrefixStore(prefix, store), rank, world_size, datetime.timedelta(seconds=join_s))
+    group.set_timeout(datetime.timedelta(seconds=timeout_s))  # the collectives' from here on
+    return group
 
 
 def broadcast(group, buffer: torch.Tensor):
@@ -89,6 +102,8 @@ class GlooInitInfo(WeightTransferInitInfo):
     world_size: int
     bucket_bytes: int = BUCKET_BYTES
     timeout_s: float = TIMEOUT_S
+    generation: int = 0  # the group's keys in the store (each forming over other members has its own)
+    join_s: float | None = None  # how long the forming waits for every rank (None: timeout_s)
 
 
 @dataclass
@@ -121,8 +136,9 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         p = self.parallel_config
         rank = init_info.rank_offset + p.data_parallel_index * p.world_size + p.rank
         self.bucket_bytes = init_info.bucket_bytes
+        self.group = None  # a group formed again replaces the last one, also when this forming fails
         self.group = open_group(init_info.master_address, init_info.master_port, rank, init_info.world_size,
-                                init_info.timeout_s)
+                                init_info.timeout_s, init_info.generation, init_info.join_s)
 
     def start_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
@@ -188,6 +204,9 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         super().__init__(client=client, source=source, is_sender=is_sender)
         self.bucket_bytes = bucket_bytes
         self.group = None
+        self.store: TCPStore | None = None  # rank 0's, kept from group to group (``regroup``)
+        self.init_info: GlooTrainerInitInfo | None = None
+        self.generation = 0
         self.buffers: list[torch.Tensor] = []  # two, kept from sync to sync: bucket k is packed into k % 2
 
     @classmethod
@@ -195,19 +214,44 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
                      source: WeightSource | None = None) -> GlooTrainerWeightTransferEngine:
         if source is None:
             raise ValueError("gloo weight transfer needs a WeightSource")
+        engine = cls.open(init_info, client=client, source=source)
+        if engine.is_sender:
+            engine.regroup(client, init_info.world_size, init_info.timeout_s)
+        return engine
+
+    @classmethod
+    def open(cls, init_info: GlooTrainerInitInfo, *, client: VLLMWeightSyncClient,
+             source: WeightSource) -> GlooTrainerWeightTransferEngine:
+        """The engine and (the sender's) store, no group yet: ``regroup`` forms one."""
         engine = cls(client=client, source=source, is_sender=init_info.is_sender, bucket_bytes=init_info.bucket_bytes)
-        if not engine.is_sender:
-            return engine
-        worker = GlooInitInfo(master_address=init_info.master_address, master_port=init_info.master_port,
-                              rank_offset=1, world_size=init_info.world_size, bucket_bytes=init_info.bucket_bytes,
-                              timeout_s=init_info.timeout_s)
+        if engine.is_sender:
+            engine.init_info = init_info
+            engine.store = open_store(init_info.master_address, init_info.master_port, 0, init_info.world_size,
+                                      init_info.timeout_s)
+        return engine
+
+    def regroup(self, client: VLLMWeightSyncClient, world_size: int, join_s: float) -> None:
+        """Form the group (again) over ``client``'s servers, ``world_size`` ranks with this one: each forming has
+        its own keys in the store this engine keeps; a rank that has not joined within ``join_s`` fails it (on
+        every side: no one waits longer). Raises what failed (a server's refusal first)."""
+        assert self.init_info is not None and self.store is not None, "trainer_init opened the store"
+        self.client, self.group, self.generation = client, None, self.generation + 1
+        i = self.init_info
+        worker = GlooInitInfo(master_address=i.master_address, master_port=i.master_port, rank_offset=1,
+                              world_size=world_size, bucket_bytes=i.bucket_bytes, timeout_s=i.timeout_s,
+                              generation=self.generation, join_s=join_s)
+        self.store.set_timeout(datetime.timedelta(seconds=join_s))
         # the workers block in /init_weight_transfer_engine until every rank has joined: ask on a side thread
         with ThreadPoolExecutor(max_workers=1) as pool:
             asked = pool.submit(client.init_weight_transfer_engine, asdict(worker))
-            engine.group = open_group(init_info.master_address, init_info.master_port, 0, init_info.world_size,
-                                      init_info.timeout_s)
+            try:
+                group = open_group(i.master_address, i.master_port, 0, world_size, i.timeout_s, self.generation,
+                                   join_s, store=self.store)
+            except BaseException:
+                asked.result()  # the servers' answers name who failed; they end within join_s too
+                raise
             asked.result()
-        return engine
+        self.group = group
 
     def send_weights(self) -> None:
         assert self.source is not None, "trainer_init checked it"

@@ -1,0 +1,96 @@
+"""Waiting on and reading the local cluster's jobs: their state, their run dirs' JSON lines, their status, the
+nodes' addresses, and the servers they run; shared by the cluster tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+
+from slurmrl.rundir.paths import RunDir
+from slurmrl.rundir.ready import read_ready
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_until(predicate, timeout: float, what: str, run_dir: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(2)
+    logs = sorted((run_dir / "logs").rglob("*.log"))
+    tail = "\n".join(f"== {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]) for p in logs[-6:])
+    raise AssertionError(f"timed out waiting for {what}\n{tail}")
+
+
+def job_state(cluster, job_id: str) -> str:
+    r = cluster.run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id])
+    return r.stdout.split()[0] if r.stdout.split() else "UNKNOWN"
+
+
+def requeue_and_complete(cluster, job_id: str, run_dir: Path, cwd: Path) -> None:
+    """`scontrol requeue` the running job, wait for its second attempt, then for it to end COMPLETED."""
+    rq = cluster.run(["scontrol", "requeue", job_id])
+    assert rq.returncode == 0, rq.stderr
+    wait_until(lambda: (run_dir / "logs" / "attempt-1").exists(), 300, "the second attempt", run_dir)
+    wait_until(lambda: job_state(cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
+               1200, "the job to end", run_dir)
+    logs = cluster.slurmrl("logs", str(run_dir), cwd=cwd).stdout[-4000:]
+    assert job_state(cluster, job_id) == "COMPLETED", logs
+
+
+def node_address(cluster, host: str) -> str:
+    """The cluster's hosts file maps n1..n4 to addresses inside its network namespaces."""
+    for line in (cluster.state_dir / "etc" / "hosts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and host in parts[1:]:
+            return parts[0]
+    raise KeyError(host)
+
+
+def status(cluster, run_dir, cwd) -> dict:
+    r = cluster.slurmrl("status", str(run_dir), "--json", cwd=cwd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def wait(predicate, what: str, timeout: float, run_dir: Path):
+    deadline = time.monotonic() + timeout
+    failed = RunDir(run_dir).failed_file(0)
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        assert not failed.exists(), f"the job failed while waiting for {what}: {failed.read_text()}"
+        time.sleep(2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def server_pid(run_dir: Path, task: int, not_pid: int | None = None) -> int | None:
+    """The pid of inference.<task>'s vLLM API server once its ready file says it is ready (not ``not_pid``)."""
+    path = RunDir(run_dir).ready_file(0, "inference", task)
+    if not path.exists():
+        return None
+    _, _, pid = read_ready(path)
+    return pid if pid and pid != not_pid else None
+
+
+def kill_engine(pid: int) -> str:
+    """SIGKILL a vLLM server's engine (``pid``: its API server, from its ready file): its EngineCore process
+    (vLLM V1), else the API server itself. Returns what was killed, in words."""
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if "EngineCore" in child.name() or "EngineCore" in " ".join(child.cmdline()):
+                child.kill()
+                return f"EngineCore (pid {child.pid})"
+        except psutil.NoSuchProcess:
+            continue
+    os.kill(pid, signal.SIGKILL)
+    return f"the API server (pid {pid})"

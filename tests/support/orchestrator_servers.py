@@ -1,0 +1,46 @@
+"""A real vLLM server on loopback for the orchestrator tests: start, wait for /health, stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+def serve(model: Path, port: int, log: Path) -> subprocess.Popen:
+    """One real vLLM server on loopback, the way the job script's inference task runs it."""
+    # the OpenAI server module, as the planner writes it (`vllm serve` needs the `vllm` distribution)
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--served-model-name", str(model),
+            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "256",
+            "--enforce-eager"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"}
+    return subprocess.Popen(argv, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_health(url: str, proc: subprocess.Popen, log: Path, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-4000:]
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"{url} not healthy after {timeout}s:\n{log.read_text()[-4000:]}")
