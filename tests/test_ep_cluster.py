@@ -19,7 +19,9 @@ from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = 6  # the requeue lands after step 1's checkpoint: the first attempt must not be done by then
+# the requeue follows the first finished checkpoint within a poll (0.25 s) and scontrol: the first attempt
+# must not have finished all its steps by then (in CI, one did 6 steps between a 2-second poll and the requeue)
+STEPS = 12
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,7 @@ def test_moe_rl_with_expert_parallel_over_two_nodes_survives_a_requeue(slurm_clu
     try:
         # any checkpoint: under load the trainer can be past step 1, its folder pruned, before a poll sees it
         wait_until(lambda: any((run_dir / "checkpoints").glob("step-*/DONE")), 600,
-                   "the first checkpoint", run_dir)
+                   "the first checkpoint", run_dir, poll=0.25)
         requeue_and_complete(slurm_cluster, job_id, run_dir, tmp_path)
     finally:
         slurm_cluster.slurmrl("cancel", str(run_dir), cwd=tmp_path, timeout=180)

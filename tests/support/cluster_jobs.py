@@ -19,12 +19,12 @@ def lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def wait_until(predicate, timeout: float, what: str, run_dir: Path) -> None:
+def wait_until(predicate, timeout: float, what: str, run_dir: Path, poll: float = 2.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(2)
+        time.sleep(poll)
     logs = sorted((run_dir / "logs").rglob("*.log"))
     tail = "\n".join(f"== {p}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:]) for p in logs[-6:])
     raise AssertionError(f"timed out waiting for {what}\n{tail}")
