@@ -10,11 +10,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+from slurmrl.plan.engines.vllm.flags import SERVE
+
 
 def serve(model: Path, port: int, log: Path) -> subprocess.Popen:
     """One real vLLM server on loopback, the way the job script's inference task runs it."""
-    # the OpenAI server module, as the planner writes it (`vllm serve` needs the `vllm` distribution)
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+    # `vllm serve` through our module, as the planner writes it (`vllm` alone needs the `vllm` distribution)
+    argv = [sys.executable, *SERVE, "--model", str(model),
             "--served-model-name", str(model),
             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "256",
             "--enforce-eager"]
