@@ -12,7 +12,10 @@ real ``Broadcaster``:
 3. server 1 is started again in place (same port, the base model): the orchestrator sees it answer and
    does NOT admit it (the trainer's record says no update reached it yet);
 4. the update after that forms the group over both again; server 1 now answers with exactly the trainer's
-   weights (its logprobs are transformers' on them), and the orchestrator readmits it: events dead, readmitted.
+   weights (its logprobs are transformers' on them), and the orchestrator readmits it: events dead, readmitted;
+5. server 1 is SIGKILLed again, at the moment the next update starts (after its pause; a hook on the trainer's
+   client only times the real kill): nothing was sent yet, so the update starts again over server 0 alone
+   (in CI the broadcast RL job failed so: "sending the weights of step 3 failed: ... Connection refused").
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def within(fn, seconds: float, what: str):
     return out[0]
 
 
-def test_the_group_is_formed_again_over_the_survivor_and_then_the_restarted_server(tmp_path):
+def test_the_group_is_formed_again_over_the_survivor_and_then_the_restarted_server(tmp_path, monkeypatch):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -91,6 +94,7 @@ def test_the_group_is_formed_again_over_the_survivor_and_then_the_restarted_serv
     from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
     from slurmrl.runtime.orchestrator.members import MISSES, Members
     from slurmrl.runtime.orchestrator.weights import Broadcast as BroadcastUpdates
+    from slurmrl.runtime.trainer.transfer_group import Forming
     from slurmrl.runtime.trainer.weight_sync import Broadcaster, Target
 
     models = build_tiny(tmp_path / "seed0", seed=0), build_tiny(tmp_path / "seed1", seed=1)
@@ -169,10 +173,28 @@ def test_the_group_is_formed_again_over_the_survivor_and_then_the_restarted_serv
         assert members.readmit() == [urls[1]] and members.admitted() == urls
         for url in urls:
             serves(url, models[1])  # the trainer's weights, also on the restarted server
+
+        start, killed = Forming.start_weight_update, []
+
+        def dies_as_the_update_starts(client) -> None:
+            if not killed:
+                killed.append(kill_tree(servers[1]))
+            start(client)
+
+        monkeypatch.setattr(Forming, "start_weight_update", dies_as_the_update_starts)
+        with torch.no_grad():
+            model.load_state_dict(AutoModelForCausalLM.from_pretrained(models[0], dtype=torch.float32).state_dict())
+        within(lambda: sender.sync(4), SYNC_DEADLINE_S, "update 4, a server dead as it starts")
+        assert killed
+        reached = live_set.read_reached(synced)
+        assert reached is not None and (reached.step, reached.urls, set(reached.dropped)) == (4, (urls[0],), {urls[1]})
+        updates.take(4, None)
+        assert members.admitted() == [urls[0]]  # the orchestrator declared the dropped one dead
+        serves(urls[0], models[0])
     finally:
         double.kill()
         double.wait(30)
         for s in servers:
             s.stop()
     got = [(e.kind, e.task) for e in events.read(tmp_path / "events.jsonl")]
-    assert got == [("dead", 2), ("dead", 1), ("readmitted", 1)], got
+    assert got == [("dead", 2), ("dead", 1), ("readmitted", 1), ("dead", 1)], got

@@ -67,9 +67,11 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_debug2, tmp_path, tin
     scraped = run_dir / "metrics" / "scrape" / "attempt-0"
     kinds = lambda: [(e.kind, e.task) for e in events.read(RunDir(run_dir).events)]  # noqa: E731
     try:
+        # the collector has scraped the trainer, and inference.0 answering requests (its TTFT), before its kill
         wait_until(lambda: len(lines(trainer_log)) >= KILL_SERVER_AT and (scraped / "trainer.jsonl").exists()
-                   and server_pid(run_dir, 1), 900, f"{KILL_SERVER_AT} trainer steps, and the trainer's /metrics scraped",
-                   run_dir)
+                   and rd.hist_quantiles(read_scrapes(scraped / "inference.0.jsonl"), rd.TTFT) is not None
+                   and server_pid(run_dir, 1), 900,
+                   f"{KILL_SERVER_AT} trainer steps, and the trainer's and inference.0's /metrics scraped", run_dir)
         kill_step(slurm_debug2, job_id, "collector")  # not critical: logged, and the job goes on
         kill_engine(server_pid(run_dir, 1))  # a server of an RL job: routed around, restarted, readmitted
         wait_until(lambda: "(critical = false: the job goes on)" in phases.read_text(), 120, "the collector's exit", run_dir)

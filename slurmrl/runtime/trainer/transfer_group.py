@@ -52,6 +52,35 @@ class Forming(WeightSync):
         super().__init__(urls, ranks, timeout)
         self.failed: dict[str, tuple[float, str]] = {}  # url -> (seconds until it failed, why)
         self.answered: set[str] = set()  # the servers whose init said it had joined
+        self.unstarted = False  # an update's start failed: no weight was sent, it may start again without one
+
+    def start_weight_update(self) -> None:
+        """Every server starts the update. When one fails (it died after its pause), no weight has been sent:
+        those that started end it with nothing loaded (vLLM puts their weights back), so that the update can
+        start again over the servers that answer."""
+        started: list[str] = []
+        errors: list[str] = []
+
+        def one(url: str) -> None:
+            try:
+                Server(url, self.timeout).start_weight_update()
+                started.append(url)
+            except VLLMError as e:
+                errors.append(str(e))
+
+        with ThreadPoolExecutor(max_workers=max(1, min(64, len(self.urls)))) as pool:
+            list(pool.map(one, self.urls))
+        if errors:
+            self.unstarted = True
+            with ThreadPoolExecutor(max_workers=max(1, min(64, len(started)))) as pool:
+                list(pool.map(self._abandon, started))
+            raise VLLMError("; ".join(errors))
+
+    def _abandon(self, url: str) -> None:
+        try:
+            Server(url, self.timeout).finish_weight_update()
+        except VLLMError:
+            pass  # it stops answering too: the next forming probes it out
 
     def init_weight_transfer_engine(self, init_info: dict) -> None:
         t = time.monotonic()

@@ -183,19 +183,30 @@ class Broadcaster:
         t = time.perf_counter()
         group = self.group
         try:
-            if group is not None:
+            for again in (False, True):
+                if group is not None:
+                    try:
+                        self._pause(group)
+                    except SyncFailed:
+                        self._drain()
+                        raise
+                    if group.client is None:  # no server is live: the next update reaches those that come back
+                        self._drain()
+                        why = "; ".join(f"{u}: {w}" for u, w in group.dropped.items()) or "none in the live set"
+                        self.log(f"weights of step {step} reached no server: none is live ({why})")
+                        group.record(self.target.synced, step)
+                        return time.perf_counter() - t
                 try:
-                    self._pause(group)
-                except SyncFailed:
-                    self._drain()
-                    raise
-                if group.client is None:  # no server is live: the next update reaches those that come back
-                    self._drain()
-                    self.log(f"weights of step {step} reached no server: none is live "
-                             f"({'; '.join(f'{u}: {w}' for u, w in group.dropped.items()) or 'none in the live set'})")
-                    group.record(self.target.synced, step)
-                    return time.perf_counter() - t
-            self._guard(f"sending the weights of step {step}", self.engine.send_weights)
+                    self._guard(f"sending the weights of step {step}", self.engine.send_weights)
+                    break
+                except SyncFailed as e:
+                    # a server that died after its pause, before the update started: nothing was sent
+                    # (no rank has read its weights yet), so the update starts again over those that answer
+                    if again or group is None or not getattr(group.client, "unstarted", False):
+                        raise
+                    self.log(f"weight transfer: {e.code}; nothing was sent: the group is formed again over "
+                             "the servers that answer")
+                    group.key = None
             if group is not None:
                 self._resume(group, step)
                 group.record(self.target.synced, step)
