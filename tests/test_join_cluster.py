@@ -6,12 +6,13 @@ cancelled: it has ``left`` (not a dead server, not an error) and the RL job goes
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
 
 import pytest
-from cluster_jobs import job_state, lines, wait_until
+from cluster_jobs import job_state, lines, paused, wait_until
 
 from slurmrl.contract import events
 from slurmrl.rundir.joined import read_all
@@ -21,7 +22,7 @@ from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent
 RL_DEBUG = ROOT / "recipes" / "rl-debug.toml"
-STEPS = 40  # long enough for the joiner to start (as the RL job's own server does) and take rollouts
+STEPS = 40  # the job is held while the joiner starts and while it leaves (cluster_jobs.paused)
 
 
 def last_job(run_dir: Path) -> str:
@@ -46,13 +47,21 @@ def test_a_joiner_on_debug2_takes_rollouts_then_leaves_and_the_rl_job_completes(
                                   "--set", 'slurm.partition="debug2"', "--set", "slurm.requeue=false", cwd=tmp_path)
         assert j.returncode == 0, j.stdout + j.stderr
         joiner_id = last_job(joiner)
-        wait_until(lambda: read_all(main), 900, "the joiner's server to register", joiner)
+        # the RL job's orchestrator is held while the joiner starts, and again while it leaves: the job must not
+        # end first, however fast its steps are (its trainer's steps take 0.1 s; a vLLM start a minute)
+        rows = lambda: lines(RunDir(main).metrics("orchestrator"))  # noqa: E731
+        wait_until(lambda: rows() or read_all(main), 900, "the RL job's first batch", main, poll=0.25)
+        with paused(main, "orchestrator") if rows() else contextlib.nullcontext():  # no batch yet: nothing to hold
+            wait_until(lambda: read_all(main), 900, "the joiner's server to register", joiner)
         found = read_all(main)
         url = found[0].url
         assert found[0].job_id == joiner_id and found[0].node in {f"n{i}" for i in range(5, 9)}  # debug2: n5-n8
-        wait_until(lambda: sum(served_by(main, url)) > 0, 600, "the joiner to take rollouts", main)
+        wait_until(lambda: sum(served_by(main, url)) > 0, 600, "the joiner to take rollouts", main, poll=0.25)
         assert job_state(slurm_cluster, job_id) == "RUNNING"
-        assert slurm_cluster.slurmrl("cancel", str(joiner), cwd=tmp_path, timeout=180).returncode == 0
+        with paused(main, "orchestrator"):
+            assert slurm_cluster.slurmrl("cancel", str(joiner), cwd=tmp_path, timeout=180).returncode == 0
+            wait_until(lambda: job_state(slurm_cluster, joiner_id) not in ("RUNNING", "COMPLETING"), 300,
+                       "the joiner's job to end", joiner)
         wait_until(lambda: any(e.kind == "left" for e in events.read(RunDir(main).events)), 300, "the joiner to leave",
                    main)
         wait_until(lambda: job_state(slurm_cluster, job_id) not in ("RUNNING", "PENDING", "COMPLETING"), 1200,

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster_jobs import job_state, kill_engine, lines, requeue_and_complete, server_pid, wait_until
+from cluster_jobs import job_state, kill_server_and_hold_until_back, lines, requeue_and_complete, server_pid, wait_until
 from live_components import vllm_plugin_on_path
 from wandb_records import runs as wandb_runs
 
@@ -31,7 +31,7 @@ from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 
 pytestmark = [pytest.mark.cluster, pytest.mark.vllm]
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = 36  # a vLLM restart in place (~10-30 steps on a loaded machine) before the requeue
+STEPS = 36  # the orchestrator is held while the killed server restarts (cluster_jobs.kill_server_and_hold_until_back)
 KILL_SERVER_AT = 4
 
 
@@ -73,7 +73,7 @@ def test_rl_reward_rises_and_a_requeue_loses_no_step(slurm_debug2, tmp_path, tin
                    and server_pid(run_dir, 1), 900,
                    f"{KILL_SERVER_AT} trainer steps, and the trainer's and inference.0's /metrics scraped", run_dir)
         kill_step(slurm_debug2, job_id, "collector")  # not critical: logged, and the job goes on
-        kill_engine(server_pid(run_dir, 1))  # a server of an RL job: routed around, restarted, readmitted
+        kill_server_and_hold_until_back(run_dir, 1)  # a server of an RL job: routed around, restarted, readmitted
         wait_until(lambda: "(critical = false: the job goes on)" in phases.read_text(), 120, "the collector's exit", run_dir)
         wait_until(lambda: ("readmitted", 1) in kinds() or job_state(slurm_debug2, job_id) != "RUNNING", 900,
                    "inference.1 readmitted", run_dir)
@@ -223,7 +223,7 @@ def test_sft_loss_falls_on_one_and_two_nodes(slurm_cluster, tmp_path, tiny):
         assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, (nodes, losses)
 
 
-BROADCAST_STEPS = 40  # a vLLM restart (~20-30 steps on a loaded machine) and then the requeue, before the first attempt ends
+BROADCAST_STEPS = 40  # the restart is held for (kill_server_and_hold_until_back); then the readmission and the requeue
 KILL_AT = 2
 
 
@@ -252,7 +252,7 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_dead_server_and_a_reque
     try:
         ready = run_dir / "weights" / f"step-{KILL_AT:06d}" / "READY"  # killed between two updates, not in one
         wait_until(lambda: ready.exists() and server_pid(run_dir, 1), 900, f"the update of step {KILL_AT}", run_dir)
-        kill_engine(server_pid(run_dir, 1))
+        kill_server_and_hold_until_back(run_dir, 1)
         wait_until(lambda: ("readmitted", 1) in kinds() or job_state(slurm_debug2, job_id) != "RUNNING", 900,
                    "inference.1 readmitted", run_dir)
         assert ("readmitted", 1) in kinds(), (kinds(), job_state(slurm_debug2, job_id))

@@ -3,6 +3,7 @@ nodes' addresses, and the servers they run; shared by the cluster tests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import psutil
 
+from slurmrl.contract import events
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
 
@@ -36,8 +38,13 @@ def job_state(cluster, job_id: str) -> str:
 
 
 def requeue_and_complete(cluster, job_id: str, run_dir: Path, cwd: Path) -> None:
-    """`scontrol requeue` the running job, wait for its second attempt, then for it to end COMPLETED."""
-    rq = cluster.run(["scontrol", "requeue", job_id])
+    """`scontrol requeue` the running job, wait for its second attempt, then for it to end COMPLETED. An RL job's
+    orchestrator is held (``paused``) until the requeue is sent: its trainer, at most the off-policy bound behind,
+    cannot finish every step first, however fast its steps are (in CI one did 6 steps between a poll and the
+    requeue, and its second attempt had nothing to do)."""
+    rl = (run_dir / "components" / "orchestrator.toml").exists()
+    with paused(run_dir, "orchestrator") if rl else contextlib.nullcontext():
+        rq = cluster.run(["scontrol", "requeue", job_id])
     assert rq.returncode == 0, rq.stderr
     wait_until(lambda: (run_dir / "logs" / "attempt-1").exists(), 300, "the second attempt", run_dir)
     wait_until(lambda: job_state(cluster, job_id) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
@@ -94,3 +101,40 @@ def kill_engine(pid: int) -> str:
             continue
     os.kill(pid, signal.SIGKILL)
     return f"the API server (pid {pid})"
+
+
+@contextlib.contextmanager
+def paused(run_dir: Path, component: str):
+    """The job's ``component`` (``python -m slurmrl.runtime.<component> --config RUN_DIR/components/<component>.toml``,
+    found by its command line, never by name alone) stopped with SIGSTOP for the block, then SIGCONT: the test holds
+    the job at a point whatever the machine's speed (fast steps must not end it before a server is back)."""
+    config = (run_dir / "components" / f"{component}.toml").resolve()
+    procs = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "-m" in cmd and cmd[cmd.index("-m") + 1:cmd.index("-m") + 2] == [f"slurmrl.runtime.{component}"] \
+                and "--config" in cmd[:-1] and Path(cmd[cmd.index("--config") + 1]).resolve() == config:
+            procs.append(p)
+    assert procs, f"no {component} process of {run_dir} to pause"
+    for p in procs:
+        p.send_signal(signal.SIGSTOP)
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.send_signal(signal.SIGCONT)
+
+
+def kill_server_and_hold_until_back(run_dir: Path, task: int) -> None:
+    """SIGKILL inference.<task>'s engine; once the orchestrator has declared it dead (and routes around it),
+    hold the orchestrator until the supervisor's restart of the server is ready, so that the job cannot end
+    before the server is back, however fast its steps are (a trainer step of 0.1 s ran 36 steps within a vLLM
+    restart). Readmitting it is then the orchestrator's, after this returns."""
+    old = server_pid(run_dir, task)
+    assert old, f"inference.{task} is not ready"
+    kill_engine(old)
+    wait_until(lambda: ("dead", task) in [(e.kind, e.task) for e in events.read(RunDir(run_dir).events)], 300,
+               f"the orchestrator to declare inference.{task} dead", run_dir, poll=0.25)
+    with paused(run_dir, "orchestrator"):
+        wait_until(lambda: server_pid(run_dir, task, not_pid=old), 900, f"inference.{task} restarted and ready", run_dir)
