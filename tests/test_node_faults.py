@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_jobs import job_state, lines, wait_until
+from cluster_jobs import job_state, lines, paused, wait_until
 from status_jobs import FAKE_PYTHON, cancel_until_gone, status_json
 
 from slurmrl.contract import attempt_end, events
@@ -21,7 +21,7 @@ from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
 from slurmrl.runtime.steps import attempts
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = 150  # long enough that the fault lands mid-run, under load or not
+STEPS = 30  # the trainer is held until the fault lands (cluster_jobs.paused)
 
 
 @pytest.fixture(scope="module")
@@ -63,17 +63,20 @@ def test_a_node_lost_mid_run_requeues_the_job_without_it(slurm_debug2, tmp_path,
     job_id = json.loads((run_dir / "jobs.json").read_text())[-1]["job_id"]
     down = None
     try:
-        wait_until(lambda: len(steps_done(run_dir)) >= 3, 600, "three steps", run_dir)
+        wait_until(lambda: len(steps_done(run_dir)) >= 3, 600, "three steps", run_dir, poll=0.25)
         nodes = cluster.run(["scontrol", "show", "hostnames",
                              cluster.run(["squeue", "-h", "-j", job_id, "-o", "%N"]).stdout.strip()]).stdout.split()
         assert len(nodes) == 2, nodes
         # not the batch host (its shell records the end), and only once no other job uses it: the fault
-        # must end no one else's job on this shared cluster
-        wait_until(lambda: only_job_on(cluster, nodes[1], job_id), 300, f"{nodes[1]} to hold only this job", run_dir)
-        down = nodes[1]
-        failed_at = time.time()
-        assert cluster.run(["scontrol", "update", f"nodename={down}", "state=down",
-                            "reason=slurmrl-test"]).returncode == 0
+        # must end no one else's job on this shared cluster. The trainer's ranks are held meanwhile (SIGSTOP),
+        # so that the fault lands mid-run however fast the steps are; they go on the moment the node is down
+        with paused(run_dir, "trainer"):
+            wait_until(lambda: only_job_on(cluster, nodes[1], job_id), 300, f"{nodes[1]} to hold only this job",
+                       run_dir)
+            down = nodes[1]
+            failed_at = time.time()
+            assert cluster.run(["scontrol", "update", f"nodename={down}", "state=down",
+                                "reason=slurmrl-test"]).returncode == 0
         wait_until(lambda: f"ExcNodeList={down}" in job_line(cluster, job_id), 120, "the exclusion", run_dir)
         # the node comes back at once: the exclusion, not its state, keeps the next attempt off it
         cluster.run(["scontrol", "update", f"nodename={down}", "state=resume"])

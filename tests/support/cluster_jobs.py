@@ -127,8 +127,8 @@ def paused(run_dir: Path, component: str):
 
 
 def kill_server_and_hold_until_back(run_dir: Path, task: int) -> None:
-    """SIGKILL inference.<task>'s engine; once the orchestrator has declared it dead (and routes around it),
-    hold the orchestrator until the supervisor's restart of the server is ready, so that the job cannot end
+    """SIGKILL inference.<task>'s engine (of a job with two servers); once the orchestrator has declared it dead
+    and made a batch on the survivor alone (it routes around it), hold the orchestrator until the supervisor's restart of the server is ready, so that the job cannot end
     before the server is back, however fast its steps are (a trainer step of 0.1 s ran 36 steps within a vLLM
     restart). Readmitting it is then the orchestrator's, after this returns."""
     old = server_pid(run_dir, task)
@@ -136,5 +136,8 @@ def kill_server_and_hold_until_back(run_dir: Path, task: int) -> None:
     kill_engine(old)
     wait_until(lambda: ("dead", task) in [(e.kind, e.task) for e in events.read(RunDir(run_dir).events)], 300,
                f"the orchestrator to declare inference.{task} dead", run_dir, poll=0.25)
+    rows = RunDir(run_dir).metrics("orchestrator")
+    wait_until(lambda: any(r["servers_live"] == 1 for r in lines(rows)), 300, "a batch on the survivor alone", run_dir,
+               poll=0.25)
     with paused(run_dir, "orchestrator"):
         wait_until(lambda: server_pid(run_dir, task, not_pid=old), 900, f"inference.{task} restarted and ready", run_dir)
