@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from member_servers import GROUPS, N, orchestrate, prepare, until
-from orchestrator_servers import serve, stop, wait_health
+from orchestrator_servers import kill_tree, serve, stop, wait_health
 from supervised_processes import free_port
 
 from slurmrl.contract import events
@@ -50,8 +50,7 @@ def test_real_servers_one_killed_and_restarted_in_place(job_secret, tmp_path):
             for n in range(1, 4):
                 until(lambda: (run_dir / "rollouts" / f"step-{n:06d}.json").exists(), f"batch {n}", 600)
                 if n == 1:
-                    procs[1].kill()  # SIGKILL: its engine and API server go at once
-                    procs[1].wait(60)
+                    kill_tree(procs[1])  # SIGKILL: its engine and API server go at once
                 if n == 2:
                     procs.append(serve(model, ports[1], logs / "server1-again.log"))
                     wait_health(urls[1], procs[-1], logs / "server1-again.log")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,6 +10,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+import psutil
 
 from slurmrl.plan.engines.vllm.flags import SERVE
 
@@ -25,13 +28,33 @@ def serve(model: Path, port: int, log: Path) -> subprocess.Popen:
 
 
 def stop(proc: subprocess.Popen | None) -> None:
+    """SIGTERM (vLLM ends its engine), then SIGKILL to whatever of its tree is left after 60 s."""
     if proc is not None and proc.poll() is None:
+        tree = psutil.Process(proc.pid).children(recursive=True)
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        kill(tree)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL to the server and its engine processes at once: vLLM's EngineCore and Worker outlive a SIGKILL
+    of their API server alone (seen here with both vLLM entry points), and would hold their memory and CPU
+    for the rest of the suite."""
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.wait(60)
+    kill(tree)
+
+
+def kill(procs: list[psutil.Process]) -> None:
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(procs, timeout=60)
 
 
 def wait_health(url: str, proc: subprocess.Popen, log: Path, timeout: float = 600) -> None:
