@@ -128,9 +128,10 @@ def paused(run_dir: Path, component: str):
 
 def kill_server_and_hold_until_back(run_dir: Path, task: int) -> None:
     """SIGKILL inference.<task>'s engine (of a job with two servers); once the orchestrator has declared it dead
-    and made a batch on the survivor alone (it routes around it), hold the orchestrator until the supervisor's restart of the server is ready, so that the job cannot end
-    before the server is back, however fast its steps are (a trainer step of 0.1 s ran 36 steps within a vLLM
-    restart). Readmitting it is then the orchestrator's, after this returns."""
+    and made a batch on the survivor alone (it routes around it), hold the orchestrator until the supervisor's
+    restart of the server is ready, so that the job cannot end before the server is back, however fast its
+    steps are (a trainer step of 0.1 s ran 36 steps within a vLLM restart). Readmitting it is then the
+    orchestrator's, after this returns."""
     old = server_pid(run_dir, task)
     assert old, f"inference.{task} is not ready"
     kill_engine(old)
