@@ -217,3 +217,17 @@ def test_with_a_broadcast_a_server_that_comes_back_waits_for_an_update_that_reac
                                                                                    ("dead", 0)]
     assert "dropped from the broadcast of step 5: did not join the group: refused" in \
         events.read(tmp_path / "events.jsonl")[-1].cause
+
+
+def test_the_quorums_line_names_every_dead_server_whatever_their_causes(tmp_path):
+    """FAILED keeps 300 characters of the line: one server's long cause (an engine's HTTP 500 body) must not push
+    the other out of it (on the local Slurm the never test's job named only task 0)."""
+    from slurmrl.rundir.ended import MAX_CAUSE
+
+    urls = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
+    live = members(urls, urls, tmp_path, [], min_servers=1, grace_s=1.0)
+    for url in urls:
+        live.declare_dead(url, "/health: [Errno 104] Connection reset by peer (during the weight update: "
+                               + "HTTP 500: " + "x" * 500 + ")")
+    line = "orchestrator: " + live.reason()
+    assert len(line) <= MAX_CAUSE and "(task 0) dead" in line and "(task 1) dead" in line, line

@@ -51,6 +51,7 @@ from slurmrl.runtime.vllm.client import Answer, Server, VLLMError
 PROBE_S = 2.0  # a server's /health must answer within this; the monitor probes this often
 MISSES = 2  # the monitor's probes in a row a server may miss before it is declared dead
 WAIT_POLL_S = 0.5
+CAUSE_CHARS = 60  # of each dead server's cause in the quorum's line (FAILED keeps 300 characters: rundir.ended)
 T = TypeVar("T")
 Log = Callable[[str], None]
 ADMITTED = ("healthy", "readmitted", "joined")
@@ -326,9 +327,11 @@ class Members:
             self.readmit()
 
     def reason(self) -> str:
+        """One line naming every server that is not live; each cause cut to CAUSE_CHARS, so that a long one (an
+        engine's HTTP 500 body) never pushes the others out of the line the job's end keeps."""
         dead = [m for m in self.members.values() if not m.admitted]
         return (f"fewer than inference.min_servers = {self.min_servers} servers live for {self.grace_s:g}s: "
-                + "; ".join(f"{m.url} (task {m.task}) {m.state}: {m.cause}" for m in dead))
+                + "; ".join(f"{m.url} (task {m.task}) {m.state}: {short(m.cause)}" for m in dead))
 
     def take(self) -> tuple[dict[str, int | float | None], int, int]:
         """Rollouts served by URL, requests re-sent and servers live since the last call."""
@@ -337,6 +340,10 @@ class Members:
             resent = self.resent
             self.served, self.resent = Counter(), 0
             return served, resent, len(self.admitted())
+
+
+def short(cause: str) -> str:
+    return cause if len(cause) <= CAUSE_CHARS else cause[:CAUSE_CHARS - 3] + "..."
 
 
 def alone(urls: list[str], grace_s: float) -> Members:
