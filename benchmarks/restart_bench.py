@@ -26,7 +26,6 @@ from pathlib import Path
 import psutil
 
 from slurmrl.contract import events
-from slurmrl.plan.engines.vllm.flags import SERVE  # the job scripts' `vllm serve`
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
 from slurmrl.runtime.fixtures.tiny_model import build as build_tiny
@@ -88,7 +87,7 @@ def main() -> None:
     sup = subprocess.Popen(
         [sys.executable, "-m", "slurmrl.runtime.steps.supervise", "inference", "--ready", url,
          "--restart", "on-failure", "--max-restarts", str(a.kills), "--restart-backoff", str(a.backoff), "--",
-         sys.executable, *SERVE, "--model", a.model, "--host", "127.0.0.1",
+         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", a.model, "--host", "127.0.0.1",
          "--port", str(port), "--dtype", "float32", "--enforce-eager"],
         env=env, stdout=open(tmp / "supervise.log", "w"), stderr=subprocess.STDOUT)
     try:

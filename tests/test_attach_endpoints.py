@@ -33,7 +33,7 @@ pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parent.parent
 UP_TIMEOUT_S = 240  # the cluster is shared: a job may wait for nodes
 CONTAINER_NAME = "attach-test"
-VLLM_PROGRAM = re.compile(r"\S+ -m slurmrl\.runtime\.vllm\.cli serve \\\n")
+VLLM_PROGRAM = re.compile(r"\S+ -m vllm\.entrypoints\.openai\.api_server \\\n")
 
 
 def status_json(cluster, run_dir: Path) -> dict:

@@ -92,7 +92,7 @@ print(json.dumps({"sleep": e.enable_sleep_mode, "here": current_platform.is_slee
 def test_vllm_parses_the_sleep_mode_line_and_its_cpu_build_has_no_sleep_mode(vllm_python):
     task, _ = server_task()
     cmd = task.command
-    argv = cmd[cmd.index("serve") + 1:]
+    argv = cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:]
     p = vllm_python.run(VLLM_PARSE, input=json.dumps(argv))
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout.strip().splitlines()[-1])

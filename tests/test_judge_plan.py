@@ -60,7 +60,7 @@ def test_own_group_command_line_and_orchestrator_urls(tmp_path):
     assert "--kill-on-bad-exit=1" in judge.srun  # a judge that exits fails the job
     task = expand(out.script, p, "judge", local=1)
     cmd = task.command
-    assert cmd[:4] == ["python3", "-m", "slurmrl.runtime.vllm.cli", "serve"]
+    assert cmd[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
     assert task.after("--model") == "judge-model" and task.after("--tensor-parallel-size") == "2"
     assert int(task.after("--port")) == int(expand(out.script, p, "judge").after("--port")) + 1
     assert "--runner" not in cmd and task.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
@@ -155,7 +155,7 @@ def test_vllm_parses_both_kinds_of_judge(tmp_path, vllm_python):
             sets.append('judge.template="{prompt}{completion}"')
         out = built(tmp_path, sets=sets)
         cmd = expand(out.script, out.plan, "judge").command
-        argvs.append(cmd[cmd.index("serve") + 1:])
+        argvs.append(cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:])
     p = vllm_python.run(VLLM_PARSE, input=json.dumps(argvs))
     assert p.returncode == 0, p.stderr[-3000:]
     gen, rm = json.loads(p.stdout.strip().splitlines()[-1])

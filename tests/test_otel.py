@@ -74,6 +74,6 @@ print(json.dumps({"otlp": AsyncEngineArgs.from_cli_args(args).otlp_traces_endpoi
 def test_vllm_s_own_parser_takes_the_rendered_flag(vllm_python):
     out = render("rl-debug", [f'env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="{ENDPOINT}"'])
     cmd = expand(out.script, out.plan, "inference", 0).command
-    p = vllm_python.run(VLLM_PARSE, input=json.dumps(cmd[cmd.index("serve") + 1:]))
+    p = vllm_python.run(VLLM_PARSE, input=json.dumps(cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:]))
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout.strip().splitlines()[-1]) == {"otlp": ENDPOINT}

@@ -241,7 +241,7 @@ def test_vllm_parses_the_kv_event_flags(vllm_python):
     out = job("inference-replicas", *ONE_NODE, KV, "inference.router.kv_event_block_size=32")
     inst = out.plan.component("inference").instances[1]
     cmd = server(out, "inference", inst.node, inst.local)
-    argv = cmd[cmd.index("serve") + 1:]
+    argv = cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:]
     p = vllm_python.run(VLLM_PARSE, *argv)
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])

@@ -32,7 +32,7 @@ from slurmrl.runtime.steps.stage import MANIFEST
 
 pytestmark = [pytest.mark.cluster]
 ROOT = Path(__file__).resolve().parent.parent
-VLLM_PROGRAM = re.compile(r"\S+ -m slurmrl\.runtime\.vllm\.cli serve \\\n")
+VLLM_PROGRAM = re.compile(r"\S+ -m vllm\.entrypoints\.openai\.api_server \\\n")
 IMAGE = "registry.example.org#team/llm-serving:1.0"
 
 

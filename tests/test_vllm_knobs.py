@@ -53,7 +53,7 @@ for argv in json.load(sys.stdin):  # one vLLM import for every command line
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
         for child in kv.kv_connector_extra_config["connectors"]:
             KVConnectorFactory.get_connector_class(KVTransferConfig(**child))
-    out.append({"headless": getattr(args, "headless", None), "api_servers": args.api_server_count, "dp": e.data_parallel_size,
+    out.append({"headless": getattr(args, "headless", None), "dp": e.data_parallel_size,
                 "dp_local": e.data_parallel_size_local, "start": e.data_parallel_start_rank,
                 "address": e.data_parallel_address, "ep": e.enable_expert_parallel, "eplb": e.enable_eplb,
                 "dbo": e.enable_dbo, "seed": e.seed, "kv": e.kv_transfer_config is not None,
@@ -79,13 +79,9 @@ def test_vllm_parses_a_multi_node_worker_leader_and_follower(vllm_python):
                                       "inference.decode={replicas=1, tp=4}", 'inference.kv_offload.kind="cpu"',
                                       "inference.kv_offload.cpu_gb=30"], "decode")
     assert json.loads(shared[shared.index("--kv-transfer-config") + 1])["kv_connector"] == "MultiConnector"
-    argvs.append(shared[shared.index("serve") + 1:])
-    # data parallel inside one server on one node: one API server in front (`vllm serve` would start dp of them)
-    local = command("inference-1node", [], "inference")
-    argvs.append(local[local.index("serve") + 1:])
+    argvs.append(shared[shared.index("vllm.entrypoints.openai.api_server") + 1:])
     got = dict(enumerate(vllm_reads(vllm_python, argvs)))
     assert got[2]["kv"]
-    assert (got[3]["dp"], got[3]["api_servers"], got[3]["headless"]) == (2, 1, False), got[3]
     lead, follow = got[0], got[1]
     assert lead["headless"] is False and follow["headless"] is True
     assert (lead["dp"], lead["dp_local"], lead["start"]) == (16, 8, None)
@@ -104,7 +100,7 @@ def test_vllm_parses_the_weight_transfer_config(vllm_python):
             sets += ["placement.colocate=true", "placement.share_gpus=true", "inference.nodes=1", "trainer.nodes=1",
                      "inference.gpus_per_node=8", "trainer.gpus_per_node=8"]
         cmd = command("rl-nccl", sets, "inference")
-        argvs.append(cmd[cmd.index("serve") + 1:])
+        argvs.append(cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:])
     assert [got["weights"] for got in vllm_reads(vllm_python, argvs)] == ["nccl", "ipc", "gloo"]
 
 
@@ -131,6 +127,6 @@ def test_the_recipes_tool_call_parser_reaches_every_policy_server_once():
 @pytest.mark.vllm
 def test_vllm_parses_the_tool_call_flags(vllm_python):
     cmd = command("rl-guess-number", [], "inference")
-    p = vllm_python.run(TOOL_PARSE, input=json.dumps(cmd[cmd.index("serve") + 1:]))
+    p = vllm_python.run(TOOL_PARSE, input=json.dumps(cmd[cmd.index("vllm.entrypoints.openai.api_server") + 1:]))
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout.strip().splitlines()[-1]) == {"auto": True, "parser": "hermes"}

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import psutil
 
-from slurmrl.plan.engines.vllm.flags import SERVE
+from slurmrl.plan.engines.vllm.flags import ENTRY
 
 
 def serve(model: Path, port: int, log: Path) -> subprocess.Popen:
     """One real vLLM server on loopback, the way the job script's inference task runs it."""
-    # `vllm serve` through our module, as the planner writes it (`vllm` alone needs the `vllm` distribution)
-    argv = [sys.executable, *SERVE, "--model", str(model),
+    # the OpenAI server module, as the planner writes it for a one-node server
+    argv = [sys.executable, *ENTRY, "--model", str(model),
             "--served-model-name", str(model),
             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "256",
             "--enforce-eager"]

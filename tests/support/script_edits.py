@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-VLLM_COMMAND = re.compile(r"(-- \\\n)\s+\S+ -m slurmrl\.runtime\.vllm\.cli serve \\\n(?:\s+--.*\\\n)*\s+--.*\n")
+VLLM_COMMAND = re.compile(r"(-- \\\n)\s+\S+ -m vllm\.entrypoints\.openai\.api_server \\\n(?:\s+--.*\\\n)*\s+--.*\n")
 
 
 def serve_with_ok_server(script: str) -> str:

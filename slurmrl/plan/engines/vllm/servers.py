@@ -158,6 +158,6 @@ def servers(ctx: Context, name: str, slot: Slot, shape: Shape, tp: int, extra: l
                        ready_completion=completion, fail_on=tuple(inf.fail_on),
                        **restart_of(inf), worker_tasks=shape.span if multi else None),
             prelude=[*shell.declare(*names), *prelude], env=env,
-            command=(*ctx.py, *flags.SERVE, *args),
+            command=(*ctx.py, *(flags.SERVE if multi else flags.ENTRY), *args),
         ),
     ))
