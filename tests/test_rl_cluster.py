@@ -252,7 +252,7 @@ def test_rl_by_broadcast_through_vllms_routes_survives_a_dead_server_and_a_reque
     try:
         ready = run_dir / "weights" / f"step-{KILL_AT:06d}" / "READY"  # killed between two updates, not in one
         wait_until(lambda: ready.exists() and server_pid(run_dir, 1), 900, f"the update of step {KILL_AT}", run_dir)
-        kill_server_and_hold_until_back(run_dir, 1)
+        kill_server_and_hold_until_back(run_dir, 1, between_updates=True)
         wait_until(lambda: ("readmitted", 1) in kinds() or job_state(slurm_debug2, job_id) != "RUNNING", 900,
                    "inference.1 readmitted", run_dir)
         assert ("readmitted", 1) in kinds(), (kinds(), job_state(slurm_debug2, job_id))

@@ -126,7 +126,12 @@ def paused(run_dir: Path, component: str):
                 p.send_signal(signal.SIGCONT)
 
 
-def kill_server_and_hold_until_back(run_dir: Path, task: int) -> None:
+def newest_step(paths) -> int:
+    """The highest NNNNNN of ``step-NNNNNN`` names (``step-000003.json``, ``step-000003``), else 0."""
+    return max((int(p.name.split("-")[1].split(".")[0]) for p in paths), default=0)
+
+
+def kill_server_and_hold_until_back(run_dir: Path, task: int, between_updates: bool = False) -> None:
     """SIGKILL inference.<task>'s engine (of a job with two servers); once the orchestrator has declared it dead
     and made a batch on the survivor alone (it routes around it), hold the orchestrator until the supervisor's
     restart of the server is ready, so that the job cannot end before the server is back, however fast its
@@ -134,7 +139,16 @@ def kill_server_and_hold_until_back(run_dir: Path, task: int) -> None:
     orchestrator's, after this returns."""
     old = server_pid(run_dir, task)
     assert old, f"inference.{task} is not ready"
-    kill_engine(old)
+    if between_updates:  # a broadcast job: a death while weights are on the wire still fails it (docs/rl.md)
+        def sent_all() -> bool:
+            sent = newest_step([p.parent for p in (run_dir / "weights").glob("step-*/READY")])
+            return sent > 0 and sent >= newest_step((run_dir / "rollouts").glob("step-*.json"))
+
+        with paused(run_dir, "orchestrator"):  # no new batch: the trainer sends the last one's weights, then waits
+            wait_until(sent_all, 300, "the trainer to send every batch's weights", run_dir, poll=0.25)
+            kill_engine(old)
+    else:
+        kill_engine(old)
     wait_until(lambda: ("dead", task) in [(e.kind, e.task) for e in events.read(RunDir(run_dir).events)], 300,
                f"the orchestrator to declare inference.{task} dead", run_dir, poll=0.25)
     rows = RunDir(run_dir).metrics("orchestrator")
