@@ -15,6 +15,7 @@ import psutil
 from slurmrl.contract import events
 from slurmrl.rundir.paths import RunDir
 from slurmrl.rundir.ready import read_ready
+from slurmrl.runtime.orchestrator.loop import latest_weights, written_batches
 
 
 def lines(path: Path) -> list[dict]:
@@ -126,11 +127,6 @@ def paused(run_dir: Path, component: str):
                 p.send_signal(signal.SIGCONT)
 
 
-def newest_step(paths) -> int:
-    """The highest NNNNNN of ``step-NNNNNN`` names (``step-000003.json``, ``step-000003``), else 0."""
-    return max((int(p.name.split("-")[1].split(".")[0]) for p in paths), default=0)
-
-
 def kill_server_and_hold_until_back(run_dir: Path, task: int, between_updates: bool = False) -> None:
     """SIGKILL inference.<task>'s engine (of a job with two servers); once the orchestrator has declared it dead
     and made a batch on the survivor alone (it routes around it), hold the orchestrator until the supervisor's
@@ -140,9 +136,9 @@ def kill_server_and_hold_until_back(run_dir: Path, task: int, between_updates: b
     old = server_pid(run_dir, task)
     assert old, f"inference.{task} is not ready"
     if between_updates:  # a broadcast job: a death while weights are on the wire still fails it (docs/rl.md)
-        def sent_all() -> bool:
-            sent = newest_step([p.parent for p in (run_dir / "weights").glob("step-*/READY")])
-            return sent > 0 and sent >= newest_step((run_dir / "rollouts").glob("step-*.json"))
+        def sent_all() -> bool:  # the orchestrator's own readers: the newest READY step, the batches written
+            sent = latest_weights(run_dir)[0]
+            return sent > 0 and sent >= written_batches(run_dir)
 
         with paused(run_dir, "orchestrator"):  # no new batch: the trainer sends the last one's weights, then waits
             wait_until(sent_all, 300, "the trainer to send every batch's weights", run_dir, poll=0.25)
