@@ -18,6 +18,7 @@ from supervised_processes import free_port
 from slurmrl import envs
 from slurmrl.contract import events
 from slurmrl.contract.metrics import OrchestratorRow
+from slurmrl.rundir.ended import MAX_CAUSE
 from slurmrl.runtime.orchestrator import weights
 from slurmrl.runtime.orchestrator.members import Quorum
 from slurmrl.runtime.orchestrator.rollout_chat import ChatSampler
@@ -222,8 +223,6 @@ def test_with_a_broadcast_a_server_that_comes_back_waits_for_an_update_that_reac
 def test_the_quorums_line_names_every_dead_server_whatever_their_causes(tmp_path):
     """FAILED keeps 300 characters of the line: one server's long cause (an engine's HTTP 500 body) must not push
     the other out of it (on the local Slurm the never test's job named only task 0)."""
-    from slurmrl.rundir.ended import MAX_CAUSE
-
     urls = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
     live = members(urls, urls, tmp_path, [], min_servers=1, grace_s=1.0)
     for url in urls:

@@ -40,10 +40,10 @@ class Ended(NamedTuple):
         return self.state == "failed"
 
 
-def one_line(text: str) -> str:
-    """``text`` as one printable line of at most MAX_CAUSE characters."""
+def one_line(text: str, limit: int = MAX_CAUSE) -> str:
+    """``text`` as one printable line of at most ``limit`` characters."""
     words = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    return words if len(words) <= MAX_CAUSE else words[:MAX_CAUSE - 3] + "..."
+    return words if len(words) <= limit else words[:limit - 3] + "..."
 
 
 def render(ended: Ended) -> str:

@@ -46,6 +46,7 @@ from typing import TypeVar
 from slurmrl.contract import live_set
 from slurmrl.contract.events import Event, append
 from slurmrl.contract.job_env import attempt_from_env
+from slurmrl.rundir.ended import one_line
 from slurmrl.runtime.vllm.client import Answer, Server, VLLMError
 
 PROBE_S = 2.0  # a server's /health must answer within this; the monitor probes this often
@@ -331,7 +332,7 @@ class Members:
         engine's HTTP 500 body) never pushes the others out of the line the job's end keeps."""
         dead = [m for m in self.members.values() if not m.admitted]
         return (f"fewer than inference.min_servers = {self.min_servers} servers live for {self.grace_s:g}s: "
-                + "; ".join(f"{m.url} (task {m.task}) {m.state}: {short(m.cause)}" for m in dead))
+                + "; ".join(f"{m.url} (task {m.task}) {m.state}: {one_line(m.cause, CAUSE_CHARS)}" for m in dead))
 
     def take(self) -> tuple[dict[str, int | float | None], int, int]:
         """Rollouts served by URL, requests re-sent and servers live since the last call."""
@@ -340,10 +341,6 @@ class Members:
             resent = self.resent
             self.served, self.resent = Counter(), 0
             return served, resent, len(self.admitted())
-
-
-def short(cause: str) -> str:
-    return cause if len(cause) <= CAUSE_CHARS else cause[:CAUSE_CHARS - 3] + "..."
 
 
 def alone(urls: list[str], grace_s: float) -> Members:
